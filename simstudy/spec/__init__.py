@@ -1,0 +1,62 @@
+"""The vocabulary of simstudy: frozen pydantic specs, loadable from YAML.
+
+Layer 1 of the design: pure values, no I/O beyond loading YAML.
+"""
+
+from simstudy.spec.base import Spec
+from simstudy.spec.load import SpecError, load_document, load_scenario, load_spec, validate_as
+from simstudy.spec.model import Layer, Model, ModelSpec, ZooModel
+from simstudy.spec.parallelism import AllReduce, Parallelism, ParameterServer
+from simstudy.spec.scenario import Scenario, canonical_json
+from simstudy.spec.system import LayerTime, MeasuredCompute, System
+from simstudy.spec.topology import (
+    BinaryTreeStar,
+    Clique,
+    Dim,
+    FatTree,
+    FullyConnected,
+    MultiDim,
+    Ring,
+    Star,
+    Switch,
+    Topology,
+    Tree,
+    is_graph,
+    topology_dims,
+)
+from simstudy.spec.training import Training
+
+__all__ = [
+    "AllReduce",
+    "BinaryTreeStar",
+    "Clique",
+    "Dim",
+    "FatTree",
+    "FullyConnected",
+    "Layer",
+    "LayerTime",
+    "MeasuredCompute",
+    "Model",
+    "ModelSpec",
+    "MultiDim",
+    "Parallelism",
+    "ParameterServer",
+    "Ring",
+    "Scenario",
+    "Spec",
+    "SpecError",
+    "Star",
+    "Switch",
+    "System",
+    "Topology",
+    "Training",
+    "canonical_json",
+    "Tree",
+    "ZooModel",
+    "is_graph",
+    "load_document",
+    "load_scenario",
+    "load_spec",
+    "topology_dims",
+    "validate_as",
+]

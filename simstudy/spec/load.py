@@ -1,0 +1,181 @@
+"""Loading specs from YAML files, with references to other YAML files and clear errors.
+
+Any string value that ends in `.yaml` or `.yml` is a reference to another file, resolved
+relative to the file that names it (`model: ../workloads/resnet50.yaml`). A bad file gives one
+`SpecError` that names the file, the field path and what was expected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from simstudy.spec.scenario import Scenario
+
+M = TypeVar("M", bound=BaseModel)
+Loc = tuple[str | int, ...]
+
+
+class SpecError(ValueError):
+    """A spec that cannot be used: names the file, the field path and what was expected."""
+
+    def __init__(self, file: str | Path | None, field: str, message: str) -> None:
+        self.file = str(file) if file is not None else None
+        self.field = field
+        self.message = message
+        where = f"{self.file}: " if self.file else ""
+        what = f"{field}: " if field else ""
+        super().__init__(f"{where}{what}{message}")
+
+
+def is_reference(value: object) -> bool:
+    """True when a spec value names another YAML file."""
+    return isinstance(value, str) and value.endswith((".yaml", ".yml"))
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse one YAML file; errors name the file and the line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(path, "", "file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(path, "", f"cannot read file: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(path, "", f"invalid YAML: {where}{problem}") from None
+
+
+class _Origins:
+    """Which file each part of a merged document came from."""
+
+    def __init__(self, root: Path) -> None:
+        self.files: dict[Loc, Path] = {(): root}
+
+    def locate(self, loc: Loc) -> tuple[Path, Loc]:
+        """The file holding `loc` and the location inside that file."""
+        best: Loc = ()
+        for prefix in self.files:
+            if len(prefix) > len(best) and loc[: len(prefix)] == prefix:
+                best = prefix
+        return self.files[best], loc[len(best) :]
+
+
+def _resolve(value: Any, base: Path, loc: Loc, origins: _Origins, stack: tuple[Path, ...]) -> Any:
+    if is_reference(value):
+        target = (base.parent / str(value)).resolve()
+        if target in stack:
+            chain = " -> ".join(p.name for p in (*stack, target))
+            file, inner = origins.locate(loc)
+            raise SpecError(file, _dotted(inner), f"circular reference: {chain}")
+        if not target.is_file():
+            file, inner = origins.locate(loc)
+            raise SpecError(file, _dotted(inner), f"referenced file {value!r} not found ({target})")
+        origins.files[loc] = target
+        return _resolve(read_yaml(target), target, loc, origins, (*stack, target))
+    if isinstance(value, Mapping):
+        return {k: _resolve(v, base, (*loc, str(k)), origins, stack) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(v, base, (*loc, i), origins, stack) for i, v in enumerate(value)]
+    return value
+
+
+def load_document(path: str | Path) -> tuple[Any, _Origins]:
+    """Read a YAML file and inline every referenced file, remembering where parts came from."""
+    root = Path(path)
+    origins = _Origins(root)
+    data = read_yaml(root)
+    return _resolve(data, root.resolve(), (), origins, (root.resolve(),)), origins
+
+
+def _dotted(loc: Sequence[str | int]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def _user_loc(data: Any, loc: Loc) -> Loc:
+    """Drop the segments pydantic adds for union tags, keeping the user's own field path."""
+    out: list[str | int] = []
+    node = data
+    for part in loc:
+        if isinstance(node, Mapping):
+            if part in node:
+                out.append(part)
+                node = node[part]
+            elif isinstance(part, str) and part.startswith(("function-", "tagged-union")):
+                continue
+            elif isinstance(part, str) and ("kind" in node or "zoo" in node or "[" in part):
+                continue  # a union tag such as 'ring' or 'zoo'
+            else:
+                out.append(part)
+                node = None
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            out.append(part)
+            node = node[part]
+        elif isinstance(node, list | Mapping):
+            continue
+        else:
+            out.append(part)
+            node = None
+    return tuple(out)
+
+
+def _message(err: Mapping[str, Any]) -> str:
+    msg = str(err.get("msg", "invalid value"))
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix) :]
+    if err.get("type") == "extra_forbidden":
+        msg = "unknown field (not allowed here; check the spelling)"
+    elif err.get("type") == "missing":
+        msg = "required field is missing"
+    elif "input" in err and err.get("type") not in ("model_type", "dict_type") and not isinstance(
+        err["input"], Mapping | list
+    ):
+        msg += f" (got {err['input']!r})"
+    return msg
+
+
+def spec_error(exc: ValidationError, data: Any, origins: _Origins | None, file: Path | None) -> SpecError:
+    """Turn a pydantic ValidationError into one SpecError naming file and field."""
+    errors = exc.errors()
+    first = errors[0]
+    loc = _user_loc(data, tuple(first["loc"]))
+    if origins is not None:
+        where, inner = origins.locate(loc)
+    else:
+        where, inner = file, loc
+    msg = _message(first)
+    if len(errors) > 1:
+        msg += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return SpecError(where, _dotted(inner) or "(top level)", msg)
+
+
+def validate_as(cls: type[M], data: Any, *, file: str | Path | None = None, origins: _Origins | None = None) -> M:
+    """Validate `data` as `cls`, mapping errors to a SpecError."""
+    if data is None:
+        raise SpecError(file, "", f"empty document; expected a {cls.__name__} mapping")
+    if not isinstance(data, Mapping):
+        raise SpecError(file, "", f"expected a mapping of {cls.__name__} fields, got {type(data).__name__}")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise spec_error(exc, data, origins, Path(file) if file else None) from None
+
+
+def load_spec(cls: type[M], path: str | Path) -> M:
+    """Load a YAML file (and the files it references) as a spec of type `cls`."""
+    data, origins = load_document(path)
+    return validate_as(cls, data, file=path, origins=origins)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Load a scenario YAML file."""
+    return load_spec(Scenario, path)

@@ -1,0 +1,107 @@
+"""Parallelism specs: how the model and the batch are split over ranks, and how gradients meet."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from simstudy.spec.base import Spec
+
+AllReduceAlgorithm = Literal["ring", "direct", "halving_doubling", "double_binary_tree"]
+
+
+class AllReduce(Spec):
+    """Gradients are summed with an all-reduce collective among the data-parallel ranks."""
+
+    kind: Literal["allreduce"] = "allreduce"
+    algorithm: AllReduceAlgorithm = Field(
+        default="ring",
+        description="collective algorithm: ring, direct, halving_doubling or double_binary_tree",
+    )
+
+
+class ParameterServer(Spec):
+    """Workers push gradients to parameter servers and pull updated parameters back.
+
+    Parameters are sharded evenly over the servers. `colocated` servers run on the first
+    `servers` worker ranks; `dedicated` servers are extra ranks after the workers.
+    """
+
+    kind: Literal["parameter_server"] = "parameter_server"
+    servers: int = Field(default=1, ge=1, description="number of parameter-server shards")
+    placement: Literal["colocated", "dedicated"] = Field(
+        default="dedicated",
+        description="colocated: servers share the first worker ranks; dedicated: extra ranks",
+    )
+    mode: Literal["sync", "async"] = Field(
+        default="sync",
+        description="sync: servers wait for every worker each iteration; async: they do not",
+    )
+
+
+Aggregation = Annotated[AllReduce | ParameterServer, Field(discriminator="kind")]
+
+
+class Parallelism(Spec):
+    """Degrees of data (dp), tensor (tp) and pipeline (pp) parallelism and their options."""
+
+    dp: int = Field(default=1, ge=1, description="data-parallel degree (model replicas)")
+    tp: int = Field(default=1, ge=1, description="tensor/model-parallel degree")
+    pp: int = Field(default=1, ge=1, description="pipeline-parallel degree (stages)")
+    aggregation: Aggregation = Field(
+        default_factory=AllReduce, description="how data-parallel replicas combine gradients"
+    )
+    bucket_size_mib: float = Field(
+        default=25.0,
+        gt=0,
+        description="gradient bucket size in MiB (PyTorch DDP's default bucket_cap_mb is 25)",
+    )
+    overlap: bool = Field(
+        default=True,
+        description="start each bucket's communication as soon as its gradients are ready "
+        "(overlap with backward); false waits for the whole backward pass",
+    )
+    microbatches: int = Field(default=1, ge=1, description="pipeline microbatches per iteration")
+    schedule: Literal["gpipe", "1f1b"] = Field(default="1f1b", description="pipeline schedule")
+    sharding: Literal["none", "zero1", "zero3", "fsdp"] = Field(
+        default="none", description="data-parallel state sharding"
+    )
+
+    @property
+    def compute_ranks(self) -> int:
+        """Ranks that hold a model shard and compute: dp * tp * pp."""
+        return self.dp * self.tp * self.pp
+
+    @property
+    def server_ranks(self) -> int:
+        """Extra ranks used only as parameter servers (dedicated placement)."""
+        agg = self.aggregation
+        if isinstance(agg, ParameterServer) and agg.placement == "dedicated":
+            return agg.servers
+        return 0
+
+    @property
+    def total_ranks(self) -> int:
+        """Every rank of the job: compute ranks plus dedicated servers."""
+        return self.compute_ranks + self.server_ranks
+
+    @property
+    def bucket_size_bytes(self) -> int:
+        """Gradient bucket size in bytes."""
+        return int(self.bucket_size_mib * 1024 * 1024)
+
+    @model_validator(mode="after")
+    def _check(self) -> Parallelism:
+        agg = self.aggregation
+        if isinstance(agg, ParameterServer):
+            if self.tp != 1 or self.pp != 1:
+                raise ValueError("a parameter server needs tp = 1 and pp = 1 (pure data parallel)")
+            if agg.placement == "colocated" and agg.servers > self.dp:
+                raise ValueError(
+                    f"{agg.servers} colocated servers do not fit on dp = {self.dp} workers; "
+                    "use placement: dedicated or fewer servers"
+                )
+            if self.sharding != "none":
+                raise ValueError("sharding applies to all-reduce data parallelism, not a parameter server")
+        return self

@@ -1,0 +1,86 @@
+"""A scenario: one training job on one network, everything a simulation needs."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from simstudy.spec.base import Spec
+from simstudy.spec.model import Model, ModelSpec, ZooModel
+from simstudy.spec.parallelism import Parallelism
+from simstudy.spec.system import System
+from simstudy.spec.topology import Topology
+from simstudy.spec.training import Training
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def tag_model(value: Any) -> Any:
+    """Accept the short forms of a model: `resnet50` or `{zoo: resnet50, ...}` or `{layers: ...}`."""
+    if isinstance(value, str):
+        return {"kind": "zoo", "zoo": value}
+    if isinstance(value, dict) and "kind" not in value:
+        if "zoo" in value:
+            return {"kind": "zoo", **value}
+        if "layers" in value:
+            return {"kind": "layers", **value}
+    return value
+
+
+class Scenario(Spec):
+    """Model x parallelism x topology x system x training."""
+
+    name: str = Field(
+        default="scenario",
+        description="scenario name; used as the Chakra trace prefix (letters, digits, _ . -)",
+    )
+    model: ModelSpec = Field(description="a zoo model name, a zoo reference or explicit layers")
+    parallelism: Parallelism = Field(default_factory=Parallelism, description="dp/tp/pp and aggregation")
+    topology: Topology = Field(description="the network")
+    system: System = Field(default_factory=System, description="compute and collective settings")
+    training: Training = Field(default_factory=Training, description="batch, iterations, precision")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_forms(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "model" in data:
+            data = {**data, "model": tag_model(data["model"])}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> Scenario:
+        if not _NAME.match(self.name):
+            raise ValueError(
+                f"name {self.name!r} must start with a letter or digit and hold only letters, "
+                "digits, '_', '.' and '-'"
+            )
+        npus = self.topology.total_npus
+        need = self.parallelism.total_ranks
+        if npus != need:
+            p = self.parallelism
+            detail = f"dp*tp*pp = {p.dp}*{p.tp}*{p.pp} = {p.compute_ranks}"
+            if p.server_ranks:
+                detail += f" + {p.server_ranks} dedicated servers"
+            raise ValueError(f"topology has {npus} NPUs but the parallelism needs {need} ({detail})")
+        return self
+
+    @property
+    def npus(self) -> int:
+        """Ranks (NPUs) in the job."""
+        return self.topology.total_npus
+
+    @property
+    def resolved_model(self) -> Model:
+        """The explicit model; raises if the model is still a zoo reference."""
+        if isinstance(self.model, ZooModel):
+            raise ValueError(f"model {self.model.zoo!r} is not resolved; call simstudy.compile.resolve")
+        return self.model
+
+
+def canonical_json(scenario: Scenario) -> str:
+    """The canonical JSON of a scenario: every field, sorted keys, no whitespace."""
+    import json
+
+    return json.dumps(scenario.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
