@@ -148,10 +148,10 @@ def spec_error(exc: ValidationError, data: Any, origins: _Origins | None, file: 
     errors = exc.errors()
     first = errors[0]
     loc = _user_loc(data, tuple(first["loc"]))
+    where: Path | None = file
+    inner = loc
     if origins is not None:
         where, inner = origins.locate(loc)
-    else:
-        where, inner = file, loc
     msg = _message(first)
     if len(errors) > 1:
         msg += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"

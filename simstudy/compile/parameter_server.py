@@ -1,0 +1,133 @@
+"""Parameter-server data parallelism with point-to-point SEND/RECV.
+
+Parameters are sharded by bytes over the servers in layer order; server `s` owns bytes
+[s*P/S, (s+1)*P/S) of the gradient. Gradients are pushed per DDP-style bucket as soon as the
+bucket's backward is done: for each bucket and each server, the worker sends the part of the
+bucket that server owns. A server sums the pieces, updates its shard and sends the new
+parameters back (the pull).
+
+* sync: a server waits for the piece from every worker before one update, then replies to all;
+  a worker starts its next iteration once it has every piece of its parameters back.
+* async: a server updates and replies to each worker's piece on its own, without waiting for
+  the other workers.
+
+Colocated servers run on worker ranks 0..S-1; the shard a worker hosts itself never crosses
+the network. Dedicated servers are ranks dp..dp+S-1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simstudy.compile.costs import Bucket, LayerCost, ddp_buckets, layer_costs, optimizer_us, whole_us
+from simstudy.compile.graph import ExecutionGraph, RankGraph
+from simstudy.compile.passes import backward, forward
+from simstudy.spec import ParameterServer, Scenario
+
+PUSH, PULL = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """The bytes of one bucket that one server owns."""
+
+    bucket: int
+    server: int
+    size_bytes: int
+    ready_layer: int
+
+
+def server_rank(agg: ParameterServer, dp: int, server: int) -> int:
+    """The rank that hosts server shard `server`."""
+    return server if agg.placement == "colocated" else dp + server
+
+
+def pieces(costs: list[LayerCost], buckets: list[Bucket], servers: int) -> list[Piece]:
+    """Split every bucket by the server shards its bytes fall in."""
+    offsets: list[int] = []
+    total = 0
+    for c in costs:
+        offsets.append(total)
+        total += c.grad_bytes
+    bounds = [s * total // servers for s in range(servers + 1)]
+    out: list[Piece] = []
+    for b in buckets:
+        lo = min(offsets[i] for i in b.layers)
+        hi = max(offsets[i] + costs[i].grad_bytes for i in b.layers)
+        for s in range(servers):
+            size = min(hi, bounds[s + 1]) - max(lo, bounds[s])
+            if size > 0:
+                out.append(Piece(b.index, s, size, b.ready_after))
+    return out
+
+
+def _tag(it: int, piece: Piece, n_buckets: int, servers: int, direction: int) -> int:
+    return ((it * n_buckets + piece.bucket) * servers + piece.server) * 2 + direction
+
+
+def compile_parameter_server(scenario: Scenario) -> ExecutionGraph:
+    """The execution graph of data parallelism through parameter servers."""
+    p = scenario.parallelism
+    agg = p.aggregation
+    if not isinstance(agg, ParameterServer):
+        raise ValueError("compile_parameter_server needs aggregation kind parameter_server")
+    model = scenario.resolved_model
+    costs = layer_costs(scenario, model)
+    buckets = ddp_buckets(costs, p.bucket_size_bytes)
+    parts = pieces(costs, buckets, agg.servers)
+    dtype = scenario.training.dtype_bytes
+    workers = p.dp
+    graphs = [RankGraph(rank=r) for r in range(p.total_ranks)]
+    hosts = [server_rank(agg, workers, s) for s in range(agg.servers)]
+
+    def tag(it: int, piece: Piece, direction: int) -> int:
+        return _tag(it, piece, len(buckets), agg.servers, direction)
+
+    def update_us(piece: Piece) -> int:
+        return whole_us(optimizer_us(scenario, model, params=piece.size_bytes // dtype))
+
+    after: list[list[int]] = [[] for _ in range(workers)]
+    for it in range(scenario.training.iterations):
+        # Workers: forward, backward, push each piece when its bucket is ready, receive pulls.
+        ready: dict[tuple[int, int], int] = {}
+        for w in range(workers):
+            g = graphs[w]
+            fwd = forward(g, costs, it, after[w])
+            bwd = backward(g, costs, it, [fwd[-1]])
+            pulls: list[int] = []
+            for piece in parts:
+                dep = bwd[piece.ready_layer] if p.overlap else bwd[costs[0].index]
+                host = hosts[piece.server]
+                if host == w:
+                    ready[(w, piece.bucket * agg.servers + piece.server)] = dep
+                    continue
+                push = g.send(f"push.b{piece.bucket}.s{piece.server}.it{it}", host, piece.size_bytes,
+                              tag(it, piece, PUSH), [dep])
+                pulls.append(g.recv(f"pull.b{piece.bucket}.s{piece.server}.it{it}", host,
+                                    piece.size_bytes, tag(it, piece, PULL), [push]))
+            after[w] = pulls if pulls else [bwd[costs[0].index]]
+        # Servers: receive pieces, update, send parameters back.
+        for piece in parts:
+            host = hosts[piece.server]
+            g = graphs[host]
+            remote = [w for w in range(workers) if w != host]
+            local = ready.get((host, piece.bucket * agg.servers + piece.server))
+            name = f"b{piece.bucket}.s{piece.server}.it{it}"
+            if agg.mode == "sync":
+                recvs = [g.recv(f"recv_grad.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PUSH), [])
+                         for w in remote]
+                deps = recvs + ([local] if local is not None else [])
+                upd = g.compute(f"update.{name}", update_us(piece), deps)
+                for w in remote:
+                    g.send(f"send_param.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PULL), [upd])
+                if local is not None:
+                    after[host].append(upd)
+            else:
+                for w in remote:
+                    r = g.recv(f"recv_grad.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PUSH), [])
+                    upd = g.compute(f"update.{name}.w{w}", update_us(piece), [r])
+                    g.send(f"send_param.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PULL), [upd])
+                if local is not None:
+                    upd = g.compute(f"update.{name}.w{host}", update_us(piece), [local])
+                    after[host].append(upd)
+    return ExecutionGraph(ranks=graphs)

@@ -1,0 +1,62 @@
+"""The command line, run as a user runs it: a real subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from simstudy import chakra
+
+
+def simstudy(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "simstudy", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_compile_example_bundle(repo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    res = simstudy("compile", "specs/examples/resnet50_dp8_ring.yaml", "-o", str(out), cwd=repo)
+    assert res.returncode == 0, res.stderr
+    assert "8 ranks" in res.stdout
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(
+        [f"resnet50_dp8_ring.{r}.et" for r in range(8)]
+        + ["network.yml", "system.json", "remote_memory.json", "scenario.json"]
+    )
+    meta, nodes = chakra.read_trace(out / "resnet50_dp8_ring.3.et")
+    assert meta.version == "0.0.4"
+    colls = [n for n in nodes if n.type == chakra.NodeType.COMM_COLL_NODE]
+    # Two iterations of all-reduces whose sizes add up to ResNet-50's fp32 gradients.
+    assert sum(int(n.get("comm_size")) for n in colls) == 2 * 25_557_032 * 4
+
+
+def test_broken_spec_one_line_exit_2(repo: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: resnet50\nparallelism: {dp: 8}\ntopology: {kind: ring, npus: 8, latency_ns: fast}\n")
+    res = simstudy("compile", str(bad), "-o", str(tmp_path / "out"), cwd=repo)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert str(bad) in lines[0] and "topology.latency_ns" in lines[0] and "valid number" in lines[0]
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_zoo_model_names_field(repo: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: resnet5\nparallelism: {dp: 2}\ntopology: {kind: ring, npus: 2}\n")
+    res = simstudy("compile", str(bad), cwd=tmp_path)
+    assert res.returncode == 2
+    assert f"{bad}: model:" in res.stderr and "resnet50" in res.stderr
+
+
+def test_models_lists_zoo(repo: Path) -> None:
+    res = simstudy("models", cwd=repo)
+    assert res.returncode == 0
+    assert "resnet50" in res.stdout and "25,557,032" in res.stdout and "bert_base" in res.stdout
+
+
+def test_missing_file_exit_2(repo: Path, tmp_path: Path) -> None:
+    res = simstudy("compile", str(tmp_path / "nope.yaml"), cwd=repo)
+    assert res.returncode == 2 and "file not found" in res.stderr
