@@ -1,0 +1,256 @@
+"""Reading a bundle for simulation, and turning timed ET nodes into a TrafficTable."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from simstudy import chakra
+from simstudy.backends.base import BackendError
+from simstudy.backends.patterns import Pattern, collective_pattern
+from simstudy.chakra import CollectiveType, Node, NodeType
+from simstudy.compile import Bundle
+from simstudy.traffic import make_table
+
+COLLECTIVE_KIND = {
+    CollectiveType.ALL_REDUCE: "all_reduce",
+    CollectiveType.ALL_GATHER: "all_gather",
+    CollectiveType.REDUCE_SCATTER: "reduce_scatter",
+    CollectiveType.ALL_TO_ALL: "all_to_all",
+}
+#: TrafficTable `op` of each collective kind.
+COLLECTIVE_OP = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",
+                 "all_to_all": "alltoall"}
+_ITER = re.compile(r"\.it(\d+)")
+
+
+@dataclass(frozen=True)
+class NetDim:
+    """One network dimension as ASTRA-SIM reads it (bandwidth in GiB/s, latency in ns)."""
+
+    topology: str
+    npus: int
+    bandwidth_gibps: float
+    latency_ns: float
+
+
+@dataclass
+class WorkloadInfo:
+    """A bundle read back: ET nodes per rank, network dimensions, system settings, groups."""
+
+    bundle: Bundle
+    nodes: list[list[Node]]
+    dims: list[NetDim]
+    system: dict[str, Any]
+    groups: dict[str, list[int]]
+
+    @property
+    def npus(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def chunks(self) -> int:
+        return max(1, int(self.system.get("preferred-dataset-splits", 1)))
+
+    def algorithm(self, kind: str) -> str:
+        impl = self.system.get(f"{kind.replace('_', '-')}-implementation") or ["ring"]
+        return str(impl[0]) if isinstance(impl, list) else str(impl)
+
+    def members(self, node: Node, rank: int) -> list[int]:
+        """The ranks a collective node runs on (its `pg_name` group, or all)."""
+        pg = str(node.get("pg_name", "") or "")
+        if pg in ("", "0"):
+            return list(range(self.npus))
+        if pg not in self.groups:
+            raise BackendError(
+                f"{self.bundle.et_path(rank)}: node {node.id} uses communicator group {pg!r}, "
+                "which the comm-group configuration does not define"
+            )
+        return self.groups[pg]
+
+    @classmethod
+    def from_bundle(cls, bundle: Bundle) -> WorkloadInfo:
+        bundle.check()
+        dims = read_network(bundle.network)
+        npus = int(np.prod([d.npus for d in dims]))
+        system = _read_json(bundle.system)
+        if not isinstance(system, dict):
+            raise BackendError(f"{bundle.system}: expected a JSON object")
+        groups: dict[str, list[int]] = {}
+        if bundle.comm_group is not None:
+            raw = _read_json(bundle.comm_group)
+            if not isinstance(raw, dict):
+                raise BackendError(f"{bundle.comm_group}: expected a JSON object of group id -> ranks")
+            groups = {str(k): [int(r) for r in v] for k, v in raw.items()}
+        nodes = [chakra.read_trace(bundle.et_path(r))[1] for r in range(npus)]
+        return cls(bundle, nodes, dims, system, groups)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BackendError(f"{path}: cannot read JSON: {exc}") from None
+
+
+def read_network(path: Path) -> list[NetDim]:
+    """The dimensions of an ASTRA-SIM analytical network.yml."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise BackendError(f"{path}: cannot read network config: {exc}") from None
+    try:
+        topo, counts, bws, lats = (list(data[k]) for k in ("topology", "npus_count", "bandwidth", "latency"))
+    except (KeyError, TypeError) as exc:
+        raise BackendError(f"{path}: expected topology, npus_count, bandwidth and latency lists ({exc})") from None
+    if not (len(topo) == len(counts) == len(bws) == len(lats)) or not topo:
+        raise BackendError(f"{path}: topology, npus_count, bandwidth and latency must have the same length")
+    known = {"Ring", "FullyConnected", "Switch"}
+    for t in topo:
+        if t not in known:
+            raise BackendError(f"{path}: topology: unknown dimension {t!r}; expected one of {sorted(known)}")
+    return [NetDim(str(t), int(n), float(b), float(lat)) for t, n, b, lat in zip(topo, counts, bws, lats, strict=True)]
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One issue or callback line of ASTRA-SIM's trace."""
+
+    issue: bool
+    rank: int
+    tick_ns: int
+    node_id: int
+    name: str
+
+
+def op_of(node: Node) -> str:
+    """The TrafficTable `op` of a communication node."""
+    if node.type == NodeType.COMM_COLL_NODE:
+        return COLLECTIVE_OP.get(COLLECTIVE_KIND.get(CollectiveType(int(node.get("comm_type", 0))), ""), "p2p")
+    if node.name.startswith("push"):
+        return "push"
+    if node.name.startswith("send_param"):
+        return "pull"
+    return "p2p"
+
+
+def iteration_of(name: str) -> int:
+    m = _ITER.search(name)
+    return int(m.group(1)) if m else 0
+
+
+class TrafficBuilder:
+    """Collects transfer rows (as numpy chunks) and makes the checked TrafficTable."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("t_start_s", "t_end_s", "src", "dst", "bytes", "flow", "op", "iteration", "chunk", "step")
+        }
+
+    def add(self, **cols: Any) -> None:
+        n = len(cols["src"])
+        for k, lst in self.cols.items():
+            v = cols[k]
+            lst.append(np.asarray(v) if np.ndim(v) else np.full(n, v))
+
+    def add_pattern(
+        self, pattern: Pattern, rank: int | None, starts_ns: np.ndarray, ends_ns: np.ndarray, *,
+        flow: int, op: str, iteration: int, chunk: int,
+    ) -> None:
+        """Rows for a pattern's transfers (only those sent by `rank` when given), timed per step."""
+        sel = pattern.src == rank if rank is not None else slice(None)
+        step = pattern.step[sel]
+        self.add(
+            t_start_s=starts_ns[step] * 1e-9, t_end_s=ends_ns[step] * 1e-9, src=pattern.src[sel],
+            dst=pattern.dst[sel], bytes=pattern.nbytes[sel], flow=flow, op=op, iteration=iteration,
+            chunk=chunk, step=step,
+        )
+
+    def table(self) -> Any:
+        if not self.cols["src"]:
+            return make_table({k: np.empty(0, dtype=object if k == "op" else np.float64 if k.startswith("t_")
+                                           else np.int64) for k in self.cols})
+        data = {k: np.concatenate(v) for k, v in self.cols.items()}
+        order = np.lexsort((data["dst"], data["src"], data["t_start_s"]))
+        return make_table({k: v[order] for k, v in data.items()})
+
+
+Spans = dict[tuple[int, int], tuple[int, int]]
+
+
+def spans_from_trace(trace: Sequence[TraceEvent]) -> Spans:
+    """(rank, node id) -> (issue tick, callback tick) in ns."""
+    issued: dict[tuple[int, int], int] = {}
+    spans: Spans = {}
+    for ev in trace:
+        key = (ev.rank, ev.node_id)
+        if ev.issue:
+            issued[key] = ev.tick_ns
+        elif key in issued:
+            spans[key] = (issued[key], ev.tick_ns)
+    return spans
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    total, end = 0, -1
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def busy_times(info: WorkloadInfo, spans: Spans) -> dict[int, tuple[int, int]]:
+    """Per rank: (ns spent computing, ns with communication in flight) from node spans."""
+    comp: dict[int, list[tuple[int, int]]] = {r: [] for r in range(info.npus)}
+    comm: dict[int, list[tuple[int, int]]] = {r: [] for r in range(info.npus)}
+    types = [{n.id: n.type for n in nodes} for nodes in info.nodes]
+    for (rank, node_id), span in spans.items():
+        t = types[rank].get(node_id)
+        if t == NodeType.COMP_NODE:
+            comp[rank].append(span)
+        elif t in (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
+            comm[rank].append(span)
+    return {r: (_union_ns(comp[r]), _union_ns(comm[r])) for r in range(info.npus)}
+
+
+def build_traffic(info: WorkloadInfo, spans: Spans) -> Any:
+    """The TrafficTable of a run from its node spans (ASTRA-SIM's own timing)."""
+    builder = TrafficBuilder()
+    by_id = [{n.id: n for n in nodes} for nodes in info.nodes]
+    cache: dict[tuple[str, str, tuple[int, ...], int], Pattern] = {}
+    for (rank, node_id), (t0, t1) in sorted(spans.items()):
+        node = by_id[rank].get(node_id)
+        if node is None:
+            continue
+        if node.type == NodeType.COMM_COLL_NODE:
+            kind = COLLECTIVE_KIND.get(CollectiveType(int(node.get("comm_type", 0))))
+            if kind is None:
+                continue
+            members = tuple(info.members(node, rank))
+            chunks = info.chunks
+            size = int(node.get("comm_size", 0))
+            key = (kind, info.algorithm(kind), members, size // chunks)
+            pattern = cache.get(key)
+            if pattern is None:
+                pattern = cache[key] = collective_pattern(kind, key[1], list(members), max(size // chunks, 1))
+            slots = chunks * max(pattern.steps, 1)
+            edges = np.linspace(t0, t1, slots + 1)
+            for c in range(chunks):
+                s = edges[c * pattern.steps : (c + 1) * pattern.steps + 1]
+                builder.add_pattern(pattern, rank, s[:-1], s[1:], flow=node_id * 4096 + c, op=op_of(node),
+                                    iteration=iteration_of(node.name), chunk=c)
+        elif node.type == NodeType.COMM_SEND_NODE:
+            builder.add(t_start_s=np.array([t0 * 1e-9]), t_end_s=np.array([t1 * 1e-9]), src=np.array([rank]),
+                        dst=np.array([int(node.get("comm_dst", -1))]), bytes=np.array([int(node.get("comm_size", 0))]),
+                        flow=int(node.get("comm_tag", 0)), op=op_of(node), iteration=iteration_of(node.name),
+                        chunk=0, step=0)
+    return builder.table()
