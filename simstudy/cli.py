@@ -40,6 +40,51 @@ def _models(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run(args: argparse.Namespace) -> int:
+    from simstudy.backends import get_backend
+    from simstudy.backends.rundir import copy_bundle, run_to_dir
+    from simstudy.compile import Bundle, compile_scenario
+    from simstudy.report import render_run
+    from simstudy.spec import SpecError, load_scenario
+
+    raw = [args.workload, args.network, args.system]
+    if args.spec and any(raw):
+        raise SpecError(None, "", "give either a scenario spec or --workload/--network/--system, not both")
+    if args.spec:
+        scenario = load_scenario(args.spec)
+
+        def prepare(d: Path) -> Bundle:
+            return compile_scenario(scenario, d, source=args.spec).bundle
+
+        name = Path(args.spec).stem
+    else:
+        if not all(raw):
+            raise SpecError(None, "", "without a spec, --workload, --network and --system are all required")
+        given = Bundle(
+            workload=Path(args.workload), network=Path(args.network), system=Path(args.system),
+            remote_memory=Path(args.remote_memory) if args.remote_memory else None,
+            comm_group=Path(args.comm_group) if args.comm_group else None,
+        )
+        given.check()
+
+        def prepare(d: Path) -> Bundle:
+            return copy_bundle(given, d)
+
+        name = given.name
+    backend = get_backend(args.backend, astra_sim=args.astra_sim, aware=args.aware,
+                          contention=not args.no_contention)
+    out = Path(args.output) if args.output else Path("results/runs") / name
+    result = run_to_dir(prepare, backend, out, timeout_s=args.timeout, render=render_run)
+    finish = [r.finish_ns for r in result.ranks]
+    exposed = [r.exposed_comm_ns for r in result.ranks]
+    print(f"{result.backend} ({result.backend_version}) -> {out}/")
+    print(f"  ranks {len(finish)}, finish {max(finish) / 1e6:.3f} ms (min {min(finish) / 1e6:.3f}), "
+          f"exposed comm max {max(exposed) / 1e6:.3f} ms")
+    print(f"  {len(result.traffic):,} transfers, {int(result.traffic['bytes'].sum()) / 1e9:.3f} GB, "
+          f"wall {result.wall_time_s:.2f} s")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="simstudy", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"simstudy {__version__}")
@@ -50,16 +95,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="bundle directory (default results/bundles/<spec name>)")
     p.set_defaults(func=_compile)
 
+    p = sub.add_parser("run", help="simulate a scenario (or an ASTRA-SIM input set) and write its traffic")
+    p.add_argument("spec", nargs="?", help="scenario YAML file (or give --workload/--network/--system)")
+    p.add_argument("-o", "--output", help="run directory (default results/runs/<name>)")
+    p.add_argument("--backend", default="flowsim", choices=["flowsim", "astrasim"], help="simulator (default flowsim)")
+    p.add_argument("--astra-sim", metavar="PATH", help="ASTRA-SIM binary (default $ASTRA_SIM_BIN or the submodule build)")
+    p.add_argument("--aware", action="store_true", help="astrasim: use the congestion-aware binary")
+    p.add_argument("--no-contention", action="store_true", help="flowsim: links do not share bandwidth")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds before a run is abandoned")
+    p.add_argument("--workload", help="ET prefix: <prefix>.<rank>.et (an existing ASTRA-SIM input set)")
+    p.add_argument("--network", help="ASTRA-SIM network.yml")
+    p.add_argument("--system", help="ASTRA-SIM system.json")
+    p.add_argument("--remote-memory", help="ASTRA-SIM remote memory JSON")
+    p.add_argument("--comm-group", help="ASTRA-SIM communicator group JSON")
+    p.set_defaults(func=_run)
+
     p = sub.add_parser("models", help="list the built-in models with parameter counts and GFLOPs")
     p.set_defaults(func=_models)
     return parser
 
 
 def _bad_input_types() -> tuple[type[BaseException], ...]:
+    from simstudy.chakra import ChakraFormatError
     from simstudy.compile import BundleError, CompileError
     from simstudy.spec import SpecError
 
-    return (SpecError, CompileError, BundleError, FileNotFoundError)
+    return (SpecError, CompileError, BundleError, ChakraFormatError, FileNotFoundError)
+
+
+def _failure_types() -> tuple[type[BaseException], ...]:
+    from simstudy.backends import BackendError
+
+    return (BackendError,)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,6 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _bad_input_types() as exc:
         print(f"simstudy: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except _failure_types() as exc:
+        print(f"simstudy: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("simstudy: interrupted", file=sys.stderr)
         return 130

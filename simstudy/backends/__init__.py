@@ -1,0 +1,36 @@
+"""Simulation backends: the `Backend` protocol, `astrasim` and the built-in `flowsim`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simstudy.backends.astrasim import AstraSimBackend
+from simstudy.backends.base import Backend, BackendError, RankStats, RunResult
+from simstudy.backends.flowsim import FlowsimBackend
+from simstudy.backends.rundir import read_run, write_run
+
+__all__ = [
+    "BACKENDS",
+    "AstraSimBackend",
+    "Backend",
+    "BackendError",
+    "FlowsimBackend",
+    "RankStats",
+    "RunResult",
+    "get_backend",
+    "read_run",
+    "write_run",
+]
+
+BACKENDS = ("flowsim", "astrasim")
+
+
+def get_backend(
+    name: str, *, astra_sim: str | Path | None = None, aware: bool = False, contention: bool = True
+) -> Backend:
+    """A backend by name: `flowsim` (built in) or `astrasim` (the external binary)."""
+    if name == "flowsim":
+        return FlowsimBackend(contention=contention)
+    if name == "astrasim":
+        return AstraSimBackend(astra_sim, aware=aware)
+    raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")

@@ -1,0 +1,89 @@
+"""Run directories: the bundle, run.json and traffic.parquet of one simulation."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from simstudy.backends.base import Backend, RunResult
+from simstudy.compile import Bundle
+from simstudy.traffic import read_table, write_table
+
+RUN_JSON = "run.json"
+TRAFFIC = "traffic.parquet"
+
+
+def write_run(result: RunResult, out: Path) -> None:
+    """Write run.json and traffic.parquet into `out` (traffic first: run.json marks completion)."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_table(result.traffic, out / TRAFFIC)
+    result.write_json(out / RUN_JSON)
+
+
+def read_run(out: Path) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The summary and the traffic table of a run directory."""
+    summary = json.loads((out / RUN_JSON).read_text(encoding="utf-8"))
+    return summary, read_table(out / TRAFFIC)
+
+
+def copy_bundle(bundle: Bundle, out: Path) -> Bundle:
+    """Copy an ASTRA-SIM input set into `out` (ET files and configs), keeping its prefix."""
+    bundle.check()
+    out.mkdir(parents=True, exist_ok=True)
+    for r in range(bundle.npus):
+        shutil.copyfile(bundle.et_path(r), out / bundle.et_path(r).name)
+    names = {"network": "network.yml", "system": "system.json", "remote_memory": "remote_memory.json",
+             "comm_group": "comm_group.json", "scenario": "scenario.json"}
+    copied: dict[str, Path | None] = {}
+    for key, name in names.items():
+        src = getattr(bundle, key)
+        copied[key] = None
+        if src is not None:
+            shutil.copyfile(src, out / name)
+            copied[key] = out / name
+    assert copied["network"] is not None and copied["system"] is not None
+    return Bundle(out / bundle.workload.name, copied["network"], copied["system"], copied["remote_memory"],
+                  copied["comm_group"], copied["scenario"])
+
+
+def run_to_dir(
+    prepare: Callable[[Path], Bundle],
+    backend: Backend,
+    out: Path,
+    *,
+    timeout_s: float | None = None,
+    render: Callable[[RunResult, Path], object] | None = None,
+) -> RunResult:
+    """Write a whole run directory: bundle/, run.json, traffic.parquet (+ what `render` adds).
+
+    Everything is written to a temporary sibling directory that replaces `out` only when
+    complete, so a failed run never leaves a half-written directory or destroys an old one.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        bundle = prepare(tmp / "bundle")
+        result = backend.run(bundle, tmp / "work", timeout_s=timeout_s)
+        write_run(result, tmp)
+        if render is not None:
+            render(result, tmp)
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return result

@@ -1,0 +1,142 @@
+"""One contract for every backend: same bundle in, same shape out, bytes conserved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simstudy.backends import AstraSimBackend, Backend, BackendError, FlowsimBackend, RunResult
+from simstudy.chakra import NodeType
+from simstudy.compile import Bundle, compile_scenario
+from simstudy.spec import Scenario
+from simstudy.traffic import check_table
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "dp_ring": {"model": "small_cnn", "parallelism": {"dp": 4, "bucket_size_mib": 0.5},
+                "topology": {"kind": "ring", "npus": 4}, "system": {"collective_chunks": 2}},
+    "dp_switch_hd": {"model": "small_cnn",
+                     "parallelism": {"dp": 8, "aggregation": {"kind": "allreduce", "algorithm": "halving_doubling"}},
+                     "topology": {"kind": "switch", "npus": 8}},
+    "dp_fc_direct": {"model": "lstm_lm", "parallelism": {"dp": 4, "aggregation": {"kind": "allreduce",
+                                                                                   "algorithm": "direct"}},
+                     "topology": {"kind": "fully_connected", "npus": 4}},
+    "ps_sync": {"model": "small_cnn", "parallelism": {"dp": 3, "bucket_size_mib": 0.25,
+                                                      "aggregation": {"kind": "parameter_server", "servers": 2}},
+                "topology": {"kind": "switch", "npus": 5}},
+    "ps_async": {"model": "small_cnn", "parallelism": {"dp": 4, "aggregation": {
+        "kind": "parameter_server", "servers": 2, "placement": "colocated", "mode": "async"}},
+                 "topology": {"kind": "ring", "npus": 4}},
+}
+
+
+def backend(name: str, astra: Path | None) -> Backend:
+    if name == "flowsim":
+        return FlowsimBackend()
+    if astra is None:
+        pytest.skip("no ASTRA-SIM binary (set ASTRA_SIM_BIN)")
+    return AstraSimBackend(astra)
+
+
+@pytest.fixture(params=["flowsim", pytest.param("astrasim", marks=pytest.mark.astrasim)])
+def backend_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def astra() -> Path | None:
+    from simstudy.backends.locate import find_astra_sim
+
+    return find_astra_sim()
+
+
+def compiled(name: str, tmp: Path) -> tuple[Scenario, Bundle]:
+    spec = {"name": name, "training": {"batch_size_per_worker": 4, "iterations": 2}, **SCENARIOS[name]}
+    res = compile_scenario(Scenario.model_validate(spec), tmp / "bundle")
+    return res.scenario, res.bundle
+
+
+def expected_bytes(scenario: Scenario, bundle: Bundle) -> int:
+    """Bytes every transfer adds up to, from the ET files and the algorithms' definitions:
+    ring all-reduce sends 2(N-1) messages of (S/C)/N per rank per chunk, halving-doubling
+    2 x sum_k S/2^(k+1) per rank, direct 2 x (N-1) x S/N per rank; a send moves comm_size."""
+    from simstudy.backends.traffic_build import WorkloadInfo
+
+    info = WorkloadInfo.from_bundle(bundle)
+    n = info.npus
+    c = info.chunks
+    algo = info.algorithm("all_reduce")
+    total = 0
+    for nodes in info.nodes:
+        for node in nodes:
+            size = int(node.get("comm_size", 0))
+            if node.type == NodeType.COMM_SEND_NODE:
+                total += size
+            elif node.type == NodeType.COMM_COLL_NODE:
+                chunk = size // c
+                if algo == "ring":
+                    total += 2 * (n - 1) * (chunk // n) * c
+                elif algo == "direct":
+                    total += 2 * (n - 1) * (chunk // n) * c
+                elif algo == "halvingDoubling":
+                    k = n.bit_length() - 1
+                    total += 2 * sum(chunk >> (j + 1) for j in range(k)) * c
+    return total
+
+
+def check_contract(result: RunResult, scenario: Scenario, bundle: Bundle) -> None:
+    n = scenario.npus
+    assert [r.rank for r in result.ranks] == list(range(n))
+    for r in result.ranks:
+        assert r.finish_ns > 0
+        assert 0 <= r.compute_ns <= r.finish_ns
+        assert 0 <= r.exposed_comm_ns <= r.finish_ns
+        assert r.comm_ns <= r.finish_ns
+    check_table(result.traffic)
+    t = result.traffic
+    assert len(t) > 0
+    assert t["src"].between(0, n - 1).all() and t["dst"].between(0, n - 1).all()
+    assert (t["src"] != t["dst"]).all()
+    assert float(t["t_end_s"].max()) <= result.finish_ns * 1e-9 + 1e-12
+    assert int(t["bytes"].sum()) == expected_bytes(scenario, bundle)
+    assert set(t["op"].unique()) <= {"allreduce", "push", "pull", "p2p"}
+    assert result.summary()["transfers"] == len(t)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_backend_contract(name: str, backend_name: str, astra: Path | None, tmp_path: Path) -> None:
+    scenario, bundle = compiled(name, tmp_path)
+    result = backend(backend_name, astra).run(bundle, tmp_path / "work", timeout_s=300)
+    assert result.backend == backend_name
+    check_contract(result, scenario, bundle)
+
+
+def test_ps_ops_are_push_and_pull(tmp_path: Path) -> None:
+    scenario, bundle = compiled("ps_sync", tmp_path)
+    t = FlowsimBackend().run(bundle, tmp_path / "work").traffic
+    push = t[t["op"] == "push"]
+    pull = t[t["op"] == "pull"]
+    assert set(push["dst"]) == {3, 4} and set(pull["src"]) == {3, 4}
+    assert int(push["bytes"].sum()) == int(pull["bytes"].sum())
+
+
+def test_flowsim_is_deterministic(tmp_path: Path) -> None:
+    _, bundle = compiled("ps_async", tmp_path)
+    a = FlowsimBackend().run(bundle, tmp_path / "a")
+    b = FlowsimBackend().run(bundle, tmp_path / "b")
+    assert a.ranks == b.ranks
+    assert a.traffic.equals(b.traffic)
+
+
+def test_missing_trace_is_a_clear_error(tmp_path: Path) -> None:
+    _, bundle = compiled("dp_ring", tmp_path)
+    bundle.et_path(2).unlink()
+    with pytest.raises(Exception, match=r"dp_ring\.2\.et"):
+        FlowsimBackend().run(bundle, tmp_path / "work")
+
+
+def test_astrasim_missing_binary_is_a_clear_error(tmp_path: Path) -> None:
+    _, bundle = compiled("dp_ring", tmp_path)
+    with pytest.raises(BackendError, match="no ASTRA-SIM binary"):
+        AstraSimBackend(tmp_path / "nope").run(bundle, tmp_path / "work")
