@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", nargs="?", help="scenario YAML file (or give --workload/--network/--system)")
     p.add_argument("-o", "--output", help="run directory (default results/runs/<name>)")
     p.add_argument("--backend", default="flowsim", choices=["flowsim", "astrasim"], help="simulator (default flowsim)")
-    p.add_argument("--astra-sim", metavar="PATH", help="ASTRA-SIM binary (default $ASTRA_SIM_BIN or the submodule build)")
+    p.add_argument("--astra-sim", metavar="PATH",
+                   help="ASTRA-SIM binary (default $ASTRA_SIM_BIN or the submodule build)")
     p.add_argument("--aware", action="store_true", help="astrasim: use the congestion-aware binary")
     p.add_argument("--no-contention", action="store_true", help="flowsim: links do not share bandwidth")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before a run is abandoned")

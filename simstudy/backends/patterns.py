@@ -101,7 +101,9 @@ def _binary_tree(members: IntArray, size: int) -> Pattern:
             srcs.append(members[order[parent[sel]]])
             dsts.append(members[order[sel]])
             sizes.append(np.full(len(sel), half))
-    return Pattern(*(np.concatenate(a).astype(np.int64) for a in (steps, srcs, dsts, sizes)))
+    st, sr, ds, sz = (np.concatenate(a).astype(np.int64) for a in (steps, srcs, dsts, sizes))
+    order_by_step = np.argsort(st, kind="stable")
+    return Pattern(st[order_by_step], sr[order_by_step], ds[order_by_step], sz[order_by_step])
 
 
 def collective_pattern(kind: str, algorithm: str, members: list[int] | IntArray, size: int) -> Pattern:

@@ -20,7 +20,7 @@ class Timeline:
     @property
     def times_s(self) -> NDArray[np.float64]:
         n = len(next(iter(self.series.values()))) if self.series else 0
-        return self.t0_s + self.bin_s * np.arange(n)
+        return self.t0_s + self.bin_s * np.arange(n, dtype=np.float64)
 
     @property
     def total(self) -> NDArray[np.float64]:

@@ -75,9 +75,7 @@ def expected_bytes(scenario: Scenario, bundle: Bundle) -> int:
                 total += size
             elif node.type == NodeType.COMM_COLL_NODE:
                 chunk = size // c
-                if algo == "ring":
-                    total += 2 * (n - 1) * (chunk // n) * c
-                elif algo == "direct":
+                if algo == "ring" or algo == "direct":
                     total += 2 * (n - 1) * (chunk // n) * c
                 elif algo == "halvingDoubling":
                     k = n.bit_length() - 1
@@ -113,7 +111,7 @@ def test_backend_contract(name: str, backend_name: str, astra: Path | None, tmp_
 
 
 def test_ps_ops_are_push_and_pull(tmp_path: Path) -> None:
-    scenario, bundle = compiled("ps_sync", tmp_path)
+    _scenario, bundle = compiled("ps_sync", tmp_path)
     t = FlowsimBackend().run(bundle, tmp_path / "work").traffic
     push = t[t["op"] == "push"]
     pull = t[t["op"] == "pull"]

@@ -75,17 +75,15 @@ def time_chunk(
     starts = np.zeros(steps)
     ends = np.zeros(steps)
     t = float(endpoint_delay_ns)
+    bounds = np.searchsorted(pattern.step, np.arange(steps + 1))
+    cache: dict[tuple[bytes, bytes, bytes], float] = {}
     for s in range(steps):
-        sel = np.nonzero(pattern.step == s)[0]
-        paths = [net.route(int(pattern.src[i]), int(pattern.dst[i]), s) for i in sel]
-        nbytes = pattern.nbytes[sel].astype(np.float64)
-        lat = np.array([net.path_latency(p) for p in paths])
-        if contention:
-            rates = net.maxmin_rates(paths * concurrent)[: len(paths)]
-        else:
-            cap = np.asarray(net.capacity)
-            rates = np.array([cap[list(p)].min() for p in paths])
-        send = float(np.floor(lat + nbytes / rates).max()) if len(sel) else 0.0
+        sel = np.arange(bounds[s], bounds[s + 1])
+        src, dst, nbytes = pattern.src[sel], pattern.dst[sel], pattern.nbytes[sel]
+        key = (src.tobytes(), dst.tobytes(), nbytes.tobytes())
+        send = cache.get(key)
+        if send is None:
+            send = cache[key] = _step_send_ns(net, src, dst, nbytes, s, contention, concurrent)
         starts[s] = t
         ends[s] = t + send
         proc = 0.0
@@ -94,3 +92,20 @@ def time_chunk(
             proc = 3 * math.floor(m / local_mem_bw_bpns)
         t += send + proc + endpoint_delay_ns
     return CollectiveTiming(pattern, starts, ends, int(t))
+
+
+def _step_send_ns(
+    net: Network, src: NDArray[np.int64], dst: NDArray[np.int64], nbytes: NDArray[np.int64],
+    step: int, contention: bool, concurrent: int,
+) -> float:
+    """The slowest transfer of one step: int(path latency + bytes / rate)."""
+    if len(src) == 0:
+        return 0.0
+    paths = [net.route(int(a), int(b), step) for a, b in zip(src.tolist(), dst.tolist(), strict=True)]
+    lat = np.array([net.path_latency(p) for p in paths])
+    if contention:
+        rates = net.maxmin_rates(paths * concurrent)[: len(paths)]
+    else:
+        cap = np.asarray(net.capacity)
+        rates = np.array([cap[list(p)].min() for p in paths])
+    return float(np.floor(lat + nbytes.astype(np.float64) / rates).max())

@@ -248,7 +248,7 @@ class Engine:
 
     def start_collective(self, kind: str, members: tuple[int, ...], parts: list[tuple[int, Node, int]]) -> None:
         start = max(t for _, _, t in parts)
-        rank0, node0, _ = parts[0]
+        _rank0, node0, _ = parts[0]
         size = int(node0.get("comm_size", 0))
         chunks = self.info.chunks
         algo = self.info.algorithm(kind)
@@ -311,7 +311,7 @@ class Engine:
         self.flow_version += 1
         if active:
             drain = min(f.remaining / f.rate for f in active)
-            self.at(self.now + max(int(math.floor(drain)), 0), self.on_drain, self.flow_version)
+            self.at(self.now + max(math.floor(drain), 0), self.on_drain, self.flow_version)
 
     def on_drain(self, version: int) -> None:
         if version != self.flow_version:

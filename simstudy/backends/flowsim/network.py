@@ -38,6 +38,7 @@ class Network:
     loss: list[float] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     ecmp: bool = False
+    ring: int = 0
     _links: dict[tuple[object, object], int] = field(default_factory=dict)
     _graph: nx.Graph = field(default_factory=nx.Graph)
     _routes: dict[tuple[int, int], list[tuple[int, ...]]] = field(default_factory=dict)
@@ -64,6 +65,8 @@ class Network:
         if self._dims:
             return self._route_dims(src, dst, flow)
         paths = self._routes.get((src, dst))
+        if paths is None and self.ring:
+            paths = self._routes[(src, dst)] = [self._ring_route(src, dst)]
         if paths is None:
             if self.ecmp:
                 node_paths = sorted(nx.all_shortest_paths(self._graph, ("h", src), ("h", dst)), key=str)
@@ -74,6 +77,14 @@ class Network:
         if len(paths) == 1:
             return paths[0]
         return paths[zlib.crc32(f"{src},{dst},{flow}".encode()) % len(paths)]
+
+    def _ring_route(self, a: int, b: int) -> tuple[int, ...]:
+        """The shorter way round (clockwise on a tie), as ASTRA-SIM counts ring hops."""
+        n = self.ring
+        cw = (b - a) % n
+        step = 1 if cw <= n - cw else -1
+        hops = [(a + k * step) % n for k in range(min(cw, n - cw) + 1)]
+        return tuple(self._links[(("h", u), ("h", v))] for u, v in itertools.pairwise(hops))
 
     def _route_dims(self, src: int, dst: int, flow: int) -> tuple[int, ...]:
         out: list[int] = []
@@ -149,14 +160,7 @@ def _basic(kind: str, n: int, bpns: float, latency: float) -> Network:
             if n == 2 and i == 1:
                 break
             net.add_link(("h", i), ("h", (i + 1) % n), bpns, latency)
-        net._routes = {}
-        for a in range(n):
-            for b in range(n):
-                if a != b:
-                    cw = (b - a) % n
-                    step = 1 if cw <= n - cw else -1
-                    hops = [(a + k * step) % n for k in range(min(cw, n - cw) + 1)]
-                    net._routes[(a, b)] = [tuple(net._links[(("h", u), ("h", v))] for u, v in itertools.pairwise(hops))]
+        net.ring = n
     elif kind == "Switch":
         for i in range(n):
             net.add_link(("h", i), ("s", 0), bpns, latency)
@@ -219,7 +223,7 @@ def graph_network(topo: GraphTopology) -> Network:
                 level.append(leaf)
         depth = 1
         while len(level) > 1:
-            parents = []
+            parents: list[object] = []
             for j, child in enumerate(level):
                 parent = ("s", depth, j // fanout)
                 net.add_link(child, parent, bpns, lat, loss)
