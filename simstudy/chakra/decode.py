@@ -1,0 +1,293 @@
+"""Reading Chakra ET: frames, GlobalMetadata, Nodes; plain or gzip-compressed.
+
+Accepted beyond what our writer produces, as protobuf parsers do: unpacked as well as packed
+repeated dependencies and list elements, unknown fields of any wire type (skipped; a known
+field number with an unexpected wire type is treated as unknown), repeated occurrences of
+singular fields (the last wins; messages merge), gzip input (magic `1f 8b`).
+
+Zero-length Node frames: Chakra's Python readers take a zero length as end of file and drop
+every later node; ASTRA-SIM's FeederV3 reads on. We read on too, so such a frame decodes to
+an all-default `Node(id=0)` and the nodes after it are kept.
+
+Anything else malformed raises `ChakraFormatError` naming the source, the absolute byte
+offset (into the decompressed data for gzip input) and the problem. An empty input is an
+error: every ET file starts with a GlobalMetadata frame.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TypeAlias
+
+from simstudy.chakra import wire
+from simstudy.chakra.errors import ChakraFormatError, WireError
+from simstudy.chakra.model import Attr, GlobalMetadata, IOInfo, Node, NodeType
+from simstudy.chakra.values import MEMBERS, AttrValue, Member, decode_member
+from simstudy.chakra.wire import LEN, read_key, read_length, read_str, read_varint, skip_field
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+BytesLike: TypeAlias = bytes | bytearray | memoryview
+
+_NODE_TYPES: dict[int, NodeType] = {t.value: t for t in NodeType}
+
+
+#: Decoded attributes by their encoded bytes: traces repeat a few attributes on every node.
+_ATTR_CACHE_LIMIT = 1 << 16
+_attr_cache: dict[bytes, Attr] = {}
+
+
+def decode_trace(data: BytesLike, *, source: str = "<bytes>") -> tuple[GlobalMetadata, list[Node]]:
+    """Parse a whole trace held in memory (gzip-compressed or not)."""
+    data, source = _uncompressed(bytes(data), source)
+    frames = _frames(data, source)
+    meta = _first_metadata(frames, data, source)
+    return meta, [_node_at(data, start, end, index, source) for index, (start, end) in enumerate(frames)]
+
+
+def read_trace(path: str | os.PathLike[str]) -> tuple[GlobalMetadata, list[Node]]:
+    """Read and parse a trace file (read once, whole)."""
+    return decode_trace(Path(path).read_bytes(), source=str(path))
+
+
+def iter_nodes(path: str | os.PathLike[str]) -> Iterator[Node]:
+    """The nodes of a trace file, one at a time (the metadata frame is checked and skipped).
+
+    Framing problems are found before the first node is yielded; a malformed node raises
+    when it is reached.
+    """
+    data, source = _uncompressed(Path(path).read_bytes(), str(path))
+    frames = _frames(data, source)
+    _first_metadata(frames, data, source)
+    for index, (start, end) in enumerate(frames):
+        yield _node_at(data, start, end, index, source)
+
+
+# -- framing --
+
+
+def _uncompressed(data: bytes, source: str) -> tuple[bytes, str]:
+    """`data` and `source`, or the gunzipped content and "<source> (gunzipped)" for gzip input."""
+    if not data.startswith(GZIP_MAGIC):
+        return data, source
+    try:
+        return gzip.decompress(data), f"{source} (gunzipped)"
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ChakraFormatError(source, "bad gzip stream", 0, str(exc) or type(exc).__name__) from None
+
+
+def _frames(data: bytes, source: str) -> list[tuple[int, int]]:
+    """`(start, end)` of every frame's message, metadata first; checks the framing only."""
+    if not data:
+        raise ChakraFormatError(source, "empty trace", 0, "no GlobalMetadata frame")
+    frames: list[tuple[int, int]] = []
+    pos = 0
+    size = len(data)
+    while pos < size:
+        what = "GlobalMetadata frame" if not frames else f"node frame #{len(frames) - 1}"
+        try:
+            length, start = read_varint(data, pos)
+        except WireError as exc:
+            raise ChakraFormatError(source, f"bad length of {what}", pos, exc.detail) from None
+        end = start + length
+        if end > size:
+            raise ChakraFormatError(source, f"truncated {what}", pos, f"length {length} but {size - start} bytes left")
+        frames.append((start, end))
+        pos = end
+    return frames
+
+
+def _first_metadata(frames: list[tuple[int, int]], data: bytes, source: str) -> GlobalMetadata:
+    """Decode the metadata frame and remove it from `frames`."""
+    start, end = frames.pop(0)
+    try:
+        return _decode_metadata(data[start:end])
+    except WireError as exc:
+        raise ChakraFormatError(source, "malformed GlobalMetadata", exc.shift(start).offset, exc.detail) from None
+
+
+def _node_at(data: bytes, start: int, end: int, index: int, source: str) -> Node:
+    try:
+        return _decode_node(data[start:end])
+    except WireError as exc:
+        raise ChakraFormatError(source, f"malformed node #{index}", exc.shift(start).offset, exc.detail) from None
+
+
+# -- messages; offsets in WireError are relative to the buffer passed in --
+
+
+def _decode_metadata(buf: bytes) -> GlobalMetadata:
+    meta = GlobalMetadata(version="")
+    pos = 0
+    while pos < len(buf):
+        key_pos = pos
+        tag, pos = read_key(buf, pos)
+        if tag == 0x0A:
+            meta.version, pos = read_str(buf, pos, "GlobalMetadata.version")
+        elif tag == 0x12:
+            attr, pos = _read_attr(buf, pos)
+            meta.attrs.append(attr)
+        else:
+            pos = skip_field(buf, pos, tag, key_pos)
+    return meta
+
+
+def decode_node(data: BytesLike, *, source: str = "<bytes>") -> Node:
+    """Parse one serialised Node message (unframed, as `encode_node` returns it)."""
+    return _node_at(bytes(data), 0, len(data), 0, source)
+
+
+def decode_metadata(data: BytesLike, *, source: str = "<bytes>") -> GlobalMetadata:
+    """Parse one serialised GlobalMetadata message (unframed)."""
+    try:
+        return _decode_metadata(bytes(data))
+    except WireError as exc:
+        raise ChakraFormatError(source, "malformed GlobalMetadata", exc.offset, exc.detail) from None
+
+
+def _decode_node(buf: bytes) -> Node:
+    """Parse one serialised Node message; raises WireError.
+
+    The hot loop of every reader: one-byte keys and lengths are read inline, and an attribute
+    whose bytes were seen before is taken from the cache without parsing.
+    """
+    node = Node(0)
+    attrs = node.attrs
+    cache = _attr_cache
+    pos = 0
+    size = len(buf)
+    try:
+        while pos < size:
+            key_pos = pos
+            tag = buf[pos]
+            if tag < 0x80:
+                pos += 1
+            else:
+                tag, pos = read_varint(buf, pos)
+            if tag == 0x52:
+                length = buf[pos]
+                if length < 0x80:
+                    end = pos + 1 + length
+                    attr = cache.get(buf[pos + 1 : end]) if end <= size else None
+                    if attr is not None:
+                        attrs.append(attr)
+                        pos = end
+                        continue
+                attr, pos = _read_attr(buf, pos)
+                attrs.append(attr)
+            elif tag == 0x08:
+                node.id, pos = read_varint(buf, pos)
+            elif tag == 0x12:
+                node.name, pos = read_str(buf, pos, "Node.name")
+            elif tag == 0x18:
+                node.type, pos = _read_node_type(buf, pos)
+            elif tag == 0x2A or tag == 0x28:
+                pos = _read_deps(buf, pos, tag, node.data_deps)
+            elif tag == 0x38:
+                node.duration_micros, pos = read_varint(buf, pos)
+            elif tag == 0x22 or tag == 0x20:
+                pos = _read_deps(buf, pos, tag, node.ctrl_deps)
+            elif tag == 0x30:
+                node.start_time_micros, pos = read_varint(buf, pos)
+            elif tag == 0x42:
+                node.inputs, pos = _read_io(buf, pos, node.inputs)
+            elif tag == 0x4A:
+                node.outputs, pos = _read_io(buf, pos, node.outputs)
+            else:
+                pos = skip_field(buf, pos, tag, key_pos)
+    except IndexError:
+        raise WireError("message ends inside a field", size) from None
+    return node
+
+
+def _read_node_type(buf: bytes, pos: int) -> tuple[NodeType, int]:
+    raw, end = read_varint(buf, pos)
+    node_type = _NODE_TYPES.get(raw)
+    if node_type is None:
+        raise WireError(f"unknown NodeType {wire.to_int64(raw)}", pos)
+    return node_type, end
+
+
+def _read_deps(buf: bytes, pos: int, tag: int, out: list[int]) -> int:
+    """Append one unpacked dependency, or a packed run of them; return the new position."""
+    if tag & 7 != LEN:
+        value, pos = read_varint(buf, pos)
+        out.append(value)
+        return pos
+    start, end = read_length(buf, pos, "packed dependencies")
+    run = buf[start:end]
+    if not run or max(run) < 0x80:  # all one-byte varints: the common case
+        out.extend(run)
+        return end
+    cur = start
+    while cur < end:
+        value, cur = read_varint(buf, cur)
+        out.append(value)
+    if cur != end:
+        raise WireError("packed dependencies: last varint runs past the length", start)
+    return end
+
+
+def _read_io(buf: bytes, pos: int, into: IOInfo | None) -> tuple[IOInfo, int]:
+    """Parse an IOInfo; a repeated occurrence merges into the earlier one, as in protobuf."""
+    info = IOInfo() if into is None else into
+    start, end = read_length(buf, pos, "IOInfo")
+    cur = start
+    while cur < end:
+        key_pos = cur
+        tag, cur = read_key(buf, cur)
+        if tag == 0x0A:
+            info.values, cur = read_str(buf, cur, "IOInfo.values")
+        elif tag == 0x12:
+            info.shapes, cur = read_str(buf, cur, "IOInfo.shapes")
+        elif tag == 0x1A:
+            info.types, cur = read_str(buf, cur, "IOInfo.types")
+        else:
+            cur = skip_field(buf, cur, tag, key_pos)
+        if cur > end:
+            raise WireError("IOInfo: a field runs past the message's length", key_pos)
+    return info, end
+
+
+def _read_attr(buf: bytes, pos: int) -> tuple[Attr, int]:
+    """Read a length-prefixed AttributeProto at `pos` (decoded once per distinct encoding)."""
+    start, end = read_length(buf, pos, "AttributeProto")
+    body = buf[start:end]
+    attr = _attr_cache.get(body)
+    if attr is None:
+        try:
+            attr = _decode_attr(body)
+        except WireError as exc:
+            raise exc.shift(start) from None
+        if len(_attr_cache) >= _ATTR_CACHE_LIMIT:
+            _attr_cache.clear()
+        _attr_cache[body] = attr
+    return attr, end
+
+
+def _decode_attr(buf: bytes) -> Attr:
+    name = doc_string = ""
+    member: Member | None = None
+    value: AttrValue = None
+    pos = 0
+    while pos < len(buf):
+        key_pos = pos
+        tag, pos = read_key(buf, pos)
+        if tag == 0x0A:
+            name, pos = read_str(buf, pos, "AttributeProto.name")
+        elif tag == 0x12:
+            doc_string, pos = read_str(buf, pos, "AttributeProto.doc_string")
+        else:
+            found = MEMBERS.get(tag >> 3)
+            if found is None or found.wire_type != tag & 7:
+                pos = skip_field(buf, pos, tag, key_pos)
+                continue
+            found_value, pos = decode_member(found, buf, pos)
+            if found is member and isinstance(value, tuple) and isinstance(found_value, tuple):
+                found_value = value + found_value  # a repeated list member merges
+            member, value = found, found_value
+    return Attr._from_decoder(name, member, value, doc_string)
