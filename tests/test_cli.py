@@ -60,3 +60,36 @@ def test_models_lists_zoo(repo: Path) -> None:
 def test_missing_file_exit_2(repo: Path, tmp_path: Path) -> None:
     res = simstudy("compile", str(tmp_path / "nope.yaml"), cwd=repo)
     assert res.returncode == 2 and "file not found" in res.stderr
+
+
+def test_run_writes_run_directory(repo: Path, tmp_path: Path) -> None:
+    import json
+
+    from simstudy.traffic import read_table
+
+    out = tmp_path / "run"
+    res = simstudy("run", "specs/examples/lstm_dp4_switch.yaml", "-o", str(out), cwd=repo)
+    assert res.returncode == 0, res.stderr
+    assert "flowsim" in res.stdout and "transfers" in res.stdout
+    assert {"bundle", "run.json", "traffic.parquet", "timeline.png"} <= {p.name for p in out.iterdir()}
+    summary = json.loads((out / "run.json").read_text())
+    assert summary["backend"] == "flowsim" and len(summary["ranks"]) == 4
+    table = read_table(out / "traffic.parquet")
+    assert int(table["bytes"].sum()) == summary["bytes"] > 0
+    # The same input set given as ASTRA-SIM inputs runs and gives the same finish time.
+    b = out / "bundle"
+    res2 = simstudy("run", "--workload", str(b / "lstm_dp4_switch"), "--network", str(b / "network.yml"),
+                    "--system", str(b / "system.json"), "-o", str(tmp_path / "raw"), cwd=repo)
+    assert res2.returncode == 0, res2.stderr
+    assert json.loads((tmp_path / "raw" / "run.json").read_text())["finish_ns"] == summary["finish_ns"]
+
+
+def test_run_failure_keeps_old_results(repo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert simstudy("run", "specs/examples/lstm_dp4_switch.yaml", "-o", str(out), cwd=repo).returncode == 0
+    before = (out / "run.json").read_bytes()
+    res = simstudy("run", "specs/examples/lstm_dp4_switch.yaml", "--backend", "astrasim",
+                   "--astra-sim", str(tmp_path / "missing"), "-o", str(out), cwd=repo)
+    assert res.returncode == 1 and "no ASTRA-SIM binary" in res.stderr
+    assert (out / "run.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

@@ -7,10 +7,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from simstudy.backends import RunResult  # noqa: E402
-from simstudy.traffic.timeline import Timeline, throughput_timeline  # noqa: E402
+from simstudy.backends import RunResult
+from simstudy.traffic.timeline import Timeline, throughput_timeline
 
 
 def plot_timeline(timeline: Timeline, path: Path, *, title: str = "") -> Path:
