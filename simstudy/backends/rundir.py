@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +12,7 @@ import pandas as pd
 
 from simstudy.backends.base import Backend, RunResult
 from simstudy.compile import Bundle
+from simstudy.compile.atomic import atomic_directory
 from simstudy.traffic import read_table, write_table
 
 RUN_JSON = "run.json"
@@ -65,25 +65,10 @@ def run_to_dir(
     Everything is written to a temporary sibling directory that replaces `out` only when
     complete, so a failed run never leaves a half-written directory or destroys an old one.
     """
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
+    with atomic_directory(out) as tmp:
         bundle = prepare(tmp / "bundle")
         result = backend.run(bundle, tmp / "work", timeout_s=timeout_s)
         write_run(result, tmp)
         if render is not None:
             render(result, tmp)
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return result

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from simstudy.compile.astra_config import write_configs, write_json
+from simstudy.compile.atomic import atomic_directory
 from simstudy.compile.bundle import Bundle, BundleError
 from simstudy.compile.chakra_out import write_traces
 from simstudy.compile.data_parallel import compile_data_parallel
@@ -64,17 +63,11 @@ def build_graph(scenario: Scenario) -> ExecutionGraph:
     return graph
 
 
-def _prepare(out: Path) -> Path:
+def _check_target(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise CompileError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / "scenario.json").is_file():
         raise CompileError(f"{out}: not empty and not a simstudy bundle; refusing to overwrite it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    return tmp
 
 
 def compile_scenario(scenario: Scenario, out: str | Path, *, source: str | Path | None = None) -> CompileResult:
@@ -83,19 +76,9 @@ def compile_scenario(scenario: Scenario, out: str | Path, *, source: str | Path 
     resolved = resolve(scenario, source=source)
     graph = build_graph(resolved)
     out = Path(out)
-    tmp = _prepare(out)
-    try:
+    _check_target(out)
+    with atomic_directory(out) as tmp:
         et_bytes = write_traces(graph, tmp / resolved.name)
         write_configs(resolved, graph.groups, tmp)
         write_json(tmp / "scenario.json", resolved.model_dump(mode="json"))
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return CompileResult(Bundle.from_dir(out), resolved, et_bytes, time.perf_counter() - t0)
