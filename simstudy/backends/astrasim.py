@@ -1,6 +1,8 @@
 """The `astrasim` backend: run the ASTRA-SIM analytical binary on a bundle.
 
-It runs in its own working directory with `--logging-folder`, a timeout and tracing on; a run
+It runs in its own working directory (this ASTRA-SIM commit ignores `--logging-folder` and
+always logs to `./log/`, so the working directory is what keeps parallel runs apart), with a
+timeout and tracing on; a run
 fails unless every rank printed `sys[i] finished` (exit code 0 is not success). The traffic
 table comes from ASTRA-SIM's own issue/callback trace: each collective's interval on each rank
 is expanded into the transfers of its algorithm (see `patterns`), spread evenly over it.

@@ -141,3 +141,17 @@ def collective_pattern(kind: str, algorithm: str, members: list[int] | IntArray,
             raise ValueError("doubleBinaryTree implements all-reduce only")
         return _binary_tree(m, size)
     raise ValueError(f"unknown collective algorithm {algorithm!r}")
+
+
+def chunking(size: int, splits: int, kind: str, npus: int) -> tuple[int, int]:
+    """(chunk bytes, number of chunks) as ASTRA-SIM's system layer splits a collective.
+
+    chunk = size // splits, raised to the NPU count (except for all-gather); there are
+    ceil(size / chunk) chunks, each carrying a whole chunk.
+    """
+    chunk = size // max(splits, 1)
+    if kind != "all_gather" and npus > chunk:
+        chunk = npus
+        size = splits * chunk
+    chunk = max(chunk, 1)
+    return chunk, -(-size // chunk)

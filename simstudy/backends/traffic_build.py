@@ -16,7 +16,7 @@ import yaml
 
 from simstudy import chakra
 from simstudy.backends.base import BackendError
-from simstudy.backends.patterns import Pattern, collective_pattern
+from simstudy.backends.patterns import Pattern, chunking, collective_pattern
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compile import Bundle
 from simstudy.traffic import make_table
@@ -256,12 +256,12 @@ def build_traffic(info: WorkloadInfo, spans: Spans) -> Any:
             if kind is None:
                 continue
             members = tuple(info.members(node, rank))
-            chunks = info.chunks
             size = int(node.get("comm_size", 0))
-            key = (kind, info.algorithm(kind), members, size // chunks)
+            chunk_bytes, chunks = chunking(size, info.chunks, kind, info.npus)
+            key = (kind, info.algorithm(kind), members, chunk_bytes)
             pattern = cache.get(key)
             if pattern is None:
-                pattern = cache[key] = collective_pattern(kind, key[1], list(members), max(size // chunks, 1))
+                pattern = cache[key] = collective_pattern(kind, key[1], list(members), chunk_bytes)
             slots = chunks * max(pattern.steps, 1)
             edges = np.linspace(t0, t1, slots + 1)
             for c in range(chunks):

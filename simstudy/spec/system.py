@@ -57,7 +57,9 @@ class System(Spec):
     scheduling_policy: Literal["LIFO", "FIFO"] = Field(
         default="LIFO", description="order in which ready collectives are scheduled"
     )
-    endpoint_delay_ns: int = Field(default=10, ge=0, description="per-message endpoint delay, ns")
+    endpoint_delay_ns: int = Field(
+        default=10, ge=1, description="per-message endpoint delay, ns (ASTRA-SIM aborts on 0)"
+    )
     collective_optimization: Literal["baseline", "localBWAware"] = Field(
         default="baseline", description="ASTRA-SIM collective optimization"
     )

@@ -15,7 +15,7 @@ from simstudy.traffic import check_table
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "dp_ring": {"model": "small_cnn", "parallelism": {"dp": 4, "bucket_size_mib": 0.5},
-                "topology": {"kind": "ring", "npus": 4}, "system": {"collective_chunks": 2}},
+                "topology": {"kind": "ring", "npus": 4}, "system": {"collective_chunks": 3}},
     "dp_switch_hd": {"model": "small_cnn",
                      "parallelism": {"dp": 8, "aggregation": {"kind": "allreduce", "algorithm": "halving_doubling"}},
                      "topology": {"kind": "switch", "npus": 8}},
@@ -58,9 +58,11 @@ def compiled(name: str, tmp: Path) -> tuple[Scenario, Bundle]:
 
 
 def expected_bytes(scenario: Scenario, bundle: Bundle) -> int:
-    """Bytes every transfer adds up to, from the ET files and the algorithms' definitions:
-    ring all-reduce sends 2(N-1) messages of (S/C)/N per rank per chunk, halving-doubling
-    2 x sum_k S/2^(k+1) per rank, direct 2 x (N-1) x S/N per rank; a send moves comm_size."""
+    """Bytes every transfer adds up to, from the ET files and the algorithms' definitions.
+
+    ASTRA-SIM splits S into chunks of c = S // C (at least N bytes) and sends ceil(S / c) of
+    them; per chunk, ring all-reduce sends 2(N-1) messages of c/N per rank, halving-doubling
+    2 x sum_k c/2^(k+1) per rank, direct 2 x (N-1) x c/N per rank; a send moves comm_size."""
     from simstudy.backends.traffic_build import WorkloadInfo
 
     info = WorkloadInfo.from_bundle(bundle)
@@ -74,12 +76,13 @@ def expected_bytes(scenario: Scenario, bundle: Bundle) -> int:
             if node.type == NodeType.COMM_SEND_NODE:
                 total += size
             elif node.type == NodeType.COMM_COLL_NODE:
-                chunk = size // c
-                if algo == "ring" or algo == "direct":
-                    total += 2 * (n - 1) * (chunk // n) * c
+                chunk = max(size // c, n)
+                count = -(-max(size, c * n) // chunk)
+                if algo in ("ring", "direct"):
+                    total += 2 * (n - 1) * (chunk // n) * count
                 elif algo == "halvingDoubling":
                     k = n.bit_length() - 1
-                    total += 2 * sum(chunk >> (j + 1) for j in range(k)) * c
+                    total += 2 * sum(chunk >> (j + 1) for j in range(k)) * count
     return total
 
 

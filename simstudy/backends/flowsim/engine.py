@@ -27,6 +27,7 @@ import numpy as np
 from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.collective import CollectiveTiming, time_chunk
 from simstudy.backends.flowsim.network import Network
+from simstudy.backends.patterns import chunking
 from simstudy.backends.traffic_build import (
     COLLECTIVE_KIND,
     TrafficBuilder,
@@ -250,9 +251,8 @@ class Engine:
         start = max(t for _, _, t in parts)
         _rank0, node0, _ = parts[0]
         size = int(node0.get("comm_size", 0))
-        chunks = self.info.chunks
         algo = self.info.algorithm(kind)
-        chunk_bytes = max(size // chunks, 1)
+        chunk_bytes, chunks = chunking(size, self.info.chunks, kind, self.info.npus)
         concurrent = min(self.active_chunks, chunks)
         key = (kind, algo, members, chunk_bytes, concurrent)
         timing = self.timing_cache.get(key)
