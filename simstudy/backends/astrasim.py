@@ -15,7 +15,6 @@ import json
 import re
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from simstudy.backends.base import BackendError, RankStats, RunResult
@@ -35,15 +34,6 @@ _TRACE = re.compile(
     r"(issue|callback),sys->id=(\d+), tick=(\d+), node->id=(\d+), node->name=(.*?), node->type=(\d+)"
 )
 LOG_TAIL_LINES = 25
-
-
-@dataclass(frozen=True)
-class AstraOutput:
-    """What the binary printed, parsed."""
-
-    finished: dict[int, tuple[int, int]]
-    stats: dict[int, dict[str, int]]
-    trace: list[TraceEvent]
 
 
 def parse_output(text: str) -> tuple[dict[int, tuple[int, int]], dict[int, dict[str, int]]]:

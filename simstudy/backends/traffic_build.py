@@ -218,7 +218,7 @@ def spans_from_trace(trace: Sequence[TraceEvent]) -> Spans:
     return spans
 
 
-def _union_ns(intervals: list[tuple[int, int]]) -> int:
+def union_ns(intervals: list[tuple[int, int]]) -> int:
     total, end = 0, -1
     for a, b in sorted(intervals):
         if b <= end:
@@ -239,7 +239,7 @@ def busy_times(info: WorkloadInfo, spans: Spans) -> dict[int, tuple[int, int]]:
             comp[rank].append(span)
         elif t in (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
             comm[rank].append(span)
-    return {r: (_union_ns(comp[r]), _union_ns(comm[r])) for r in range(info.npus)}
+    return {r: (union_ns(comp[r]), union_ns(comm[r])) for r in range(info.npus)}
 
 
 def build_traffic(info: WorkloadInfo, spans: Spans) -> Any:

@@ -70,12 +70,12 @@ def write_traces(graph: ExecutionGraph, prefix: Path) -> int:
     for g in graph.ranks:
         if not g.tasks:
             raise ValueError(f"rank {g.rank} has no tasks; ASTRA-SIM rejects an empty trace")
-        key = id(g.tasks)
-        data = cache.get(key) if _rank_independent(g.tasks) else None
+        shared = _rank_independent(g.tasks)
+        data = cache.get(id(g.tasks)) if shared else None
         if data is None:
             data = chakra.encode_trace(meta, (task_node(t, g.rank) for t in g.tasks))
-            if _rank_independent(g.tasks):
-                cache[key] = data
+            if shared:
+                cache[id(g.tasks)] = data
         path = chakra.trace_path(prefix, g.rank)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_bytes(data)

@@ -10,7 +10,7 @@ from simstudy import __version__
 from simstudy.backends.base import BackendError, RankStats, RunResult
 from simstudy.backends.flowsim.engine import Engine
 from simstudy.backends.flowsim.network import Network, graph_network, native_network
-from simstudy.backends.traffic_build import WorkloadInfo, _union_ns
+from simstudy.backends.traffic_build import WorkloadInfo, union_ns
 from simstudy.compile import Bundle
 from simstudy.spec import Scenario, is_graph
 
@@ -53,7 +53,7 @@ class FlowsimBackend:
                 rank=r,
                 finish_ns=s.finish,
                 compute_ns=s.compute_ns,
-                comm_ns=_union_ns(s.comm_spans),
+                comm_ns=union_ns(s.comm_spans),
                 exposed_comm_ns=s.finish - s.compute_ns,
             )
             for r, s in enumerate(engine.ranks)

@@ -43,7 +43,7 @@ class CollectiveTiming:
     chunk_ns: int
 
 
-def _processing_steps(kind: str, algorithm: str, steps: int, n: int) -> set[int]:
+def _processing_steps(kind: str, algorithm: str, n: int) -> set[int]:
     algo = {"oneRing": "ring", "oneDirect": "direct"}.get(algorithm, algorithm)
     if kind not in ("all_reduce", "reduce_scatter"):
         return set()
@@ -71,7 +71,7 @@ def time_chunk(
     """The step schedule of one chunk of a collective over `members`."""
     pattern = collective_pattern(kind, algorithm, members, chunk_bytes)
     steps = pattern.steps
-    proc_steps = _processing_steps(kind, algorithm, steps, len(members))
+    proc_steps = _processing_steps(kind, algorithm, len(members))
     starts = np.zeros(steps)
     ends = np.zeros(steps)
     t = float(endpoint_delay_ns)

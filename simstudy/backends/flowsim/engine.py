@@ -57,6 +57,7 @@ class _Rank:
 
 @dataclass
 class _Flow:
+    node: Node
     src: int
     dst: int
     size: int
@@ -66,8 +67,6 @@ class _Flow:
     start: int
     remaining: float
     rate: float = 0.0
-    done: bool = False
-    row: dict[str, Any] = field(default_factory=dict)
 
 
 class Engine:
@@ -86,7 +85,8 @@ class Engine:
         self.coll_seen: dict[tuple[int, ...], list[int]] = defaultdict(list)
         self.coll_waiting: dict[tuple[tuple[int, ...], int], list[tuple[int, Node, int]]] = {}
         self.timing_cache: dict[tuple[Any, ...], CollectiveTiming] = {}
-        self.flows: dict[int, _Flow] = {}
+        self.sending: dict[int, _Flow] = {}
+        self.next_flow = 0
         self.flow_version = 0
         self.flow_clock = 0.0
         self.arrived: dict[tuple[int, int, int, int], deque[int]] = defaultdict(deque)
@@ -286,25 +286,23 @@ class Engine:
         if not 0 <= dst < len(self.ranks) or dst == rank:
             raise BackendError(f"{self.info.bundle.et_path(rank)}: send node {node.id}: bad destination {dst}")
         path = self.net.route(rank, dst, tag)
-        flow = _Flow(rank, dst, size, tag, path, self.net.path_latency(path), self.now, float(size))
-        flow.row = {"node": node, "rank": rank}
-        fid = len(self.flows)
-        self.flows[fid] = flow
+        flow = _Flow(node, rank, dst, size, tag, path, self.net.path_latency(path), self.now, float(size))
         if not self.contention or size == 0:
             cap = min((self.net.capacity[i] for i in path), default=math.inf)
             arrival = self.now + int(flow.latency + size / cap)
-            self.at(arrival, self.on_arrival, fid)
+            self.at(arrival, self.on_arrival, flow)
             return
+        self.sending[self.next_flow] = flow
+        self.next_flow += 1
         self.reflow()
 
     def reflow(self) -> None:
-        """Advance active flows to now, recompute max-min rates, schedule the next drain."""
-        active = [f for f in self.flows.values() if not f.done and f.remaining > 0]
+        """Advance the flows still sending to now, recompute max-min rates, schedule the next drain."""
+        active = list(self.sending.values())
         dt = self.now - self.flow_clock
         for f in active:
             f.remaining -= f.rate * dt
         self.flow_clock = self.now
-        active = [f for f in active if f.remaining > 1e-6]
         rates = self.net.maxmin_rates([f.path for f in active])
         for f, r in zip(active, rates, strict=True):
             f.rate = float(r)
@@ -317,18 +315,14 @@ class Engine:
         if version != self.flow_version:
             return
         dt = self.now - self.flow_clock
-        for fid, f in self.flows.items():
-            if f.done or f.remaining <= 0:
-                continue
+        for fid, f in list(self.sending.items()):
             if f.remaining - f.rate * dt <= 1e-6 * max(f.size, 1) + f.rate:
-                f.remaining = 0.0
-                self.at(self.now + int(f.latency), self.on_arrival, fid)
+                del self.sending[fid]
+                self.at(self.now + int(f.latency), self.on_arrival, f)
         self.reflow()
 
-    def on_arrival(self, fid: int) -> None:
-        f = self.flows[fid]
-        f.done = True
-        node: Node = f.row["node"]
+    def on_arrival(self, f: _Flow) -> None:
+        node = f.node
         self.traffic.add(
             t_start_s=np.array([f.start * 1e-9]), t_end_s=np.array([self.now * 1e-9]), src=np.array([f.src]),
             dst=np.array([f.dst]), bytes=np.array([f.size]), flow=f.tag, op=op_of(node),

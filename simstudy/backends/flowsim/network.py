@@ -42,7 +42,6 @@ class Network:
     _links: dict[tuple[object, object], int] = field(default_factory=dict)
     _graph: nx.Graph = field(default_factory=nx.Graph)
     _routes: dict[tuple[int, int], list[tuple[int, ...]]] = field(default_factory=dict)
-    _dim_routes: list[tuple[int, int]] | None = None
     _dims: list[tuple[int, int]] = field(default_factory=list)  # (stride, size) per dimension
     _dim_nets: list[Network] = field(default_factory=list)
 
@@ -97,11 +96,8 @@ class Network:
                 line = self._line_offset(base, stride, size)
                 out.extend(offset + line + link for link in sub.route(a, b, flow))
                 cur += (b - a) * stride
-            offset += len(sub.capacity) * self._lines(stride, size)
+            offset += len(sub.capacity) * (self.hosts // size)
         return tuple(out)
-
-    def _lines(self, stride: int, size: int) -> int:
-        return self.hosts // size
 
     def _line_offset(self, base: int, stride: int, size: int) -> int:
         """Index of the line (the ranks that differ only in this dimension) times its link count."""
