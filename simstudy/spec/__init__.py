@@ -4,10 +4,20 @@ Layer 1 of the design: pure values, no I/O beyond loading YAML.
 """
 
 from simstudy.spec.base import Spec
-from simstudy.spec.load import SpecError, load_document, load_scenario, load_spec, validate_as
+from simstudy.spec.load import (
+    SpecError,
+    load_document,
+    load_scenario,
+    load_spec,
+    load_study,
+    resolve_references,
+    spec_error,
+    validate_as,
+)
 from simstudy.spec.model import Layer, Model, ModelSpec, ZooModel
 from simstudy.spec.parallelism import AllReduce, Parallelism, ParameterServer
 from simstudy.spec.scenario import Scenario, canonical_json
+from simstudy.spec.study import BackendOptions, Baseline, PlotSpec, Study
 from simstudy.spec.system import LayerTime, MeasuredCompute, System
 from simstudy.spec.topology import (
     BinaryTreeStar,
@@ -28,6 +38,8 @@ from simstudy.spec.training import Training
 
 __all__ = [
     "AllReduce",
+    "BackendOptions",
+    "Baseline",
     "BinaryTreeStar",
     "Clique",
     "Dim",
@@ -41,11 +53,13 @@ __all__ = [
     "MultiDim",
     "Parallelism",
     "ParameterServer",
+    "PlotSpec",
     "Ring",
     "Scenario",
     "Spec",
     "SpecError",
     "Star",
+    "Study",
     "Switch",
     "System",
     "Topology",
@@ -57,6 +71,9 @@ __all__ = [
     "load_document",
     "load_scenario",
     "load_spec",
+    "load_study",
+    "resolve_references",
+    "spec_error",
     "topology_dims",
     "validate_as",
 ]

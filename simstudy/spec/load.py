@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from simstudy.spec.scenario import Scenario
+from simstudy.spec.study import Study
 
 M = TypeVar("M", bound=BaseModel)
 Loc = tuple[str | int, ...]
@@ -90,9 +91,13 @@ def _resolve(value: Any, base: Path, loc: Loc, origins: _Origins, stack: tuple[P
 
 def load_document(path: str | Path) -> tuple[Any, _Origins]:
     """Read a YAML file and inline every referenced file, remembering where parts came from."""
+    return resolve_references(read_yaml(Path(path)), path)
+
+
+def resolve_references(data: Any, path: str | Path) -> tuple[Any, _Origins]:
+    """Inline every file `data` references, relative to `path` (the file `data` came from)."""
     root = Path(path)
     origins = _Origins(root)
-    data = read_yaml(root)
     return _resolve(data, root.resolve(), (), origins, (root.resolve(),)), origins
 
 
@@ -179,3 +184,9 @@ def load_spec(cls: type[M], path: str | Path) -> M:
 def load_scenario(path: str | Path) -> Scenario:
     """Load a scenario YAML file."""
     return load_spec(Scenario, path)
+
+
+def load_study(path: str | Path) -> Study:
+    """Load a study YAML file. References inside it stay as written (they are resolved relative
+    to the study file when the study is expanded), so labels can name the files."""
+    return validate_as(Study, read_yaml(Path(path)), file=path)

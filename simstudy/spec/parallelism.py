@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -67,6 +67,17 @@ class Parallelism(Spec):
     sharding: Literal["none", "zero1", "zero3", "fsdp"] = Field(
         default="none", description="data-parallel state sharding"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aggregation_kind(cls, data: Any) -> Any:
+        """`aggregation` without `kind`: a parameter server if it names servers, placement or mode,
+        else an all-reduce (so `{algorithm: direct}` works)."""
+        agg = data.get("aggregation") if isinstance(data, dict) else None
+        if isinstance(agg, dict) and "kind" not in agg:
+            ps = any(k in agg for k in ("servers", "placement", "mode"))
+            data = {**data, "aggregation": {"kind": "parameter_server" if ps else "allreduce", **agg}}
+        return data
 
     @property
     def compute_ranks(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from simstudy.spec.base import Spec
 from simstudy.spec.model import Model, ModelSpec, ZooModel
@@ -14,7 +14,34 @@ from simstudy.spec.system import System
 from simstudy.spec.topology import Topology
 from simstudy.spec.training import Training
 
+_TOPOLOGY: TypeAdapter[Topology] = TypeAdapter(Topology)
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def fill_dp(data: dict[str, Any]) -> dict[str, Any]:
+    """`parallelism.dp` left out (or `auto`) takes the NPUs the topology has left after tp, pp and
+    dedicated servers, so that sweeping `topology.npus` scales the data-parallel degree with it."""
+    par = data.get("parallelism", {})
+    if par is None:
+        par = {}
+    if not isinstance(par, dict) or par.get("dp", "auto") != "auto":
+        return data
+    par = {k: v for k, v in par.items() if k != "dp"}
+    try:
+        npus = _TOPOLOGY.validate_python(data.get("topology")).total_npus
+    except ValidationError:
+        return {**data, "parallelism": par}  # the topology's own error is reported by validation
+    agg = par.get("aggregation")
+    servers = 0
+    if isinstance(agg, dict) and agg.get("kind") == "parameter_server" and agg.get("placement") != "colocated":
+        servers = agg.get("servers", 1) if isinstance(agg.get("servers", 1), int) else 0
+    tp, pp = par.get("tp", 1), par.get("pp", 1)
+    if isinstance(tp, int) and isinstance(pp, int) and tp > 0 and pp > 0:
+        rest = npus - servers
+        if rest > 0 and rest % (tp * pp) == 0:
+            par["dp"] = rest // (tp * pp)
+    return {**data, "parallelism": par}
 
 
 def tag_model(value: Any) -> Any:
@@ -37,7 +64,10 @@ class Scenario(Spec):
         description="scenario name; used as the Chakra trace prefix (letters, digits, _ . -)",
     )
     model: ModelSpec = Field(description="a zoo model name, a zoo reference or explicit layers")
-    parallelism: Parallelism = Field(default_factory=Parallelism, description="dp/tp/pp and aggregation")
+    parallelism: Parallelism = Field(
+        default_factory=Parallelism,
+        description="dp/tp/pp and aggregation; dp left out (or `auto`) fills the topology's NPUs",
+    )
     topology: Topology = Field(description="the network")
     system: System = Field(default_factory=System, description="compute and collective settings")
     training: Training = Field(default_factory=Training, description="batch, iterations, precision")
@@ -47,6 +77,8 @@ class Scenario(Spec):
     def _short_forms(cls, data: Any) -> Any:
         if isinstance(data, dict) and "model" in data:
             data = {**data, "model": tag_model(data["model"])}
+        if isinstance(data, dict) and "topology" in data:
+            data = fill_dp(data)
         return data
 
     @model_validator(mode="after")

@@ -1,0 +1,118 @@
+"""A study: a base scenario, the axes swept over it, the backend, and how results are checked.
+
+```yaml
+name: cnn_vs_rnn
+base: {model: resnet50, topology: ../topologies/switch8_25g.yaml, training: {iterations: 2}}
+axes:                                  # product of every axis (and of every zip group)
+  model: [resnet50, mobilenetv2, lstm_lm, bert_base]
+  topology.npus: [4, 8]                # dotted paths into the scenario
+zip:                                   # values that move together, one group per entry
+  - {topology.bandwidth_gbps: [10, 100], system.peak_tflops: [20, 120]}
+backend: flowsim
+baseline: {tolerance: 1e-6, tolerances: {iteration_ms: 0.01}}
+```
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from simstudy.spec.base import Spec
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+class BackendOptions(Spec):
+    """Options passed to the backend of every run of the study."""
+
+    contention: bool = Field(default=True, description="flowsim: links share their bandwidth (max-min fair)")
+    aware: bool = Field(default=False, description="astrasim: use the congestion-aware binary")
+    timeout_s: float = Field(default=3600.0, gt=0, description="seconds before one run is abandoned")
+
+
+class Baseline(Spec):
+    """How `--baseline` compares a summary with a stored one: relative tolerances per metric."""
+
+    tolerance: float = Field(default=1e-6, ge=0, description="relative tolerance of every metric not listed")
+    tolerances: dict[str, float] = Field(
+        default_factory=dict, description="relative tolerance per metric (summary column name)"
+    )
+    metrics: list[str] | None = Field(
+        default=None, description="the metrics compared (default: every numeric result column)"
+    )
+
+    @field_validator("tolerances")
+    @classmethod
+    def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = [k for k, v in value.items() if v < 0]
+        if bad:
+            raise ValueError(f"tolerances must be >= 0 (negative for {', '.join(bad)})")
+        return value
+
+    def tolerance_of(self, metric: str) -> float:
+        return self.tolerances.get(metric, self.tolerance)
+
+
+class PlotSpec(Spec):
+    """One comparison plot: a metric (y) against a swept axis (x), one bar per `hue` value."""
+
+    y: str = Field(description="summary column to plot, e.g. iteration_ms")
+    x: str | None = Field(default=None, description="swept axis on the x axis (default: the first axis)")
+    hue: str | None = Field(default=None, description="swept axis for the bars of one group (default: the second)")
+
+
+class Study(Spec):
+    """A base scenario and the axes swept over it."""
+
+    name: str = Field(description="study name: the output directory results/<name>/ (letters, digits, _ . -)")
+    description: str = Field(default="", description="what the study asks, for the report")
+    base: dict[str, Any] = Field(description="the base scenario (any scenario field; parts may be YAML files)")
+    axes: dict[str, list[Any]] = Field(
+        default_factory=dict, description="dotted scenario path -> values; the sweep is their product"
+    )
+    zip: list[dict[str, list[Any]]] = Field(
+        default_factory=list, description="groups of paths whose values move together (equal lengths)"
+    )
+    backend: Literal["flowsim", "astrasim"] = Field(default="flowsim", description="simulator of every run")
+    backend_options: BackendOptions = Field(default_factory=BackendOptions, description="backend options")
+    baseline: Baseline = Field(default_factory=Baseline, description="tolerances of `--baseline` checks")
+    plots: list[PlotSpec] | None = Field(
+        default=None, description="comparison plots (default: iteration time and bytes per iteration)"
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"{value!r} must start with a letter or digit and hold only letters, digits, _ . -")
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> Study:
+        seen: set[str] = set()
+        groups = [dict(self.axes.items())] + [dict(g) for g in self.zip]
+        for i, group in enumerate(groups):
+            lengths = {len(v) for v in group.values()}
+            if i > 0 and len(lengths) > 1:
+                raise ValueError(f"zip group {i - 1}: every path needs the same number of values, got "
+                                 + ", ".join(f"{k}: {len(v)}" for k, v in group.items()))
+            for path, values in group.items():
+                if not _PATH.match(path):
+                    raise ValueError(f"axis {path!r} is not a dotted scenario path such as topology.npus")
+                if path == "name" or path.startswith("name."):
+                    raise ValueError("the scenario name is set by the study; it cannot be swept")
+                if path in seen:
+                    raise ValueError(f"axis {path!r} appears twice")
+                if not values:
+                    raise ValueError(f"axis {path!r} has no values")
+                seen.add(path)
+        return self
+
+    @property
+    def axis_paths(self) -> list[str]:
+        """Every swept path, axes first, then zip groups, in file order."""
+        return [*self.axes, *(p for g in self.zip for p in g)]
