@@ -74,3 +74,25 @@ def throughput_timeline(
         label = f"{int(k) // 1_000_000}->{int(k) % 1_000_000}"
         series[label] = _spread(start[sel], end[sel], nbytes[sel], t0, bin_s, nbins) / bin_s
     return Timeline(bin_s, t0, series)
+
+
+def link_timeline(
+    table: pd.DataFrame, bin_s: float = 1e-3, *, links: int = 8, t0_s: float | None = None
+) -> Timeline:
+    """Throughput per link (the optional `link` column) in bins of `bin_s` from `t0_s` (default:
+    the first transfer): 'total' over every row, and the `links` busiest links by their label."""
+    if len(table) == 0 or "link" not in table.columns:
+        return throughput_timeline(table, bin_s, pairs=0, t0_s=t0_s)
+    start = table["t_start_s"].to_numpy()
+    end = table["t_end_s"].to_numpy()
+    nbytes = table["bytes"].to_numpy().astype(np.float64)
+    t0 = float(start.min()) if t0_s is None else t0_s
+    nbins = max(1, int(np.ceil((float(end.max()) - t0) / bin_s + 1e-9)))
+    series = {"total": _spread(start, end, nbytes, t0, bin_s, nbins) / bin_s}
+    codes, labels = pd.factorize(table["link"], sort=True)
+    known = codes >= 0
+    by_link = pd.Series(nbytes[known]).groupby(codes[known]).sum().sort_values(ascending=False, kind="stable")
+    for k in by_link.index[:links]:
+        sel = codes == k
+        series[str(labels[k])] = _spread(start[sel], end[sel], nbytes[sel], t0, bin_s, nbins) / bin_s
+    return Timeline(bin_s, t0, series)

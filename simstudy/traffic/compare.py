@@ -1,0 +1,270 @@
+"""Real against simulated traffic, metric by metric, each with a distance and a tolerance.
+
+`compare(real, sim)` takes two `Features` (from `analyze`, or read back from features.json)
+and returns a `ValidationReport`: one `MetricComparison` per entry of the tolerances, which
+are `DEFAULT_TOLERANCES` updated by the caller's mapping. The metric name says how it is
+measured:
+
+- ``name`` (a key of `Features.scalars()`): relative error ``|sim - real| / |real|``
+  (0 when both are 0, infinite when only the real value is 0).
+- ``dist:wasserstein``: the 1-Wasserstein distance between the real and simulated samples of a
+  distribution, divided by the mean absolute real value, so that it is scale-free (scaling a
+  distribution by a gives |a - 1|, like a relative error). ``dist`` is one of `DISTRIBUTIONS`.
+- ``dist:ks``: the two-sample Kolmogorov-Smirnov statistic (0..1), on values rounded to
+  `KS_RESOLUTION` of the largest one (see `ks_distance`).
+- ``traffic_matrix:jensen_shannon``: the Jensen-Shannon distance (base 2, 0..1) between the
+  two traffic matrices normalised to sum to 1, aligned on the union of their ranks.
+
+A metric passes when its distance is at most its tolerance. A metric that cannot be measured
+(NaN on either side, an empty distribution, a matrix without traffic) does not pass: its row
+has distance NaN, `passed` False and a `note` saying why. To leave a metric out on purpose,
+name it in `skip`; the report lists what was skipped. A report without rows does not pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+from scipy.spatial.distance import jensenshannon
+from scipy.stats import ks_2samp, wasserstein_distance
+
+from simstudy.traffic.features import Distribution, Features, TrafficMatrix
+
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "DISTRIBUTIONS",
+    "KS_RESOLUTION",
+    "MetricComparison",
+    "ValidationReport",
+    "compare",
+    "ks_distance",
+    "matrix_distance",
+    "relative_error",
+    "wasserstein_relative",
+]
+
+Kind = Literal["relative", "wasserstein", "ks", "jensen_shannon"]
+
+#: The tolerance of every compared metric (the one place they are set; see the module docstring
+#: for how each name is measured). Override any of them with `compare(..., tolerances=...)`.
+DEFAULT_TOLERANCES: dict[str, float] = {
+    # relative error of scalars
+    "bytes_per_iter_mean": 0.10,
+    "period_s": 0.10,
+    "duty_cycle": 0.20,
+    "peak_to_mean": 0.30,
+    "burst_mean_s": 0.25,
+    "idle_mean_s": 0.25,
+    "burst_bytes_mean": 0.20,
+    "throughput_mean_bps": 0.20,
+    "hurst": 0.15,
+    # distributions: Wasserstein / real mean, and Kolmogorov-Smirnov
+    "throughput_1ms:wasserstein": 0.30,
+    "throughput_1ms:ks": 0.30,
+    "burst_s:wasserstein": 0.30,
+    "burst_s:ks": 0.30,
+    "burst_bytes:wasserstein": 0.30,
+    "burst_bytes:ks": 0.30,
+    "idle_s:wasserstein": 0.30,
+    "idle_s:ks": 0.30,
+    "flow_size:wasserstein": 0.30,
+    "flow_size:ks": 0.30,
+    # who talks to whom
+    "traffic_matrix:jensen_shannon": 0.10,
+}
+
+#: The distributions that can be compared, by name.
+DISTRIBUTIONS: dict[str, Callable[[Features], Distribution]] = {
+    "throughput_1ms": lambda f: f.on_off.rates,
+    "burst_s": lambda f: f.on_off.bursts,
+    "burst_bytes": lambda f: f.on_off.burst_bytes,
+    "idle_s": lambda f: f.on_off.idles,
+    "flow_size": lambda f: f.flows.sizes,
+}
+
+_MATRIX = "traffic_matrix"
+#: Values of two samples closer than this fraction of their largest magnitude are equal for KS.
+KS_RESOLUTION = 1e-6
+
+
+@dataclass(frozen=True)
+class MetricComparison:
+    """One row of a report. `real` and `simulated` are the scalar values, the means of the
+    distributions, or for the matrix the number of rank pairs with traffic."""
+
+    metric: str
+    real: float
+    simulated: float
+    distance: float
+    kind: Kind
+    tolerance: float
+    passed: bool
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """The comparison of a real and a simulated trace."""
+
+    rows: tuple[MetricComparison, ...]
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        """Every row passes (and there is at least one)."""
+        return bool(self.rows) and all(r.passed for r in self.rows)
+
+    @property
+    def failures(self) -> tuple[MetricComparison, ...]:
+        return tuple(r for r in self.rows if not r.passed)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per metric: metric, real, simulated, distance, kind, tolerance, passed, note."""
+        cols = ["metric", "real", "simulated", "distance", "kind", "tolerance", "passed", "note"]
+        return pd.DataFrame([[getattr(r, c) for c in cols] for r in self.rows], columns=cols)
+
+    def to_markdown(self) -> str:
+        """A markdown table (metric, real, simulated, distance, tolerance, pass), notes below."""
+        lines = ["| metric | real | simulated | distance | tolerance | pass |",
+                 "|---|---:|---:|---:|---:|:---:|"]
+        for r in self.rows:
+            mark = "yes" if r.passed else "**no**"
+            lines.append(f"| {r.metric} | {_fmt(r.real)} | {_fmt(r.simulated)} | {_fmt(r.distance)} "
+                         f"| {_fmt(r.tolerance)} | {mark} |")
+        notes = [f"- {r.metric}: {r.note}" for r in self.rows if r.note]
+        if self.skipped:
+            notes.append(f"- skipped: {', '.join(self.skipped)}")
+        verdict = "PASS" if self.passed else f"FAIL ({len(self.failures)} of {len(self.rows)} metrics)"
+        return "\n".join([*lines, "", f"**{verdict}**", *(["", *notes] if notes else [])]) + "\n"
+
+
+def _fmt(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.4g}"
+
+
+# ---------------------------------------------------------------------------------------------
+# distances
+
+
+def relative_error(real: float, simulated: float) -> float:
+    """|simulated - real| / |real|: 0 when both are 0, inf when only `real` is, NaN with a NaN."""
+    if math.isnan(real) or math.isnan(simulated):
+        return math.nan
+    if real == simulated:
+        return 0.0
+    return abs(simulated - real) / abs(real) if real != 0 else math.inf
+
+
+def wasserstein_relative(real: Distribution, simulated: Distribution) -> float:
+    """1-Wasserstein distance / mean |real value| (NaN when either side is empty)."""
+    if real.count == 0 or simulated.count == 0:
+        return math.nan
+    w = float(wasserstein_distance(real.values, simulated.values))
+    scale = float(np.abs(real.values).mean())
+    if scale > 0:
+        return w / scale
+    return 0.0 if w == 0 else math.inf
+
+
+def ks_distance(real: Distribution, simulated: Distribution) -> float:
+    """Two-sample Kolmogorov-Smirnov statistic (NaN when either side is empty).
+
+    Values are first rounded to a grid of `KS_RESOLUTION` x the largest magnitude of either
+    sample: the statistic only sees order, so float residue (1e-16 apart, or rounding noise in
+    idle bins) would otherwise turn two equal point masses into a distance of 1.
+    """
+    if real.count == 0 or simulated.count == 0:
+        return math.nan
+    a, b = real.values, simulated.values
+    grid = KS_RESOLUTION * max(float(np.abs(a).max()), float(np.abs(b).max()))
+    if grid > 0:
+        a, b = np.round(a / grid) * grid, np.round(b / grid) * grid
+    return float(ks_2samp(a, b).statistic)
+
+
+def matrix_distance(real: TrafficMatrix, simulated: TrafficMatrix) -> float:
+    """Jensen-Shannon distance (base 2) of the byte fractions on the union of both rank sets
+    (NaN when either matrix has no traffic)."""
+    if real.total == 0 or simulated.total == 0:
+        return math.nan
+    ranks = sorted(set(real.ranks) | set(simulated.ranks))
+    p, q = _aligned(real, ranks), _aligned(simulated, ranks)
+    return float(jensenshannon(p.ravel(), q.ravel(), base=2))
+
+
+def _aligned(m: TrafficMatrix, ranks: list[int]) -> NDArray[np.float64]:
+    pos = {r: i for i, r in enumerate(ranks)}
+    idx = np.array([pos[r] for r in m.ranks], dtype=np.int64)
+    out = np.zeros((len(ranks), len(ranks)))
+    out[np.ix_(idx, idx)] = m.fractions
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+def _row(metric: str, kind: Kind, real: float, simulated: float, distance: float, tolerance: float,
+         missing: str) -> MetricComparison:
+    if math.isnan(distance):
+        return MetricComparison(metric, real, simulated, math.nan, kind, tolerance, False, missing)
+    return MetricComparison(metric, real, simulated, distance, kind, tolerance, distance <= tolerance)
+
+
+def _missing(real_ok: bool, sim_ok: bool, what: str) -> str:
+    sides = [s for s, ok in (("real", real_ok), ("simulated", sim_ok)) if not ok]
+    return f"not measurable: no {what} in the {' and '.join(sides)} trace" if sides else "not measurable"
+
+
+def _compare_one(metric: str, tolerance: float, real: Features, sim: Features,
+                 real_scalars: Mapping[str, float], sim_scalars: Mapping[str, float]) -> MetricComparison:
+    base, _, how = metric.partition(":")
+    if not how:
+        r, s = real_scalars[metric], sim_scalars[metric]
+        note = _missing(not math.isnan(r), not math.isnan(s), "value")
+        return _row(metric, "relative", r, s, relative_error(r, s), tolerance, note)
+    if base == _MATRIX:
+        a, b = real.matrix, sim.matrix
+        note = _missing(a.total > 0, b.total > 0, "traffic")
+        return _row(metric, "jensen_shannon", float(np.count_nonzero(a.bytes)), float(np.count_nonzero(b.bytes)),
+                    matrix_distance(a, b), tolerance, note)
+    da, db = DISTRIBUTIONS[base](real), DISTRIBUTIONS[base](sim)
+    note = _missing(da.count > 0, db.count > 0, "observations")
+    if how == "wasserstein":
+        return _row(metric, "wasserstein", da.mean, db.mean, wasserstein_relative(da, db), tolerance, note)
+    return _row(metric, "ks", da.mean, db.mean, ks_distance(da, db), tolerance, note)
+
+
+def _check_name(metric: str, scalars: Collection[str]) -> None:
+    base, sep, how = metric.partition(":")
+    ok = (metric in scalars if not sep else
+          (base == _MATRIX and how == "jensen_shannon") or (base in DISTRIBUTIONS and how in ("wasserstein", "ks")))
+    if not ok:
+        raise ValueError(
+            f"unknown metric {metric!r}: use a scalar of Features.scalars(), '<distribution>:wasserstein' or "
+            f"'<distribution>:ks' with a distribution in {sorted(DISTRIBUTIONS)}, or '{_MATRIX}:jensen_shannon'")
+
+
+def compare(real: Features, sim: Features, *, tolerances: Mapping[str, float] | None = None,
+            skip: Collection[str] = ()) -> ValidationReport:
+    """Compare a real trace's features with a simulated one's (see the module docstring).
+
+    `tolerances` updates `DEFAULT_TOLERANCES` (a new name adds a metric); `skip` leaves metrics
+    out. Unknown metric names raise ValueError.
+    """
+    chosen = {**DEFAULT_TOLERANCES, **(tolerances or {})}
+    real_scalars, sim_scalars = real.scalars(), sim.scalars()
+    for name in [*chosen, *skip]:
+        _check_name(name, real_scalars)
+    for name, tol in chosen.items():
+        if not tol >= 0:
+            raise ValueError(f"tolerance of {name!r} must be >= 0, got {tol}")
+    rows = tuple(_compare_one(m, tol, real, sim, real_scalars, sim_scalars)
+                 for m, tol in chosen.items() if m not in skip)
+    return ValidationReport(rows, tuple(m for m in chosen if m in skip))

@@ -1,0 +1,870 @@
+"""The analysis pipeline: the same numbers from simulated transfers and from captured packets.
+
+Every analysis is a function from a TrafficTable to a frozen dataclass (compute first; plots in
+`simstudy.report` consume these results). `analyze` runs them all once and returns `Features`,
+which flattens to named scalars (`Features.scalars()`: sweep summary columns, clustering
+features) and round-trips through JSON (`features.json`), so that `compare` needs nothing else.
+
+Conventions, stated once:
+
+- Training traffic only. Rows whose `op` is ``"control"`` (heartbeats, rendezvous, capture
+  bookkeeping) are dropped before any metric (`training_rows`).
+- Throughput series are bytes per second, as in `Timeline`. Scalar names ending in ``_bps``
+  are **bits** per second (network convention, like `bandwidth_gbps` in the specs).
+- The timeline starts at the first training transfer (not at time zero), so that a capture and
+  a simulation of the same job line up. Metrics that need a series use its 1 ms total.
+- Distributions (`Distribution`) keep the count and mean of every observation, 21 quantiles
+  (0, 5, ..., 100 %), and at most `MAX_VALUES` values for distances: every observation when
+  there are that few, else `MAX_VALUES` evenly spaced quantiles (deterministic). `Features`
+  holds the summarised form already, so a comparison gives the same numbers from memory and
+  from features.json.
+- A flow is one (`flow`, `src`, `dst`) triple: a directional 5-tuple in a capture, one
+  collective chunk between two ranks in a simulation.
+- Ranks are what the table says, including the -1 a capture gives endpoints that are not
+  ranks (their traffic is kept, as a rank of its own).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike, NDArray
+from scipy import fft as sfft
+from scipy.signal import find_peaks
+
+from simstudy.traffic.timeline import Timeline, link_timeline, throughput_timeline
+
+__all__ = [
+    "CONTROL_OP",
+    "MAX_VALUES",
+    "ON_THRESHOLD",
+    "QUANTILE_LEVELS",
+    "Boundaries",
+    "BytesPerIteration",
+    "Distribution",
+    "Features",
+    "FlowStats",
+    "OnOff",
+    "Period",
+    "TrafficMatrix",
+    "analyze",
+    "bytes_per_iteration",
+    "flow_stats",
+    "hurst",
+    "iteration_period",
+    "on_off",
+    "rebin",
+    "traffic_matrix",
+    "training_rows",
+]
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+#: The `op` of rows that are not training traffic (excluded from every metric).
+CONTROL_OP = "control"
+#: Quantile levels kept for every distribution: 0, 5, ..., 100 %.
+QUANTILE_LEVELS: FloatArray = np.linspace(0.0, 1.0, 21)
+#: Most values a distribution (or a timeline series in JSON) keeps.
+MAX_VALUES = 2000
+#: Default on/off threshold: a bin is "on" when its throughput exceeds this fraction of the
+#: peak 1 ms bin. 1 % keeps stray ACKs and keep-alives of a packet capture out of the bursts;
+#: 0 makes any bin with bytes "on".
+ON_THRESHOLD = 0.01
+#: A bin with fewer bytes than this is never on, whatever the threshold (what is left of
+#: rounding when transfers are spread over bins).
+MIN_ON_BYTES = 0.5
+#: An autocorrelation peak at least this high is a clear period (preferred to the periodogram).
+ACF_CLEAR_PEAK = 0.2
+#: Autocorrelation peaks less prominent than this are noise.
+ACF_MIN_PROMINENCE = 0.05
+#: The first autocorrelation peak at least this fraction of the highest is the period (the
+#: later ones are its multiples).
+ACF_HARMONIC_RATIO = 0.8
+#: The period is refined on the peak at up to this many periods (sub-bin precision).
+ACF_REFINE_PERIODS = 10
+#: Phase bins of the folded cycle used to place iteration boundaries in the quietest phase.
+PHASE_BINS = 64
+#: Hurst estimate: needs this many bins; aggregation levels m go from 1 to n / HURST_MIN_BLOCKS
+#: (at least that many blocks per level), HURST_LEVELS of them, log-spaced.
+HURST_MIN_BINS = 100
+HURST_MIN_BLOCKS = 10
+HURST_LEVELS = 20
+#: `Features.to_json` format tag.
+FORMAT = "simstudy.features/1"
+
+#: Iteration start times: one list, one list per worker, or a mapping worker -> list.
+Boundaries = Sequence[float] | Sequence[Sequence[float]] | Mapping[int, Sequence[float]]
+
+
+# ---------------------------------------------------------------------------------------------
+# equality and JSON helpers
+
+
+def _same(a: object, b: object) -> bool:
+    """Deep equality with numpy arrays compared by value and NaN equal to NaN."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape
+                and a.dtype.kind == b.dtype.kind and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f")))
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if dataclasses.is_dataclass(a) and dataclasses.is_dataclass(b):
+        return type(a) is type(b) and all(
+            _same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    return a == b
+
+
+class _ValueEq:
+    """Equality by field values (numpy arrays by content, NaN == NaN)."""
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and _same(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _num(x: float) -> float | None:
+    """A float for JSON: NaN and infinities become None."""
+    return float(x) if math.isfinite(x) else None
+
+
+def _unnum(x: float | None) -> float:
+    return math.nan if x is None else float(x)
+
+
+def _floats(a: ArrayLike) -> FloatArray:
+    return np.asarray(a, dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# result types
+
+
+@dataclass(frozen=True, eq=False)
+class Distribution(_ValueEq):
+    """A distribution of observations, summarised (see the module docstring)."""
+
+    count: int
+    """Number of observations."""
+    mean: float
+    """Mean of all observations (NaN when there are none)."""
+    quantiles: FloatArray
+    """Quantiles at `QUANTILE_LEVELS` of all observations (empty when there are none)."""
+    values: FloatArray
+    """Sorted values for distances: every observation, or `MAX_VALUES` evenly spaced quantiles."""
+
+    @classmethod
+    def of(cls, x: ArrayLike) -> Distribution:
+        v = np.asarray(x, dtype=np.float64).ravel()
+        if v.size == 0:
+            return cls(0, math.nan, np.zeros(0), np.zeros(0))
+        s = np.sort(v)
+        values = s if s.size <= MAX_VALUES else np.quantile(s, np.linspace(0.0, 1.0, MAX_VALUES))
+        return cls(int(s.size), float(s.mean()), np.quantile(s, QUANTILE_LEVELS), values)
+
+    def quantile(self, q: float) -> float:
+        """Quantile `q` (0..1): exact up to `MAX_VALUES` observations, interpolated beyond."""
+        return float(np.quantile(self.values, q)) if self.count else math.nan
+
+    @property
+    def median(self) -> float:
+        return float(self.quantiles[10]) if self.count else math.nan
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "mean": _num(self.mean), "quantiles": self.quantiles.tolist(),
+                "values": self.values.tolist()}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Distribution:
+        return cls(int(d["count"]), _unnum(d["mean"]), _floats(d["quantiles"]), _floats(d["values"]))
+
+
+@dataclass(frozen=True, eq=False)
+class TrafficMatrix(_ValueEq):
+    """Bytes sent between ranks: `bytes[i, j]` from `ranks[i]` to `ranks[j]`."""
+
+    ranks: tuple[int, ...]
+    bytes: IntArray
+
+    @property
+    def total(self) -> int:
+        return int(self.bytes.sum())
+
+    @property
+    def fractions(self) -> FloatArray:
+        """`bytes` normalised to sum to 1 (all zeros when there is no traffic)."""
+        total = self.total
+        return self.bytes / total if total else np.zeros(self.bytes.shape)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ranks": list(self.ranks), "bytes": self.bytes.tolist()}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TrafficMatrix:
+        ranks = tuple(int(r) for r in d["ranks"])
+        return cls(ranks, np.asarray(d["bytes"], dtype=np.int64).reshape(len(ranks), len(ranks)))
+
+
+@dataclass(frozen=True, eq=False)
+class Period(_ValueEq):
+    """The iteration period, estimated every way the data allows.
+
+    `period_s` is the chosen estimate: from iteration starts (`method` "iterations" for the
+    table's `iteration` column, "boundaries" for given start times) when there are at least two
+    iterations; else the autocorrelation when its peak is clear (height >= `ACF_CLEAR_PEAK`);
+    else the periodogram; "none" (NaN) when the series is flat or too short.
+    """
+
+    period_s: float
+    method: str
+    strength: float
+    """Confidence in the chosen estimate, 0..1: for iteration starts 1 - IQR/median of the
+    iteration durations; else the strength of the chosen method below."""
+    acf_period_s: float
+    """Lag of the first significant autocorrelation peak after lag 0 (NaN when none)."""
+    acf_strength: float
+    """Autocorrelation at that peak (0 when none)."""
+    psd_period_s: float
+    """1 / frequency of the periodogram peak (NaN when none)."""
+    psd_strength: float
+    """Fraction of the non-DC power in that peak's main lobe."""
+    iterations_period_s: float
+    """Median difference of consecutive iteration starts (NaN when not available)."""
+    bin_s: float
+
+    _NUMBERS = ("period_s", "strength", "acf_period_s", "acf_strength", "psd_period_s", "psd_strength",
+                "iterations_period_s", "bin_s")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"method": self.method, **{k: _num(getattr(self, k)) for k in self._NUMBERS}}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Period:
+        p, s, ap, as_, pp, ps, ip, b = (_unnum(d[k]) for k in cls._NUMBERS)
+        return cls(p, str(d["method"]), s, ap, as_, pp, ps, ip, b)
+
+
+@dataclass(frozen=True, eq=False)
+class BytesPerIteration(_ValueEq):
+    """Bytes each worker (`src` rank) sends per iteration, and their mean over workers."""
+
+    ranks: tuple[int, ...]
+    per_worker: FloatArray
+    mean: float
+    iterations: int
+    """Iterations counted (iteration column: the most any worker has) or estimated."""
+    method: str
+    """"iteration_column": each worker's bytes / its number of distinct iterations;
+    "period": each worker's bytes / iterations estimated from the period (see
+    `bytes_per_iteration`)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ranks": list(self.ranks), "per_worker": self.per_worker.tolist(), "mean": _num(self.mean),
+                "iterations": self.iterations, "method": self.method}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> BytesPerIteration:
+        return cls(tuple(int(r) for r in d["ranks"]), _floats(d["per_worker"]), _unnum(d["mean"]),
+                   int(d["iterations"]), str(d["method"]))
+
+
+@dataclass(frozen=True, eq=False)
+class OnOff(_ValueEq):
+    """Bursts: maximal runs of bins whose throughput exceeds `threshold_bytes_per_s`.
+
+    Idle periods are the gaps between bursts (so one fewer than bursts). The duty cycle is
+    the on fraction over whole on/off cycles (first burst start to last burst start), so a trace
+    that stops right after a burst is not biased; with a single burst it is the on fraction of
+    the whole timeline. Bytes in bins below the threshold belong to no burst.
+    """
+
+    bin_s: float
+    threshold: float
+    """Fraction of the peak bin that defines "on"."""
+    threshold_bytes_per_s: float
+    duty_cycle: float
+    peak_bytes_per_s: float
+    mean_bytes_per_s: float
+    peak_to_mean: float
+    rates: Distribution
+    """Throughput of every bin, bytes per second."""
+    bursts: Distribution
+    """Burst durations, seconds."""
+    idles: Distribution
+    """Idle durations, seconds."""
+    burst_bytes: Distribution
+    """Bytes per burst."""
+
+    _NUMBERS = ("bin_s", "threshold", "threshold_bytes_per_s", "duty_cycle", "peak_bytes_per_s",
+                "mean_bytes_per_s", "peak_to_mean")
+    _DISTS = ("rates", "bursts", "idles", "burst_bytes")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**{k: _num(getattr(self, k)) for k in self._NUMBERS},
+                **{k: getattr(self, k).to_json() for k in self._DISTS}}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> OnOff:
+        b, t, tb, duty, peak, mean, ptm = (_unnum(d[k]) for k in cls._NUMBERS)
+        r, bu, idl, bb = (Distribution.from_json(d[k]) for k in cls._DISTS)
+        return cls(b, t, tb, duty, peak, mean, ptm, r, bu, idl, bb)
+
+
+@dataclass(frozen=True, eq=False)
+class FlowStats(_ValueEq):
+    """Flows (one per (`flow`, `src`, `dst`)): count, sizes, durations, flows per rank pair."""
+
+    count: int
+    sizes: Distribution
+    """Bytes per flow."""
+    durations: Distribution
+    """Last end - first start of each flow, seconds (0 for a one-packet flow)."""
+    per_pair: dict[str, int]
+    """Flows per rank pair, labelled "src->dst" as in `Timeline`."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "sizes": self.sizes.to_json(), "durations": self.durations.to_json(),
+                "per_pair": dict(self.per_pair)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> FlowStats:
+        return cls(int(d["count"]), Distribution.from_json(d["sizes"]), Distribution.from_json(d["durations"]),
+                   {str(k): int(v) for k, v in d["per_pair"].items()})
+
+
+def rebin(timeline: Timeline, factor: int) -> Timeline:
+    """`timeline` in bins `factor` times wider (rates averaged; the last bin padded with zeros)."""
+    if factor < 1:
+        raise ValueError(f"factor must be >= 1, got {factor}")
+    if factor == 1:
+        return timeline
+    series = {}
+    for k, v in timeline.series.items():
+        n = -(-len(v) // factor)
+        padded = np.zeros(n * factor)
+        padded[: len(v)] = v
+        series[k] = padded.reshape(n, factor).mean(axis=1)
+    return Timeline(timeline.bin_s * factor, timeline.t0_s, series)
+
+
+def _timeline_to_json(tl: Timeline) -> dict[str, Any]:
+    n = len(tl.total) if "total" in tl.series else 0
+    capped = rebin(tl, max(1, -(-n // MAX_VALUES)))
+    return {"bin_s": capped.bin_s, "t0_s": capped.t0_s, "series": {k: v.tolist() for k, v in capped.series.items()}}
+
+
+def _timeline_from_json(d: Mapping[str, Any]) -> Timeline:
+    return Timeline(float(d["bin_s"]), float(d["t0_s"]), {str(k): _floats(v) for k, v in d["series"].items()})
+
+
+@dataclass(frozen=True, eq=False)
+class Features(_ValueEq):
+    """Everything `analyze` measures on one table (training rows only)."""
+
+    ranks: tuple[int, ...]
+    """Every rank that sends or receives training traffic."""
+    rows: int
+    total_bytes: int
+    duration_s: float
+    """Last end - first start of the training rows (0 when empty)."""
+    timeline_1ms: Timeline
+    """1 ms throughput: total and the 8 busiest rank pairs."""
+    timeline_10ms: Timeline
+    """The same in 10 ms bins (the 1 ms timeline averaged over blocks of ten)."""
+    link_timeline_1ms: Timeline | None
+    """Per `link` (the 8 busiest) when the table has a link column, else None."""
+    link_timeline_10ms: Timeline | None
+    matrix: TrafficMatrix
+    period: Period
+    bytes_per_iteration: BytesPerIteration
+    on_off: OnOff
+    flows: FlowStats
+    hurst: float
+    """Aggregated-variance Hurst exponent of the 1 ms throughput (NaN when too short)."""
+
+    def scalars(self) -> dict[str, float]:
+        """The scalar metrics, flat (sweep summary columns, clustering features); `_bps` = bits/s."""
+        oo = self.on_off
+        return {
+            "rows": float(self.rows),
+            "rank_count": float(len(self.ranks)),
+            "total_bytes": float(self.total_bytes),
+            "duration_s": self.duration_s,
+            "period_s": self.period.period_s,
+            "period_strength": self.period.strength,
+            "iterations": float(self.bytes_per_iteration.iterations),
+            "bytes_per_iter_mean": self.bytes_per_iteration.mean,
+            "duty_cycle": oo.duty_cycle,
+            "peak_to_mean": oo.peak_to_mean,
+            "burst_count": float(oo.bursts.count),
+            "burst_mean_s": oo.bursts.mean,
+            "idle_mean_s": oo.idles.mean,
+            "burst_bytes_mean": oo.burst_bytes.mean,
+            "flow_count": float(self.flows.count),
+            "flow_size_median": self.flows.sizes.median,
+            "flow_duration_median_s": self.flows.durations.median,
+            "hurst": self.hurst,
+            "throughput_mean_bps": 8.0 * oo.mean_bytes_per_s,
+            "throughput_p99_bps": 8.0 * oo.rates.quantile(0.99),
+            "throughput_peak_bps": 8.0 * oo.peak_bytes_per_s,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (NaN as null). Timelines longer than `MAX_VALUES` bins are stored
+        rebinned to at most that many, so `from_json(f.to_json()) == f` holds exactly when every
+        timeline is that short, and `to_json` of the result always equals `f.to_json()`."""
+        def tl(t: Timeline | None) -> dict[str, Any] | None:
+            return None if t is None else _timeline_to_json(t)
+
+        return {
+            "format": FORMAT,
+            "ranks": list(self.ranks),
+            "rows": self.rows,
+            "total_bytes": self.total_bytes,
+            "duration_s": _num(self.duration_s),
+            "timeline_1ms": tl(self.timeline_1ms),
+            "timeline_10ms": tl(self.timeline_10ms),
+            "link_timeline_1ms": tl(self.link_timeline_1ms),
+            "link_timeline_10ms": tl(self.link_timeline_10ms),
+            "matrix": self.matrix.to_json(),
+            "period": self.period.to_json(),
+            "bytes_per_iteration": self.bytes_per_iteration.to_json(),
+            "on_off": self.on_off.to_json(),
+            "flows": self.flows.to_json(),
+            "hurst": _num(self.hurst),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Features:
+        if d.get("format") != FORMAT:
+            raise ValueError(f"not a features document (format {d.get('format')!r}, expected {FORMAT!r})")
+
+        def tl(x: Mapping[str, Any] | None) -> Timeline | None:
+            return None if x is None else _timeline_from_json(x)
+
+        t1, t10 = tl(d["timeline_1ms"]), tl(d["timeline_10ms"])
+        if t1 is None or t10 is None:
+            raise ValueError("features document without its 1 ms and 10 ms timelines")
+        return cls(
+            ranks=tuple(int(r) for r in d["ranks"]), rows=int(d["rows"]), total_bytes=int(d["total_bytes"]),
+            duration_s=_unnum(d["duration_s"]), timeline_1ms=t1, timeline_10ms=t10,
+            link_timeline_1ms=tl(d["link_timeline_1ms"]), link_timeline_10ms=tl(d["link_timeline_10ms"]),
+            matrix=TrafficMatrix.from_json(d["matrix"]), period=Period.from_json(d["period"]),
+            bytes_per_iteration=BytesPerIteration.from_json(d["bytes_per_iteration"]),
+            on_off=OnOff.from_json(d["on_off"]), flows=FlowStats.from_json(d["flows"]), hurst=_unnum(d["hurst"]),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# the analyses
+
+
+def training_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows that are training traffic: all but `op == "control"` (the table itself when
+    there are none to drop)."""
+    if len(table) == 0:
+        return table
+    control = (table["op"] == CONTROL_OP).to_numpy()
+    return table[~control] if control.any() else table
+
+
+def _rank_index(src: NDArray[Any], dst: NDArray[Any]) -> tuple[IntArray, IntArray, IntArray]:
+    """The sorted ranks present in src or dst, and src/dst as indices into them."""
+    if len(src) == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    lo, hi = int(min(src.min(), dst.min())), int(max(src.max(), dst.max()))
+    if lo >= 0 and hi < 1 << 20:
+        seen = (np.bincount(src, minlength=hi + 1) + np.bincount(dst, minlength=hi + 1)) > 0
+        ranks = np.flatnonzero(seen).astype(np.int64)
+        lookup = np.cumsum(seen) - 1
+        return ranks, lookup[src].astype(np.int64), lookup[dst].astype(np.int64)
+    ranks, inv = np.unique(np.concatenate([src, dst]).astype(np.int64), return_inverse=True)
+    return ranks, inv[: len(src)].astype(np.int64), inv[len(src):].astype(np.int64)
+
+
+def _matrix(ranks: IntArray, si: IntArray, di: IntArray, nbytes: IntArray) -> TrafficMatrix:
+    r = len(ranks)
+    if r == 0:
+        return TrafficMatrix((), np.zeros((0, 0), dtype=np.int64))
+    counts = np.bincount(si * r + di, weights=nbytes.astype(np.float64), minlength=r * r)
+    return TrafficMatrix(tuple(int(x) for x in ranks), np.rint(counts).astype(np.int64).reshape(r, r))
+
+
+def traffic_matrix(table: pd.DataFrame) -> TrafficMatrix:
+    """Bytes between every pair of ranks (training rows)."""
+    rows = training_rows(table)
+    ranks, si, di = _rank_index(rows["src"].to_numpy(), rows["dst"].to_numpy())
+    return _matrix(ranks, si, di, rows["bytes"].to_numpy())
+
+
+# --- periodicity -----------------------------------------------------------------------------
+
+
+def _parabolic(y: FloatArray, i: int) -> float:
+    """Sub-sample position of the extremum at `i` (parabola through i-1, i, i+1)."""
+    if i <= 0 or i >= len(y) - 1:
+        return float(i)
+    a, b, c = float(y[i - 1]), float(y[i]), float(y[i + 1])
+    den = a - 2 * b + c
+    return float(i) if den == 0 else i + 0.5 * (a - c) / den
+
+
+def _acf_period(x: FloatArray, bin_s: float) -> tuple[float, float]:
+    """(period, peak height) from the first significant autocorrelation peak after lag 0."""
+    n = len(x)
+    if n < 8:
+        return math.nan, 0.0
+    y = x - x.mean()
+    if not np.any(y):
+        return math.nan, 0.0
+    nfft = sfft.next_fast_len(2 * n, real=True)
+    spec = sfft.rfft(y, nfft)
+    acf = sfft.irfft(spec.real ** 2 + spec.imag ** 2, nfft)[: n // 2 + 1]
+    acf = acf / acf[0] * n / (n - np.arange(len(acf)))  # unbiased, normalised to 1 at lag 0
+    peaks, _ = find_peaks(acf, prominence=ACF_MIN_PROMINENCE)
+    peaks = peaks[(peaks >= 2) & (acf[peaks] > 0)]
+    if len(peaks) == 0:
+        return math.nan, 0.0
+    first = int(peaks[np.argmax(acf[peaks] >= ACF_HARMONIC_RATIO * acf[peaks].max())])
+    height = float(acf[first])
+    lag = _parabolic(acf, first)
+    m = min(ACF_REFINE_PERIODS, int((len(acf) - 2) // lag))
+    if m >= 2:
+        half = max(1, int(lag / 4))
+        lo = max(1, round(m * lag) - half)
+        hi = min(len(acf) - 1, round(m * lag) + half + 1)
+        j = lo + int(np.argmax(acf[lo:hi]))
+        if acf[j] >= 0.5 * height:
+            lag = _parabolic(acf, j) / m
+    return lag * bin_s, min(1.0, height)
+
+
+def _psd_period(x: FloatArray, bin_s: float) -> tuple[float, float]:
+    """(period, power fraction) of the periodogram peak, periods from 2 bins to half the trace."""
+    n = len(x)
+    if n < 8:
+        return math.nan, 0.0
+    y = x - x.mean()
+    if not np.any(y):
+        return math.nan, 0.0
+    pad = max(1, min(4, (1 << 22) // n))
+    nfft = sfft.next_fast_len(pad * n, real=True)
+    spec = sfft.rfft(y, nfft)
+    power = spec.real ** 2 + spec.imag ** 2
+    freqs = sfft.rfftfreq(nfft, bin_s)
+    valid = np.flatnonzero((freqs >= 2.0 / (n * bin_s)) & (freqs <= 0.5 / bin_s))
+    total = float(power[1:].sum())
+    if len(valid) == 0 or total <= 0:
+        return math.nan, 0.0
+    k = int(valid[np.argmax(power[valid])])
+    f = _parabolic(power, k) * (freqs[1] - freqs[0])
+    lobe = max(1, round(nfft / n))
+    strength = float(power[max(1, k - lobe): k + lobe + 1].sum()) / total
+    return (float(1.0 / f) if f > 0 else math.nan), min(1.0, strength)
+
+
+def _boundary_runs(boundaries: Boundaries) -> list[tuple[FloatArray, FloatArray]]:
+    """Normalise boundaries to (iteration numbers, start times) per worker."""
+    if isinstance(boundaries, Mapping):
+        lists: list[Sequence[float]] = list(boundaries.values())
+    elif len(boundaries) and np.ndim(boundaries[0]) > 0:
+        lists = list(boundaries)  # type: ignore[arg-type]
+    else:
+        lists = [boundaries]  # type: ignore[list-item]
+    out = []
+    for b in lists:
+        t = np.sort(np.asarray(b, dtype=np.float64))
+        out.append((np.arange(len(t), dtype=np.float64), t))
+    return out
+
+
+def _iteration_runs(groups: pd.DataFrame) -> list[tuple[FloatArray, FloatArray]]:
+    """(iteration numbers, first start) per worker from the (src, iteration) groups."""
+    out = []
+    for _, g in groups.groupby("src", sort=True):
+        g = g.sort_values("iteration")
+        out.append((g["iteration"].to_numpy(np.float64), g["start"].to_numpy(np.float64)))
+    return out
+
+
+def _period_from_starts(runs: list[tuple[FloatArray, FloatArray]]) -> tuple[float, float]:
+    """(median duration of an iteration, 1 - IQR/median) from per-worker iteration starts."""
+    per = [np.diff(t) / np.diff(k) for k, t in runs if len(t) >= 2]
+    d = np.concatenate(per) if per else np.zeros(0)
+    d = d[np.isfinite(d) & (d > 0)]
+    if len(d) == 0:
+        return math.nan, 0.0
+    q1, med, q3 = np.quantile(d, [0.25, 0.5, 0.75])
+    return float(med), float(np.clip(1.0 - (q3 - q1) / med, 0.0, 1.0))
+
+
+def _period(rates: FloatArray, bin_s: float, runs: list[tuple[FloatArray, FloatArray]] | None,
+            runs_method: str) -> Period:
+    acf_p, acf_s = _acf_period(rates, bin_s)
+    psd_p, psd_s = _psd_period(rates, bin_s)
+    it_p, it_s = _period_from_starts(runs) if runs else (math.nan, 0.0)
+    if math.isfinite(it_p):
+        chosen = (it_p, runs_method, it_s)
+    elif math.isfinite(acf_p) and acf_s >= ACF_CLEAR_PEAK:
+        chosen = (acf_p, "autocorrelation", acf_s)
+    elif math.isfinite(psd_p):
+        chosen = (psd_p, "periodogram", psd_s)
+    elif math.isfinite(acf_p):
+        chosen = (acf_p, "autocorrelation", acf_s)
+    else:
+        chosen = (math.nan, "none", 0.0)
+    return Period(chosen[0], chosen[1], chosen[2], acf_p, acf_s, psd_p, psd_s, it_p, bin_s)
+
+
+def _iteration_groups(rows: pd.DataFrame) -> pd.DataFrame | None:
+    """One row per (src, iteration): bytes and first start; None without an iteration column."""
+    if "iteration" not in rows.columns or len(rows) == 0:
+        return None
+    src = rows["src"].to_numpy().astype(np.int64)
+    it = rows["iteration"].to_numpy().astype(np.int64)
+    key = (src << 32) + (it - np.iinfo(np.int32).min)
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    first = np.flatnonzero(np.concatenate([[True], ks[1:] != ks[:-1]]))
+    k = ks[first]
+    return pd.DataFrame({
+        "bytes": np.add.reduceat(rows["bytes"].to_numpy()[order], first),
+        "start": np.minimum.reduceat(rows["t_start_s"].to_numpy()[order], first),
+        "src": k >> 32,
+        "iteration": (k & 0xFFFFFFFF) + np.iinfo(np.int32).min,
+    })
+
+
+def iteration_period(table: pd.DataFrame, *, bin_s: float = 1e-3, boundaries: Boundaries | None = None) -> Period:
+    """The iteration period of the training traffic (see `Period` for how it is chosen).
+
+    The autocorrelation and periodogram estimates come from the total throughput in `bin_s`
+    bins. `boundaries` (iteration start times) or else the table's `iteration` column, when they
+    give at least two iterations, decide the period: the median of (start difference /
+    iteration-number difference) over consecutive iterations of every worker.
+    """
+    rows = training_rows(table)
+    rates = throughput_timeline(rows, bin_s, pairs=0).total
+    return _period(rates, bin_s, *_starts(rows, boundaries, _iteration_groups(rows)))
+
+
+def _starts(rows: pd.DataFrame, boundaries: Boundaries | None,
+            groups: pd.DataFrame | None) -> tuple[list[tuple[FloatArray, FloatArray]] | None, str]:
+    if boundaries is not None:
+        return _boundary_runs(boundaries), "boundaries"
+    if groups is not None:
+        return _iteration_runs(groups), "iterations"
+    return None, "none"
+
+
+# --- bytes per iteration ---------------------------------------------------------------------
+
+
+def _quiet_phase(hist: FloatArray) -> float:
+    """Phase (0..1) in the middle of the longest quiet run of a circular histogram."""
+    p = len(hist)
+    quiet = hist <= ON_THRESHOLD * hist.max()
+    if not quiet.any():
+        return (int(np.argmin(hist)) + 0.5) / p
+    e = np.concatenate([[0], quiet, quiet, [0]]).astype(np.int8)
+    d = np.diff(e)
+    starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+    lengths = np.minimum(ends - starts, p)
+    i = int(np.argmax(lengths))
+    return float((starts[i] + lengths[i] / 2) / p) % 1.0
+
+
+def _iterations_in(rates: FloatArray, bin_s: float, period_s: float) -> int:
+    """How many iterations' worth of bytes a throughput series holds: its bytes / the mean bytes
+    of the period-long windows between the first and the last, rounded, at least 1. Windows
+    start in the quietest phase of the cycle, so the ones in the middle hold whole iterations
+    and partial ones at the ends count for their share."""
+    n = len(rates)
+    if n == 0 or not (math.isfinite(period_s) and period_s > 0) or n * bin_s < period_s:
+        return 1
+    cycles = (np.arange(n) + 0.5) * (bin_s / period_s)
+    w = rates * bin_s
+    phase_bin = np.minimum(((cycles % 1.0) * PHASE_BINS).astype(np.int64), PHASE_BINS - 1)
+    shift = _quiet_phase(np.bincount(phase_bin, weights=w, minlength=PHASE_BINS).astype(np.float64))
+    k = np.floor(cycles - shift).astype(np.int64)
+    per_window = np.bincount(k - k.min(), weights=w)
+    typical = float(per_window[1:-1].mean() if len(per_window) >= 3 else per_window.max())
+    return max(1, round(float(w.sum()) / typical)) if typical > 0 else 1
+
+
+def _bytes_per_iteration(rows: pd.DataFrame, groups: pd.DataFrame | None, rates: FloatArray, bin_s: float,
+                         period_s: float) -> BytesPerIteration:
+    if len(rows) == 0:
+        return BytesPerIteration((), np.zeros(0), math.nan, 0, "none")
+    if groups is not None:
+        uniq, inv = np.unique(groups["src"].to_numpy(), return_inverse=True)
+        counts = np.bincount(inv)
+        values = np.bincount(inv, weights=groups["bytes"].to_numpy(np.float64)) / counts
+        ranks = tuple(int(r) for r in uniq)
+        return BytesPerIteration(ranks, values, float(values.mean()), int(counts.max()), "iteration_column")
+    n = _iterations_in(rates, bin_s, period_s)
+    src = rows["src"].to_numpy().astype(np.int64)
+    lo = int(src.min())
+    sent = np.bincount(src - lo, weights=rows["bytes"].to_numpy().astype(np.float64))
+    has = np.flatnonzero(np.bincount(src - lo))
+    values = sent[has] / n
+    return BytesPerIteration(tuple(int(r) + lo for r in has), values, float(values.mean()), n, "period")
+
+
+def bytes_per_iteration(table: pd.DataFrame, *, period: Period | float) -> BytesPerIteration:
+    """Bytes each worker (`src` rank) sends per iteration, and the mean over workers.
+
+    With an `iteration` column: a worker's bytes / the number of distinct iterations it sent
+    in. Without: a worker's bytes / the number of iterations in the trace, estimated as the
+    trace's bytes / the mean bytes of a `period`-long window (the first and last windows left
+    out, as they may be partial), rounded, at least 1. This is
+    trace duration / period corrected for partial iterations at either end: windows start in
+    the quietest phase of the cycle, so a trace that starts or stops mid-cycle, or ends right
+    after its last burst, is not off by one.
+    """
+    rows = training_rows(table)
+    period_s = period.period_s if isinstance(period, Period) else float(period)
+    groups = _iteration_groups(rows)
+    rates = throughput_timeline(rows, 1e-3, pairs=0).total if groups is None else np.zeros(0)
+    return _bytes_per_iteration(rows, groups, rates, 1e-3, period_s)
+
+
+# --- on/off ----------------------------------------------------------------------------------
+
+
+def _on_off(rates: FloatArray, bin_s: float, threshold: float) -> OnOff:
+    if not 0.0 <= threshold < 1.0:
+        raise ValueError(f"threshold is a fraction of the peak bin in [0, 1), got {threshold}")
+    n = len(rates)
+    peak = float(rates.max()) if n else 0.0
+    mean = float(rates.mean()) if n else math.nan
+    level = max(threshold * peak, MIN_ON_BYTES / bin_s)
+    on = rates > level
+    d = np.diff(np.concatenate([[0], on, [0]]).astype(np.int8))
+    s, e = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+    cum = np.concatenate([[0.0], np.cumsum(rates) * bin_s])
+    burst_bins, idle_bins = e - s, s[1:] - e[:-1]
+    if len(s) >= 2:
+        duty = float(burst_bins[:-1].sum()) / float(s[-1] - s[0])
+    elif len(s) == 1:
+        duty = float(burst_bins[0]) / n
+    else:
+        duty = math.nan
+    return OnOff(
+        bin_s=bin_s, threshold=threshold, threshold_bytes_per_s=level, duty_cycle=duty,
+        peak_bytes_per_s=peak, mean_bytes_per_s=mean, peak_to_mean=peak / mean if mean > 0 else math.nan,
+        rates=Distribution.of(rates), bursts=Distribution.of(burst_bins * bin_s),
+        idles=Distribution.of(idle_bins * bin_s), burst_bytes=Distribution.of(cum[e] - cum[s]),
+    )
+
+
+def on_off(table: pd.DataFrame, *, bin_s: float = 1e-3, threshold: float = ON_THRESHOLD) -> OnOff:
+    """Bursts and idle periods of the total throughput in `bin_s` bins (see `OnOff`).
+
+    A bin is on when its throughput exceeds `threshold` x the peak bin (default
+    `ON_THRESHOLD`, 1 %); `threshold=0` counts any bin with bytes as on (at least
+    `MIN_ON_BYTES`: rounding residue of transfers spread over bins is not traffic).
+    """
+    rows = training_rows(table)
+    return _on_off(throughput_timeline(rows, bin_s, pairs=0).total, bin_s, threshold)
+
+
+# --- flows -----------------------------------------------------------------------------------
+
+
+def _flow_stats(rows: pd.DataFrame, ranks: IntArray, si: IntArray, di: IntArray) -> FlowStats:
+    if len(rows) == 0:
+        return FlowStats(0, Distribution.of([]), Distribution.of([]), {})
+    r = max(1, len(ranks))
+    codes, _ = pd.factorize(rows["flow"].to_numpy(), sort=False)
+    g, uniq = pd.factorize(codes.astype(np.int64) * (r * r) + si * r + di, sort=False)
+    count = len(uniq)
+    sizes = np.bincount(g, weights=rows["bytes"].to_numpy().astype(np.float64), minlength=count)
+    first = np.full(count, np.inf)
+    last = np.full(count, -np.inf)
+    np.minimum.at(first, g, rows["t_start_s"].to_numpy())
+    np.maximum.at(last, g, rows["t_end_s"].to_numpy())
+    pair = np.asarray(uniq, dtype=np.int64) % (r * r)
+    per_pair = np.bincount(pair, minlength=r * r)
+    labels = {f"{ranks[p // r]}->{ranks[p % r]}": int(per_pair[p]) for p in np.flatnonzero(per_pair)}
+    return FlowStats(count, Distribution.of(sizes), Distribution.of(last - first), labels)
+
+
+def flow_stats(table: pd.DataFrame) -> FlowStats:
+    """Flows of the training rows: one per (`flow`, `src`, `dst`)."""
+    rows = training_rows(table)
+    ranks, si, di = _rank_index(rows["src"].to_numpy(), rows["dst"].to_numpy())
+    return _flow_stats(rows, ranks, si, di)
+
+
+# --- self-similarity -------------------------------------------------------------------------
+
+
+def _hurst(x: FloatArray) -> float:
+    n = len(x)
+    if n < HURST_MIN_BINS:
+        return math.nan
+    levels = np.unique(np.floor(np.logspace(0.0, math.log10(n // HURST_MIN_BLOCKS), HURST_LEVELS)).astype(np.int64))
+    var = np.array([x[: (n // m) * m].reshape(n // m, m).mean(axis=1).var(ddof=1) for m in levels])
+    ok = var > 0
+    if ok.sum() < 3:
+        return math.nan
+    slope = np.polyfit(np.log(levels[ok]), np.log(var[ok]), 1)[0]
+    return float(1.0 + slope / 2.0)
+
+
+def hurst(table: pd.DataFrame, *, bin_s: float = 1e-3) -> float:
+    """Hurst exponent of the total throughput in `bin_s` bins, by aggregated variance.
+
+    For m in `HURST_LEVELS` log-spaced block sizes from 1 to n / `HURST_MIN_BLOCKS` bins, the
+    variance of the block means; H = 1 + slope / 2 of log variance against log m (0.5 for
+    independent bins, towards 1 for long-range dependence). NaN with fewer than
+    `HURST_MIN_BINS` bins or a constant series. Strictly periodic traffic gives low, even
+    negative values: once blocks span whole iterations, their means hardly vary.
+    """
+    rows = training_rows(table)
+    return _hurst(throughput_timeline(rows, bin_s, pairs=0).total)
+
+
+# --- everything ------------------------------------------------------------------------------
+
+
+def analyze(table: pd.DataFrame, *, boundaries: Boundaries | None = None) -> Features:
+    """Every analysis of this module on the training rows of `table`, with one pass per series
+    (one 1 ms timeline serves the period, on/off, Hurst and the 10 ms timeline)."""
+    rows = training_rows(table)
+    tl1 = throughput_timeline(rows, 1e-3)
+    links1 = link_timeline(rows, 1e-3, t0_s=tl1.t0_s) if "link" in rows.columns and len(rows) else None
+    rates = tl1.total
+    src, dst = rows["src"].to_numpy(), rows["dst"].to_numpy()
+    ranks, si, di = _rank_index(src, dst)
+    groups = _iteration_groups(rows)
+    period = _period(rates, 1e-3, *_starts(rows, boundaries, groups))
+    duration = float(rows["t_end_s"].max() - rows["t_start_s"].min()) if len(rows) else 0.0
+    return Features(
+        ranks=tuple(int(r) for r in ranks),
+        rows=len(rows),
+        total_bytes=int(rows["bytes"].sum()),
+        duration_s=duration,
+        timeline_1ms=tl1,
+        timeline_10ms=rebin(tl1, 10),
+        link_timeline_1ms=links1,
+        link_timeline_10ms=None if links1 is None else rebin(links1, 10),
+        matrix=_matrix(ranks, si, di, rows["bytes"].to_numpy()),
+        period=period,
+        bytes_per_iteration=_bytes_per_iteration(rows, groups, rates, 1e-3, period.period_s),
+        on_off=_on_off(rates, 1e-3, ON_THRESHOLD),
+        flows=_flow_stats(rows, ranks, si, di),
+        hurst=_hurst(rates),
+    )
