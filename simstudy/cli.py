@@ -9,8 +9,12 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from simstudy import __version__
+
+if TYPE_CHECKING:
+    from simstudy.sweep import Expansion
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -85,6 +89,61 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _print_expansion(expansion: Expansion, *, first: int) -> None:
+    import yaml
+
+    keys = expansion.unique_keys
+    print(f"{expansion.total} combinations: {len(expansion.points)} scenarios ({len(keys)} distinct runs), "
+          f"{len(expansion.skipped)} skipped")
+    for s in expansion.skipped:
+        params = ", ".join(f"{k}={v}" for k, v in s.params.items())
+        print(f"  skipped [{s.index}] {params}: {s.reason}")
+    for p in expansion.points[:first]:
+        params = ", ".join(f"{k}={v}" for k, v in p.params.items()) or "(base scenario)"
+        print(f"\n# [{p.index}] {params}  (run {p.key})")
+        print(yaml.safe_dump(p.scenario.model_dump(mode="json", exclude_defaults=True), sort_keys=False).rstrip())
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from simstudy.report import render_study
+    from simstudy.spec import load_study
+    from simstudy.sweep import compare_baseline, expand, get_executor, run_study
+
+    study = load_study(args.study)
+    out = Path(args.output) if args.output else Path("results") / study.name
+    baseline = None
+    if args.baseline:
+        if not Path(args.baseline).is_file():
+            raise FileNotFoundError(f"{args.baseline}: baseline summary not found")
+        baseline = pd.read_parquet(args.baseline)
+    if args.dry_run:
+        _print_expansion(expand(study, args.study), first=args.show)
+        return EXIT_OK
+    executor = get_executor(args.executor, workers=args.workers, scheduler=args.scheduler,
+                            connect_timeout_s=args.connect_timeout)
+    result = run_study(study, args.study, out, executor=executor, astra_sim=args.astra_sim, progress=not args.quiet)
+    exp = result.expansion
+    c = result.counts
+    print(f"{study.name}: {exp.total} combinations, {len(exp.points)} scenarios, {len(exp.skipped)} skipped; "
+          f"runs: {c['ok']} done, {c['cached']} cached, {c['failed']} failed; {result.wall_s:.1f} s")
+    for s in exp.skipped if not args.quiet else []:
+        print(f"  skipped {', '.join(f'{k}={v}' for k, v in s.params.items())}: {s.reason}")
+    for key, rec in result.records.items():
+        if rec.status != "ok":
+            print(f"  FAILED run {key}: {rec.error}", file=sys.stderr)
+    report = None
+    if baseline is not None:
+        report = compare_baseline(result.summary, baseline, study.baseline)
+        print("\n".join(report.lines()))
+    if not args.no_report:
+        path = render_study(result, baseline=report)
+        print(f"  summary {result.out / 'summary.parquet'}, report {path}")
+    ok = result.all_ok and (report is None or report.passed)
+    return EXIT_OK if ok else EXIT_FAILED
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="simstudy", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"simstudy {__version__}")
@@ -111,6 +170,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--comm-group", help="ASTRA-SIM communicator group JSON")
     p.set_defaults(func=_run)
 
+    p = sub.add_parser("sweep", help="run every scenario of a study (resumable) and summarise them")
+    p.add_argument("study", help="study YAML file (base scenario + axes)")
+    p.add_argument("-o", "--output", help="results directory (default results/<study name>)")
+    p.add_argument("--executor", default="local", choices=["local", "dask"], help="where runs execute")
+    p.add_argument("--workers", type=int, help="local: processes (default: one per core)")
+    p.add_argument("--scheduler", help="dask: scheduler address, e.g. tcp://127.0.0.1:8786")
+    p.add_argument("--connect-timeout", type=float, default=30.0, help="dask: seconds to wait for the scheduler")
+    p.add_argument("--astra-sim", metavar="PATH", help="ASTRA-SIM binary for studies with backend astrasim")
+    p.add_argument("--baseline", metavar="FILE", help="summary.parquet to compare with; exit 1 if a metric moved")
+    p.add_argument("--dry-run", action="store_true", help="print the scenarios and what is skipped; run nothing")
+    p.add_argument("--show", type=int, default=3, help="dry run: how many resolved scenarios to print")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no skipped list")
+    p.add_argument("--no-report", action="store_true", help="skip report.md and plots")
+    p.set_defaults(func=_sweep)
+
     p = sub.add_parser("models", help="list the built-in models with parameter counts and GFLOPs")
     p.set_defaults(func=_models)
     return parser
@@ -120,8 +194,9 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
     from simstudy.chakra import ChakraFormatError
     from simstudy.compile import BundleError, CompileError
     from simstudy.spec import SpecError
+    from simstudy.sweep import SweepError
 
-    return (SpecError, CompileError, BundleError, ChakraFormatError, FileNotFoundError)
+    return (SpecError, CompileError, BundleError, ChakraFormatError, SweepError, FileNotFoundError)
 
 
 def _failure_types() -> tuple[type[BaseException], ...]:
@@ -146,7 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"simstudy: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        print("simstudy: interrupted", file=sys.stderr)
+        print("simstudy: interrupted; finished runs are kept, run the same command again to resume",
+              file=sys.stderr)
         return 130
 
 

@@ -9,7 +9,7 @@ from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from simstudy.spec.base import Spec
 from simstudy.spec.model import Model, ModelSpec, ZooModel
-from simstudy.spec.parallelism import Parallelism
+from simstudy.spec.parallelism import AllReduce, Parallelism
 from simstudy.spec.system import System
 from simstudy.spec.topology import Topology
 from simstudy.spec.training import Training
@@ -96,6 +96,11 @@ class Scenario(Spec):
             if p.server_ranks:
                 detail += f" + {p.server_ranks} dedicated servers"
             raise ValueError(f"topology has {npus} NPUs but the parallelism needs {need} ({detail})")
+        agg = self.parallelism.aggregation
+        dp = self.parallelism.dp
+        if isinstance(agg, AllReduce) and agg.algorithm == "halving_doubling" and dp & (dp - 1):
+            raise ValueError(f"halving_doubling all-reduce needs a power-of-two number of data-parallel ranks, "
+                             f"not dp = {dp}")
         return self
 
     @property

@@ -1,0 +1,150 @@
+"""Expand a study into scenarios: the product of its axes, invalid points skipped with the reason."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from simstudy import __version__
+from simstudy.spec import Scenario, SpecError, Study, canonical_json, resolve_references, spec_error
+from simstudy.spec.load import is_reference
+from simstudy.spec.scenario import tag_model
+
+
+@dataclass(frozen=True)
+class Point:
+    """One valid scenario of a study: its place in the expansion, the swept values and its run key."""
+
+    index: int
+    params: dict[str, Any]
+    scenario: Scenario
+    key: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A combination of axis values that is not a valid scenario, and why."""
+
+    index: int
+    params: dict[str, Any]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """Every combination of a study's axes: the valid points and the skipped ones."""
+
+    study: Study
+    points: list[Point]
+    skipped: list[Skipped]
+
+    @property
+    def total(self) -> int:
+        return len(self.points) + len(self.skipped)
+
+    @property
+    def param_names(self) -> list[str]:
+        return self.study.axis_paths
+
+    @property
+    def unique_keys(self) -> list[str]:
+        """Run keys in expansion order, each once (two points may be the same scenario)."""
+        return list(dict.fromkeys(p.key for p in self.points))
+
+
+def label(value: Any) -> Any:
+    """How a swept value is shown in the summary: scalars as they are, a file by its stem, a
+    mapping by its `name`, else as `kind(field=value,...)` (or `zoo(...)`) in the file's order."""
+    if is_reference(value):
+        return Path(str(value)).stem
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, dict):
+        if isinstance(value.get("name"), str):
+            return value["name"]
+        head = next((str(value[k]) for k in ("kind", "zoo") if isinstance(value.get(k), str)), "")
+        rest = [f"{k}={_compact(v)}" for k, v in value.items() if not (head and k in ("kind", "zoo"))]
+        return f"{head}({','.join(rest)})"
+    return _compact(value)
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"))
+
+
+def backend_id(study: Study) -> str:
+    """The part of a run key that names the simulator and its result-changing options."""
+    opts = study.backend_options
+    if study.backend == "flowsim":
+        return f"flowsim:contention={opts.contention}"
+    return f"astrasim:aware={opts.aware}"
+
+
+def run_key(scenario: Scenario, backend: str) -> str:
+    """The run directory name: a hash of the canonical scenario, the backend and simstudy's version."""
+    text = "\n".join([canonical_json(scenario), backend, f"simstudy {__version__}"])
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+
+def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    node: Any = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if part == "model" and i == 0:
+            child = tag_model(child)
+        if child is None:
+            child = {}
+        if not isinstance(child, dict):
+            where = ".".join(parts[: i + 1])
+            raise ValueError(f"cannot set {path}: {where} is {child!r}, not a mapping")
+        node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+def _combinations(study: Study) -> list[list[tuple[str, Any]]]:
+    groups: list[list[list[tuple[str, Any]]]] = [[[(path, v)] for v in values] for path, values in study.axes.items()]
+    for group in study.zip:
+        n = len(next(iter(group.values())))
+        groups.append([[(path, values[i]) for path, values in group.items()] for i in range(n)])
+    return [[pair for part in combo for pair in part] for combo in itertools.product(*groups)]
+
+
+def expand(study: Study, source: str | Path) -> Expansion:
+    """Every combination of the study's axes over its base scenario, as valid points with run
+    keys and skipped combinations with the reason. References resolve relative to `source`."""
+    base, _ = resolve_references(study.base, source)
+    if not isinstance(base, dict):
+        raise SpecError(source, "base", "expected a mapping of scenario fields")
+    bid = backend_id(study)
+    points: list[Point] = []
+    skipped: list[Skipped] = []
+    for index, combo in enumerate(_combinations(study)):
+        params = {path: label(value) for path, value in combo}
+        data = copy.deepcopy(base)
+        try:
+            for path, value in combo:
+                resolved, _ = resolve_references(value, source)
+                _set_path(data, path, resolved)
+        except (ValueError, SpecError) as exc:
+            skipped.append(Skipped(index, params, str(exc)))
+            continue
+        data["name"] = study.name
+        try:
+            scenario = Scenario.model_validate(data)
+        except ValidationError as exc:
+            err = spec_error(exc, data, None, None)
+            skipped.append(Skipped(index, params, f"{err.field}: {err.message}"))
+            continue
+        points.append(Point(index, params, scenario, run_key(scenario, bid)))
+    return Expansion(study, points, skipped)

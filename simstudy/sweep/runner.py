@@ -1,0 +1,144 @@
+"""One run of a sweep, as executed by a worker: compile, simulate, analyse, write `runs/<key>/`.
+
+A run directory is complete when `record.json` is in it: the whole directory is written in a
+temporary sibling and renamed into place at the end, so an interrupted run leaves nothing that
+could be mistaken for a finished one, and a finished run is never recomputed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simstudy.backends import BackendError, RunResult, get_backend
+from simstudy.backends.rundir import run_to_dir
+from simstudy.compile import Bundle, CompileError, compile_scenario
+from simstudy.spec import Scenario, SpecError
+from simstudy.traffic.features import analyze
+
+RECORD = "record.json"
+FEATURES = "features.json"
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """Everything a worker needs for one run (picklable, no open resources)."""
+
+    key: str
+    scenario: Scenario
+    run_dir: str
+    backend: str
+    contention: bool = True
+    aware: bool = False
+    astra_sim: str | None = None
+    timeout_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The outcome of one run: `ok` with its metrics, or `failed` with the error."""
+
+    key: str
+    status: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    cached: bool = False
+    seconds: float = 0.0
+
+    @property
+    def backend_s(self) -> float:
+        """Wall time the backend spent simulating (0 for a failed run)."""
+        return float(self.metrics.get("backend_wall_s", 0.0))
+
+
+def run_metrics(result: RunResult, scenario: Scenario) -> dict[str, float]:
+    """Per-rank time statistics, bytes per iteration and transfer counts of one run."""
+    iters = scenario.training.iterations
+    finish = np.array([r.finish_ns for r in result.ranks], dtype=np.float64) / 1e6
+    compute = np.array([r.compute_ns for r in result.ranks], dtype=np.float64) / 1e6
+    comm = np.array([r.comm_ns for r in result.ranks], dtype=np.float64) / 1e6
+    exposed = np.array([r.exposed_comm_ns for r in result.ranks], dtype=np.float64) / 1e6
+    traffic = result.traffic
+    sent = traffic.groupby("src", observed=True)["bytes"].sum() if len(traffic) else None
+    per_rank = np.zeros(len(result.ranks))
+    if sent is not None:
+        idx = sent.index.to_numpy()
+        ok = (idx >= 0) & (idx < len(per_rank))
+        per_rank[idx[ok]] = sent.to_numpy()[ok]
+    total = float(traffic["bytes"].sum()) if len(traffic) else 0.0
+    return {
+        "npus": float(len(result.ranks)),
+        "finish_ms": float(finish.max()),
+        "finish_min_ms": float(finish.min()),
+        "finish_mean_ms": float(finish.mean()),
+        "iteration_ms": float(finish.max()) / iters,
+        "compute_ms_mean": float(compute.mean()),
+        "comm_ms_mean": float(comm.mean()),
+        "exposed_comm_ms_mean": float(exposed.mean()),
+        "exposed_comm_ms_max": float(exposed.max()),
+        "exposed_comm_frac": float(exposed.mean() / finish.mean()) if finish.mean() > 0 else 0.0,
+        "bytes_total": total,
+        "bytes_per_iter": total / iters,
+        "bytes_per_iter_rank_max": float(per_rank.max()) / iters,
+        "bytes_per_iter_rank_mean": float(per_rank.mean()) / iters,
+        "transfers": float(len(traffic)),
+        "backend_wall_s": float(result.wall_time_s),
+    }
+
+
+def _write_json(path: Path, data: Any, *, indent: int | None = 1) -> None:
+    path.write_text(json.dumps(data, indent=indent) + "\n", encoding="utf-8")
+
+
+def read_record(run_dir: Path) -> RunRecord | None:
+    """The record of a finished run, or None when the run has not finished."""
+    path = run_dir / RECORD
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return RunRecord(key=data["key"], status="ok", metrics=data["metrics"], cached=True,
+                     seconds=float(data.get("seconds", 0.0)))
+
+
+def execute(task: RunTask) -> RunRecord:
+    """Run one scenario into `task.run_dir`, or reuse it when it already finished.
+
+    Bad input, compile errors, simulator crashes and timeouts become a `failed` record; nothing
+    is written for a failed run, so the next sweep tries it again.
+    """
+    t0 = time.perf_counter()
+    out = Path(task.run_dir)
+    done = read_record(out)
+    if done is not None:
+        return done
+    scenario = task.scenario
+    record: dict[str, Any] = {}
+
+    def prepare(d: Path) -> Bundle:
+        return compile_scenario(scenario, d).bundle
+
+    def finish(result: RunResult, tmp: Path) -> None:
+        features = analyze(result.traffic)
+        _write_json(tmp / FEATURES, features.to_json(), indent=None)
+        metrics = run_metrics(result, scenario)
+        for name, value in features.scalars().items():
+            metrics.setdefault(name, float(value))
+        record.update(key=task.key, metrics=metrics, seconds=time.perf_counter() - t0)
+        _write_json(tmp / RECORD, record)
+
+    try:
+        backend = get_backend(task.backend, astra_sim=task.astra_sim, aware=task.aware, contention=task.contention)
+        run_to_dir(prepare, backend, out, timeout_s=task.timeout_s, render=finish)
+    except (SpecError, CompileError, BackendError) as exc:
+        return RunRecord(task.key, "failed", error=f"{type(exc).__name__}: {exc}", seconds=time.perf_counter() - t0)
+    except Exception as exc:  # a bug must not stop the sweep: record it with where it happened
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        error = f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno})"
+        return RunRecord(task.key, "failed", error=error, seconds=time.perf_counter() - t0)
+    return RunRecord(task.key, "ok", metrics=record["metrics"], seconds=float(record["seconds"]))

@@ -1,0 +1,122 @@
+"""Study expansion: products, zip groups, references, skipped combinations, run keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simstudy.spec import SpecError, Study, load_study
+from simstudy.sweep import expand, run_key
+from simstudy.sweep.expand import backend_id
+
+BASE = {
+    "model": "small_cnn",
+    "topology": {"kind": "ring", "npus": 4, "bandwidth_gbps": 10},
+    "training": {"iterations": 1},
+}
+
+
+def _study(**fields: object) -> Study:
+    return Study.model_validate({"name": "t", "base": BASE, **fields})
+
+
+def test_product_of_axes_in_order(tmp_path: Path) -> None:
+    study = _study(axes={"topology.npus": [2, 4, 8], "parallelism.aggregation.algorithm": ["ring", "direct"]})
+    exp = expand(study, tmp_path / "s.yaml")
+    assert exp.total == 6 and not exp.skipped
+    assert [p.params for p in exp.points[:2]] == [
+        {"topology.npus": 2, "parallelism.aggregation.algorithm": "ring"},
+        {"topology.npus": 2, "parallelism.aggregation.algorithm": "direct"},
+    ]
+    # dp left out fills the topology
+    assert [p.scenario.parallelism.dp for p in exp.points] == [2, 2, 4, 4, 8, 8]
+    assert len(set(p.key for p in exp.points)) == 6
+
+
+def test_zip_groups_move_together(tmp_path: Path) -> None:
+    study = _study(axes={"model": ["small_cnn", "mobilenetv2"]},
+                   zip=[{"topology.npus": [2, 4], "topology.bandwidth_gbps": [10, 40]}])
+    exp = expand(study, tmp_path / "s.yaml")
+    assert exp.total == 4
+    pairs = {(p.scenario.topology.total_npus, p.scenario.topology.bandwidth_gbps) for p in exp.points}  # type: ignore[union-attr]
+    assert pairs == {(2, 10.0), (4, 40.0)}
+
+
+def test_invalid_combinations_are_skipped_with_the_reason(tmp_path: Path) -> None:
+    study = _study(axes={"parallelism.dp": [2, 4], "topology.npus": [4]})
+    exp = expand(study, tmp_path / "s.yaml")
+    assert len(exp.points) == 1 and len(exp.skipped) == 1
+    skip = exp.skipped[0]
+    assert skip.params == {"parallelism.dp": 2, "topology.npus": 4}
+    assert "4 NPUs" in skip.reason and "needs 2" in skip.reason
+
+
+def test_unknown_field_and_non_mapping_paths_are_skipped(tmp_path: Path) -> None:
+    exp = expand(_study(axes={"topology.colour": ["red"]}), tmp_path / "s.yaml")
+    assert exp.skipped and "topology.colour" in exp.skipped[0].reason and "unknown field" in exp.skipped[0].reason
+    exp = expand(_study(axes={"training.iterations.x": [1]}), tmp_path / "s.yaml")
+    assert exp.skipped and "not a mapping" in exp.skipped[0].reason
+
+
+def test_references_resolve_relative_to_the_study_and_label_by_stem(tmp_path: Path) -> None:
+    (tmp_path / "topos").mkdir()
+    (tmp_path / "topos" / "sw.yaml").write_text("kind: switch\nnpus: 4\nbandwidth_gbps: 25\n")
+    (tmp_path / "topos" / "fc.yaml").write_text("kind: fully_connected\nnpus: 4\nbandwidth_gbps: 25\n")
+    (tmp_path / "study.yaml").write_text(
+        "name: refs\nbase: {model: small_cnn}\n"
+        "axes:\n  topology: [topos/sw.yaml, topos/fc.yaml]\n  topology.bandwidth_gbps: [10, 100]\n")
+    study = load_study(tmp_path / "study.yaml")
+    exp = expand(study, tmp_path / "study.yaml")
+    assert [p.params["topology"] for p in exp.points] == ["sw", "sw", "fc", "fc"]
+    assert [p.scenario.topology.kind for p in exp.points] == ["switch", "switch", "fully_connected", "fully_connected"]
+    assert exp.points[1].scenario.topology.bandwidth_gbps == 100  # type: ignore[union-attr]
+
+
+def test_missing_reference_in_an_axis_is_skipped_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "study.yaml").write_text("name: r\nbase: {model: small_cnn, topology: {kind: ring, npus: 2}}\n"
+                                         "axes: {topology: [nope.yaml]}\n")
+    exp = expand(load_study(tmp_path / "study.yaml"), tmp_path / "study.yaml")
+    assert "nope.yaml" in exp.skipped[0].reason and "not found" in exp.skipped[0].reason
+
+
+def test_run_key_is_stable_and_depends_on_scenario_and_backend(tmp_path: Path) -> None:
+    a = expand(_study(axes={"topology.npus": [2, 4]}), tmp_path / "s.yaml")
+    b = expand(_study(axes={"topology.npus": [4, 2]}), tmp_path / "s.yaml")
+    assert {p.params["topology.npus"]: p.key for p in a.points} == {p.params["topology.npus"]: p.key for p in b.points}
+    s = a.points[0].scenario
+    assert run_key(s, "flowsim:contention=True") != run_key(s, "astrasim:aware=False")
+    assert backend_id(_study(backend="astrasim")) == "astrasim:aware=False"
+
+
+def test_duplicate_points_share_one_run(tmp_path: Path) -> None:
+    exp = expand(_study(axes={"training.precision": ["fp32", "fp32"]}), tmp_path / "s.yaml")
+    assert len(exp.points) == 2 and len(exp.unique_keys) == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"axes": {"topology.npus": []}}, "has no values"),
+        ({"zip": [{"topology.npus": [2, 4], "training.iterations": [1]}]}, "same number of values"),
+        ({"axes": {"name": ["x"]}}, "cannot be swept"),
+        ({"axes": {"topology..npus": [2]}}, "dotted scenario path"),
+        ({"axes": {"topology.npus": [2]}, "zip": [{"topology.npus": [4]}]}, "appears twice"),
+    ],
+)
+def test_bad_studies_name_the_file_and_the_problem(tmp_path: Path, fields: dict[str, object], expected: str) -> None:
+    import yaml
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"name": "bad", "base": BASE, **fields}))
+    with pytest.raises(SpecError) as err:
+        load_study(path)
+    assert str(path) in str(err.value) and expected in str(err.value)
+
+
+def test_shipped_studies_expand_without_skips(repo: Path) -> None:
+    for name in ("cnn_vs_rnn", "ps_vs_allreduce", "topology_bandwidth", "regression_small"):
+        path = repo / "specs" / f"{name}.yaml"
+        exp = expand(load_study(path), path)
+        assert not exp.skipped, (name, exp.skipped)
+        assert len(exp.unique_keys) == len(exp.points) >= 10
