@@ -26,7 +26,7 @@ DEFAULT_METRICS: dict[str, str] = {
     "bytes_per_iter_rank_max": "bytes sent per iteration, busiest rank",
     "exposed_comm_frac": "exposed communication / iteration time",
     "peak_to_mean": "throughput peak-to-mean (1 ms bins)",
-    "duty_cycle": "fraction of 1 ms bins with traffic",
+    "duty_cycle": "duty cycle (on-time over whole on/off cycles, 1 ms bins)",
 }
 TIMELINES_MAX = 12
 
@@ -88,7 +88,7 @@ def plot_timelines(result: SweepResult, path: Path, params: list[str]) -> Path |
     n = len(ok)
     cols = 2 if n > 1 else 1
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(10, 1.8 * rows + 0.6), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(rows, cols, figsize=(10, 1.8 * rows + 0.6), squeeze=False)
     for ax, (_, row) in zip(axes.flat, ok.iterrows(), strict=False):
         table = read_table(result.run_dir(str(row["key"])) / TRAFFIC)
         span = float(table["t_end_s"].max()) if len(table) else 0.0

@@ -79,6 +79,11 @@ class Study(Spec):
     )
     backend: Literal["flowsim", "astrasim"] = Field(default="flowsim", description="simulator of every run")
     backend_options: BackendOptions = Field(default_factory=BackendOptions, description="backend options")
+    analyses: list[Literal["features"]] = Field(
+        default_factory=lambda: ["features"],
+        description="per-run analyses: `features` adds the traffic features (period, bursts, flows, Hurst...) "
+        "to features.json and the summary; [] keeps times and bytes only",
+    )
     baseline: Baseline = Field(default_factory=Baseline, description="tolerances of `--baseline` checks")
     plots: list[PlotSpec] | None = Field(
         default=None, description="comparison plots (default: iteration time and bytes per iteration)"

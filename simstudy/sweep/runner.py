@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from simstudy.backends import BackendError, RunResult, get_backend
-from simstudy.backends.rundir import run_to_dir
+from simstudy.backends.rundir import TRAFFIC, run_to_dir
 from simstudy.compile import Bundle, CompileError, compile_scenario
 from simstudy.spec import Scenario, SpecError
+from simstudy.traffic import read_table
 from simstudy.traffic.features import analyze
 
 RECORD = "record.json"
@@ -38,6 +40,7 @@ class RunTask:
     aware: bool = False
     astra_sim: str | None = None
     timeout_s: float = 3600.0
+    features: bool = True
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class RunRecord:
     error: str | None = None
     cached: bool = False
     seconds: float = 0.0
+    features: bool = False
 
     @property
     def backend_s(self) -> float:
@@ -103,7 +107,25 @@ def read_record(run_dir: Path) -> RunRecord | None:
         return None
     data = json.loads(path.read_text(encoding="utf-8"))
     return RunRecord(key=data["key"], status="ok", metrics=data["metrics"], cached=True,
-                     seconds=float(data.get("seconds", 0.0)))
+                     seconds=float(data.get("seconds", 0.0)), features=bool(data.get("features", False)))
+
+
+def _add_features(metrics: dict[str, float], traffic: pd.DataFrame, out: Path) -> None:
+    features = analyze(traffic)
+    _write_json(out / FEATURES, features.to_json(), indent=None)
+    for name, value in features.scalars().items():
+        metrics.setdefault(name, float(value))
+
+
+def _complete(record: RunRecord, run_dir: Path) -> RunRecord:
+    """A finished run from a sweep without features, given the features this sweep asks for."""
+    metrics = dict(record.metrics)
+    _add_features(metrics, read_table(run_dir / TRAFFIC), run_dir)
+    data = {"key": record.key, "metrics": metrics, "seconds": record.seconds, "features": True}
+    tmp = run_dir / (RECORD + ".tmp")
+    _write_json(tmp, data)
+    tmp.replace(run_dir / RECORD)
+    return RunRecord(record.key, "ok", metrics=metrics, cached=True, seconds=record.seconds, features=True)
 
 
 def execute(task: RunTask) -> RunRecord:
@@ -116,7 +138,7 @@ def execute(task: RunTask) -> RunRecord:
     out = Path(task.run_dir)
     done = read_record(out)
     if done is not None:
-        return done
+        return _complete(done, out) if task.features and not done.features else done
     scenario = task.scenario
     record: dict[str, Any] = {}
 
@@ -124,12 +146,10 @@ def execute(task: RunTask) -> RunRecord:
         return compile_scenario(scenario, d).bundle
 
     def finish(result: RunResult, tmp: Path) -> None:
-        features = analyze(result.traffic)
-        _write_json(tmp / FEATURES, features.to_json(), indent=None)
         metrics = run_metrics(result, scenario)
-        for name, value in features.scalars().items():
-            metrics.setdefault(name, float(value))
-        record.update(key=task.key, metrics=metrics, seconds=time.perf_counter() - t0)
+        if task.features:
+            _add_features(metrics, result.traffic, tmp)
+        record.update(key=task.key, metrics=metrics, seconds=time.perf_counter() - t0, features=task.features)
         _write_json(tmp / RECORD, record)
 
     try:
@@ -141,4 +161,5 @@ def execute(task: RunTask) -> RunRecord:
         where = traceback.extract_tb(exc.__traceback__)[-1]
         error = f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno})"
         return RunRecord(task.key, "failed", error=error, seconds=time.perf_counter() - t0)
-    return RunRecord(task.key, "ok", metrics=record["metrics"], seconds=float(record["seconds"]))
+    return RunRecord(task.key, "ok", metrics=record["metrics"], seconds=float(record["seconds"]),
+                     features=task.features)

@@ -246,3 +246,16 @@ def test_regression_study_matches_the_committed_baseline(repo: Path, tmp_path: P
     assert proc.returncode == 1
     assert "MOVED" in proc.stdout and "iteration_ms" in proc.stdout and "changed 0.990%" in proc.stdout
     assert "new (not in the baseline)" in proc.stdout
+
+
+def test_features_are_added_to_runs_finished_without_them(tmp_path: Path) -> None:
+    lean = _write(tmp_path, STUDY + "analyses: []\n", "lean.yaml")
+    first = run_study(load_study(lean), lean, tmp_path / "out", executor=LocalExecutor(1), progress=False)
+    assert "duty_cycle" not in first.summary.columns and "finish_ms" in first.summary.columns
+    full = _write(tmp_path)
+    second = run_study(load_study(full), full, tmp_path / "out", executor=LocalExecutor(1), progress=False)
+    assert second.summary["cached"].all()  # not simulated again...
+    assert second.summary["duty_cycle"].notna().all()  # ...but analysed
+    for key in second.summary["key"]:
+        assert (tmp_path / "out" / "runs" / key / "features.json").is_file()
+    pd.testing.assert_series_equal(first.summary["finish_ms"], second.summary["finish_ms"])
