@@ -26,6 +26,13 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
+Analysis = Literal["features"]
+
+
+def _default_analyses() -> list[Analysis]:
+    return ["features"]
+
+
 class BackendOptions(Spec):
     """Options passed to the backend of every run of the study."""
 
@@ -79,8 +86,8 @@ class Study(Spec):
     )
     backend: Literal["flowsim", "astrasim"] = Field(default="flowsim", description="simulator of every run")
     backend_options: BackendOptions = Field(default_factory=BackendOptions, description="backend options")
-    analyses: list[Literal["features"]] = Field(
-        default_factory=lambda: ["features"],
+    analyses: list[Analysis] = Field(
+        default_factory=_default_analyses,
         description="per-run analyses: `features` adds the traffic features (period, bursts, flows, Hurst...) "
         "to features.json and the summary; [] keeps times and bytes only",
     )
