@@ -144,6 +144,75 @@ def _sweep(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAILED
 
 
+def _analyze(args: argparse.Namespace) -> int:
+    from simstudy.report.traffic import render_analysis
+    from simstudy.traffic.features import analyze
+    from simstudy.traffic.sources import load_traffic
+
+    source = load_traffic(args.path)
+    out = Path(args.output) if args.output else source.path / "analysis"
+    features = analyze(source.table, boundaries=source.boundaries)
+    notes = list(source.warnings)
+    if source.experiment:
+        notes.append("experiment: " + ", ".join(f"{k}={v}" for k, v in source.experiment.items()))
+    path = render_analysis(features, out, title=source.label, notes=notes)
+    p, b = features.period, features.bytes_per_iteration
+    print(f"{source.kind} {source.path}: {features.rows:,} rows, {features.total_bytes / 1e6:,.3f} MB, "
+          f"{len(features.ranks)} ranks, {features.duration_s * 1e3:.3f} ms")
+    print(f"  period {p.period_s * 1e3:.3f} ms ({p.method}), {b.mean / 1e6:.3f} MB per iteration per worker, "
+          f"duty cycle {features.on_off.duty_cycle:.3f}, Hurst {features.hurst:.3f}")
+    for w in source.warnings:
+        print(f"  warning: {w}", file=sys.stderr)
+    print(f"  {out / 'features.json'}, {path}")
+    return EXIT_OK
+
+
+def _tolerances(items: Sequence[str]) -> dict[str, float]:
+    from simstudy.spec import SpecError
+
+    out: dict[str, float] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise SpecError(None, "--tolerance", f"expected METRIC=VALUE, got {item!r}") from None
+    return out
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from simstudy.report.traffic import render_validation
+    from simstudy.validate import validate
+
+    out = Path(args.output) if args.output else Path(args.real) / "validation"
+    try:
+        v = validate(args.real, out, spec=args.spec, backend=args.backend, astra_sim=args.astra_sim,
+                     tolerances=_tolerances(args.tolerance), skip=args.skip, timeout_s=args.timeout)
+    except ValueError as exc:
+        if "tolerance" in str(exc) or "metric" in str(exc):
+            from simstudy.spec import SpecError
+
+            raise SpecError(None, "--tolerance/--skip", str(exc)) from None
+        raise
+    path = render_validation(v, out)
+    print(v.report.to_markdown())
+    print(f"report {path}")
+    return EXIT_OK if v.report.passed else EXIT_FAILED
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    from simstudy.report.cluster_plot import plot_clusters
+    from simstudy.traffic.cluster import cluster, load_items
+
+    items = load_items([Path(p) for p in args.paths])
+    result = cluster(items, k=args.k)
+    print("\n".join(result.lines()))
+    out = Path(args.output) if args.output else Path("results") / "cluster.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    print(f"plot {plot_clusters(result, out)}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="simstudy", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"simstudy {__version__}")
@@ -185,6 +254,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-report", action="store_true", help="skip report.md and plots")
     p.set_defaults(func=_sweep)
 
+    p = sub.add_parser("analyze", help="analyse a capture directory (pcaps) or a run directory")
+    p.add_argument("path", help="capture directory (pcap/pcapng files, meta.json) or run directory")
+    p.add_argument("-o", "--output", help="where features.json, plots and analysis.md go (default PATH/analysis)")
+    p.set_defaults(func=_analyze)
+
+    p = sub.add_parser("validate", help="simulate a captured job and compare, metric by metric")
+    p.add_argument("--real", required=True, help="capture directory of the real job")
+    p.add_argument("--spec", help="scenario YAML (default: the scenario in the capture's meta.json)")
+    p.add_argument("-o", "--output", help="output directory (default REAL/validation)")
+    p.add_argument("--backend", default="flowsim", choices=["flowsim", "astrasim"], help="simulator")
+    p.add_argument("--astra-sim", metavar="PATH", help="ASTRA-SIM binary")
+    p.add_argument("--tolerance", action="append", default=[], metavar="METRIC=VALUE",
+                   help="override a tolerance, e.g. period_s=0.05 (repeatable)")
+    p.add_argument("--skip", action="append", default=[], metavar="METRIC", help="leave a metric out (repeatable)")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds before the simulation is abandoned")
+    p.set_defaults(func=_validate)
+
+    p = sub.add_parser("cluster", help="group runs and captures by traffic pattern (k-means on their features)")
+    p.add_argument("paths", nargs="+", help="sweep directories, run directories, analysed capture directories")
+    p.add_argument("-k", type=int, help="number of clusters (default: best silhouette)")
+    p.add_argument("-o", "--output", help="plot file (default results/cluster.png)")
+    p.set_defaults(func=_cluster)
+
     p = sub.add_parser("models", help="list the built-in models with parameter counts and GFLOPs")
     p.set_defaults(func=_models)
     return parser
@@ -195,8 +287,11 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
     from simstudy.compile import BundleError, CompileError
     from simstudy.spec import SpecError
     from simstudy.sweep import SweepError
+    from simstudy.traffic.pcap import PcapError
+    from simstudy.traffic.sources import SourceError
 
-    return (SpecError, CompileError, BundleError, ChakraFormatError, SweepError, FileNotFoundError)
+    return (SpecError, CompileError, BundleError, ChakraFormatError, SweepError, PcapError, SourceError,
+            FileNotFoundError)
 
 
 def _failure_types() -> tuple[type[BaseException], ...]:

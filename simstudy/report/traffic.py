@@ -1,0 +1,150 @@
+"""Reports of one traffic analysis (`simstudy analyze`) and of a validation (`simstudy validate`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+
+from simstudy.report.plots import plot_timeline
+from simstudy.traffic.features import Distribution, Features, TrafficMatrix
+from simstudy.validate import Validation
+
+
+def _write(path: Path, text: str) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _matrix(ax: Axes, m: TrafficMatrix, title: str) -> None:
+    data = m.bytes.astype(np.float64)
+    im = ax.imshow(data / max(float(data.max()), 1.0), cmap="viridis", vmin=0, vmax=1)
+    ax.set_xticks(range(len(m.ranks)), [str(r) for r in m.ranks], fontsize=7)
+    ax.set_yticks(range(len(m.ranks)), [str(r) for r in m.ranks], fontsize=7)
+    ax.set_xlabel("to rank")
+    ax.set_ylabel("from rank")
+    ax.set_title(title, fontsize=9)
+    plt.colorbar(im, ax=ax, fraction=0.046, label="bytes / max")
+
+
+def _cdf(ax: Axes, d: Distribution, label: str, scale: float = 1.0) -> None:
+    if d.count:
+        v = d.values * scale
+        ax.plot(v, np.linspace(0, 1, len(v)), drawstyle="steps-post", label=label)
+
+
+def plot_distributions(features: dict[str, Features], path: Path) -> Path:
+    """CDFs of burst durations, idle durations, burst sizes and flow sizes, one line per trace."""
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.2))
+    panels: list[tuple[str, Callable[[Features], Distribution], float]] = [
+        ("burst duration (ms)", lambda f: f.on_off.bursts, 1e3),
+        ("idle duration (ms)", lambda f: f.on_off.idles, 1e3),
+        ("burst size (MB)", lambda f: f.on_off.burst_bytes, 1e-6),
+        ("flow size (MB)", lambda f: f.flows.sizes, 1e-6),
+    ]
+    for ax, (title, get, scale) in zip(axes, panels, strict=True):
+        for label, f in features.items():
+            _cdf(ax, get(f), label, scale)
+        ax.set_xlabel(title, fontsize=8)
+        ax.set_ylim(0, 1)
+        ax.tick_params(labelsize=7)
+    axes[0].set_ylabel("CDF")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_matrices(matrices: dict[str, TrafficMatrix], path: Path) -> Path:
+    fig, axes = plt.subplots(1, len(matrices), figsize=(4.6 * len(matrices), 3.8), squeeze=False)
+    for ax, (label, m) in zip(axes[0], matrices.items(), strict=True):
+        _matrix(ax, m, f"traffic matrix: {label}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_throughputs(features: dict[str, Features], path: Path) -> Path:
+    """1 ms total throughput of each trace on one time axis (aligned origins)."""
+    fig, ax = plt.subplots(figsize=(10, 3.4))
+    for label, f in features.items():
+        tl = f.timeline_1ms
+        ax.plot(tl.times_s * 1e3, tl.total * 8 / 1e9, lw=0.8, drawstyle="steps-post", label=label)
+    ax.set_xlabel("time (ms)")
+    ax.set_ylabel("Gbit/s (1 ms bins)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _scalar_table(features: dict[str, Features]) -> list[str]:
+    names = list(next(iter(features.values())).scalars())
+    head = "| metric | " + " | ".join(features) + " |"
+    rule = "|---|" + "---:|" * len(features)
+    rows = [f"| {n} | " + " | ".join(f"{f.scalars()[n]:.4g}" for f in features.values()) + " |" for n in names]
+    return [head, rule, *rows]
+
+
+def render_analysis(features: Features, out: Path, *, title: str, notes: list[str] | None = None) -> Path:
+    """features.json, plots/ and analysis.md of one traffic table; returns analysis.md."""
+    out.mkdir(parents=True, exist_ok=True)
+    _write(out / "features.json", json.dumps(features.to_json()) + "\n")
+    plots = out / "plots"
+    plots.mkdir(exist_ok=True)
+    plot_timeline(features.timeline_1ms, plots / "timeline.png", title=f"{title}: throughput, 1 ms bins")
+    plot_matrices({title: features.matrix}, plots / "matrix.png")
+    plot_distributions({title: features}, plots / "distributions.png")
+    p = features.period
+    bpi = features.bytes_per_iteration
+    lines = [f"# Traffic of `{title}`", "",
+             f"{features.rows:,} rows, {features.total_bytes / 1e6:,.3f} MB between {len(features.ranks)} ranks "
+             f"over {features.duration_s * 1e3:.3f} ms.", "",
+             f"- iteration period: {p.period_s * 1e3:.3f} ms ({p.method}, strength {p.strength:.2f})",
+             f"- bytes per iteration per worker: {bpi.mean / 1e6:.3f} MB (mean over {len(bpi.ranks)} workers, "
+             f"{bpi.iterations} iterations, {bpi.method})",
+             f"- on/off: duty cycle {features.on_off.duty_cycle:.3f}, peak-to-mean {features.on_off.peak_to_mean:.2f}, "
+             f"{features.on_off.bursts.count} bursts",
+             f"- flows: {features.flows.count}, median size {features.flows.sizes.median / 1e6:.3f} MB",
+             f"- Hurst exponent (aggregated variance): {features.hurst:.3f}", ""]
+    lines += [f"- note: {n}" for n in notes or []]
+    lines += ["", "## All scalar metrics", "", *_scalar_table({title: features}), "",
+              "## Plots", "", "![timeline](plots/timeline.png)", "![matrix](plots/matrix.png)",
+              "![distributions](plots/distributions.png)", ""]
+    return _write(out / "analysis.md", "\n".join(lines))
+
+
+def render_validation(v: Validation, out: Path) -> Path:
+    """validation.md and side-by-side plots of a validation; returns validation.md."""
+    out.mkdir(parents=True, exist_ok=True)
+    plots = out / "plots"
+    plots.mkdir(exist_ok=True)
+    both = {"real": v.real_features, "simulated": v.sim_features}
+    plot_throughputs(both, plots / "throughput.png")
+    plot_matrices({k: f.matrix for k, f in both.items()}, plots / "matrices.png")
+    plot_distributions(both, plots / "distributions.png")
+    for name, f in both.items():
+        _write(out / f"features_{name}.json", json.dumps(f.to_json()) + "\n")
+    s = v.scenario
+    lines = [f"# Validation of `{v.real.path.name}`", "",
+             f"Real traffic: `{v.real.path}` ({v.real.kind}, {len(v.real.table):,} rows). Simulated: scenario "
+             f"`{s.name}` ({s.npus} ranks) on `{v.run.backend}` ({v.run.backend_version}), "
+             f"{len(v.sim_table):,} transfers, run directory `sim/`.", "",
+             v.report.to_markdown(), ""]
+    if v.not_measurable:
+        lines += [f"Not measurable on either trace (left out): {', '.join(v.not_measurable)}.", ""]
+    lines += ["## Side by side", "", "![throughput](plots/throughput.png)", "![matrices](plots/matrices.png)",
+              "![distributions](plots/distributions.png)", "", "## Scalar metrics", "", *_scalar_table(both), ""]
+    return _write(out / "validation.md", "\n".join(lines))

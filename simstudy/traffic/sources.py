@@ -1,0 +1,148 @@
+"""Where a TrafficTable comes from: a capture directory (pcaps + meta.json) or a run directory.
+
+A capture directory holds one or more pcap/pcapng files and, when simstudy made it, a
+`meta.json` with (all optional):
+
+- `ranks`: rank -> endpoint, `{"0": "10.0.0.1:29500", ...}` (or `"ip"`, or `{"ip":..,"port":..}`)
+- `control`: endpoints of the torch.distributed store/control connection, `["10.0.0.1:29400"]`
+- `iterations`: rank -> `[[start_s, end_s], ...]`, wall-clock seconds on the pcap clock
+- `scenario`: the resolved scenario of the job (used by `validate`)
+
+The time origin of a capture is its first training iteration when `iterations` is given
+(packets before it, such as the rendezvous, are dropped), else its first training packet.
+A run directory holds `traffic.parquet` (simulated; its time origin is the start of the job).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+from simstudy.traffic.pcap import CAPTURE_SUFFIXES, PcapError, read_pcap_dir, to_traffic_table
+from simstudy.traffic.schema import read_table
+
+META = "meta.json"
+RUN_TRAFFIC = "traffic.parquet"
+
+
+class SourceError(ValueError):
+    """A path that is neither a capture directory nor a run directory, or a bad meta.json."""
+
+
+@dataclass(frozen=True)
+class TrafficSource:
+    """A traffic table and what is known about where it came from."""
+
+    path: Path
+    kind: Literal["capture", "run"]
+    table: pd.DataFrame
+    meta: dict[str, Any] | None = None
+    experiment: dict[str, Any] | None = None
+    boundaries: dict[int, list[float]] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.path.name
+
+
+def _endpoint(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and "ip" in value:
+        return f"{value['ip']}:{value['port']}" if "port" in value else str(value["ip"])
+    raise SourceError(f"{where}: expected \"ip:port\", \"ip\" or {{ip, port}}, got {value!r}")
+
+
+def _rank_map(meta: Mapping[str, Any], path: Path) -> dict[str, int] | None:
+    ranks = meta.get("ranks")
+    if ranks is None:
+        return None
+    if not isinstance(ranks, Mapping):
+        raise SourceError(f"{path}: ranks: expected a mapping rank -> endpoint")
+    out: dict[str, int] = {}
+    for rank, ep in ranks.items():
+        if not str(rank).lstrip("-").isdigit():
+            raise SourceError(f"{path}: ranks: {rank!r} is not a rank number")
+        eps = ep if isinstance(ep, list) else [ep]
+        for e in eps:
+            out[_endpoint(e, f"{path}: ranks.{rank}")] = int(rank)
+    return out
+
+
+def _iterations(meta: Mapping[str, Any], path: Path) -> dict[int, list[float]] | None:
+    its = meta.get("iterations")
+    if its is None:
+        return None
+    if not isinstance(its, Mapping):
+        raise SourceError(f"{path}: iterations: expected a mapping rank -> [[start_s, end_s], ...]")
+    out: dict[int, list[float]] = {}
+    for rank, spans in its.items():
+        try:
+            out[int(rank)] = [float(s[0]) for s in spans]
+        except (TypeError, ValueError, IndexError):
+            raise SourceError(f"{path}: iterations.{rank}: expected [[start_s, end_s], ...]") from None
+    return out
+
+
+def read_meta(directory: Path) -> dict[str, Any] | None:
+    """The capture's meta.json, or None."""
+    path = directory / META
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SourceError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise SourceError(f"{path}: expected a JSON object")
+    return data
+
+
+def load_capture(directory: Path) -> TrafficSource:
+    """A capture directory's packets as a TrafficTable aligned on its first training iteration."""
+    meta = read_meta(directory)
+    cap = read_pcap_dir(directory)
+    meta_path = directory / META
+    rank_of = _rank_map(meta, meta_path) if meta else None
+    control = [_endpoint(e, f"{meta_path}: control") for e in meta.get("control", [])] if meta else None
+    iterations = _iterations(meta, meta_path) if meta else None
+    table = to_traffic_table(cap.packets, rank_of=rank_of, control=control, t0_s=0.0)
+    if iterations:
+        t0 = min(min(v) for v in iterations.values() if v)
+    else:
+        training = table[table["op"] != "control"]
+        t0 = float(training["t_start_s"].min()) if len(training) else 0.0
+    table = table[table["t_start_s"] >= t0].copy()
+    table["t_start_s"] -= t0
+    table["t_end_s"] -= t0
+    table = table.reset_index(drop=True)
+    bounds = {r: [s - t0 for s in v] for r, v in iterations.items()} if iterations else None
+    return TrafficSource(directory, "capture", table, meta, cap.experiment, bounds, list(cap.warnings))
+
+
+def load_traffic(path: str | Path) -> TrafficSource:
+    """Load a capture directory, a run directory, a pcap file or a traffic.parquet file."""
+    path = Path(path)
+    if not path.exists():
+        raise SourceError(f"{path}: no such file or directory")
+    if path.is_file():
+        if path.suffix == ".parquet":
+            return TrafficSource(path.parent, "run", read_table(path))
+        if path.suffix.lower() in CAPTURE_SUFFIXES:
+            raise SourceError(f"{path}: give the directory that holds the capture files, not one file")
+        raise SourceError(f"{path}: expected a capture directory, a run directory or a traffic.parquet file")
+    if (path / RUN_TRAFFIC).is_file():
+        return TrafficSource(path, "run", read_table(path / RUN_TRAFFIC))
+    try:
+        return load_capture(path)
+    except PcapError as exc:
+        raise SourceError(
+            f"{path}: neither a run directory (no {RUN_TRAFFIC}) nor a capture directory: {exc}"
+        ) from None
+

@@ -1,0 +1,85 @@
+"""Traffic sources: captures with meta.json (ranks, control connection, iteration marks) and runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simstudy.traffic import make_table, write_table
+from simstudy.traffic.pcap import read_pcap
+from simstudy.traffic.pcap_write import rank_ip, write_pcap
+from simstudy.traffic.sources import SourceError, load_traffic
+
+EPOCH = 1.7e9
+
+
+def _table(rows: list[tuple[float, float, int, int, int]]) -> object:
+    a = np.array(rows, dtype=np.float64)
+    return make_table({"t_start_s": a[:, 0], "t_end_s": a[:, 1], "src": a[:, 2], "dst": a[:, 3],
+                       "bytes": a[:, 4], "flow": np.arange(len(a)), "op": ["p2p"] * len(a)})
+
+
+def test_written_packets_carry_exactly_the_transfer_bytes(tmp_path: Path) -> None:
+    table = _table([(0.0, 0.001, 0, 1, 10_000), (0.0005, 0.0005, 1, 0, 41), (0.002, 0.004, 2, 0, 3_000_000)])
+    n = write_pcap(table, tmp_path / "t.pcap", epoch_s=EPOCH)  # type: ignore[arg-type]
+    assert n == 7 + 1 + 2000
+    r = read_pcap(tmp_path / "t.pcap")
+    p = r.packets
+    assert len(p) == n and int(p["ip_bytes"].sum()) == 10_000 + 41 + 3_000_000
+    assert (p["ip_bytes"] <= 1500).all() and (p["payload_bytes"] == p["ip_bytes"] - 40).all()
+    assert set(p["src_ip"].astype(str)) == {rank_ip(0), rank_ip(1), rank_ip(2)}
+    t = p["time"].to_numpy() - EPOCH
+    # float64 epoch seconds resolve ~0.24 us at 1.7e9 s
+    assert t.min() == pytest.approx(0.001 / 7, abs=1e-6) and t.max() == pytest.approx(0.004, abs=1e-6)
+
+
+def test_capture_ranks_control_and_iteration_alignment(tmp_path: Path) -> None:
+    # rank 0 <-> rank 1 training traffic from t=1 s; a control exchange with rank 2's address at t=0.5 s
+    table = _table([(0.5, 0.5, 2, 0, 500), (1.0, 1.01, 0, 1, 6000), (1.5, 1.51, 1, 0, 6000),
+                    (2.0, 2.01, 0, 1, 6000)])
+    cap = tmp_path / "cap"
+    cap.mkdir()
+    write_pcap(table, cap / "w.pcap", epoch_s=EPOCH)  # type: ignore[arg-type]
+    meta = {"ranks": {"0": rank_ip(1), "1": {"ip": rank_ip(0)}},  # swapped on purpose
+            "control": [f"{rank_ip(2)}:40000"],
+            "iterations": {"0": [[EPOCH + 0.9, EPOCH + 1.4], [EPOCH + 1.4, EPOCH + 1.9]],
+                           "1": [[EPOCH + 0.95, EPOCH + 1.45]]}}
+    (cap / "meta.json").write_text(json.dumps(meta))
+    src = load_traffic(cap)
+    t = src.table
+    assert src.kind == "capture" and src.boundaries == {0: [0.0, pytest.approx(0.5)], 1: [pytest.approx(0.05)]}
+    assert t["t_start_s"].min() >= 0 and len(t) == 12  # the control packet at 0.5 s is before iteration 1
+    sent = t.groupby("src")["bytes"].sum().to_dict()
+    assert sent == {1: 12_000, 0: 6_000}  # ranks follow meta.json, not IP order
+
+
+def test_control_connection_is_labelled(tmp_path: Path) -> None:
+    table = _table([(0.0, 0.0, 2, 0, 700), (1.0, 1.01, 0, 1, 6000), (1.5, 1.5, 2, 0, 500)])
+    cap = tmp_path / "cap"
+    cap.mkdir()
+    write_pcap(table, cap / "w.pcap", epoch_s=EPOCH)  # type: ignore[arg-type]
+    (cap / "meta.json").write_text(json.dumps({"control": [f"{rank_ip(2)}:40000"]}))
+    t = load_traffic(cap).table
+    assert set(t[t["op"] == "control"]["bytes"]) == {500}
+    assert 700 not in set(t["bytes"])  # before the first training packet (the time origin): dropped
+    assert t["t_start_s"].min() == 0
+
+
+def test_run_directories_and_errors(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    write_table(_table([(0.0, 0.001, 0, 1, 100)]), run / "traffic.parquet")  # type: ignore[arg-type]
+    assert load_traffic(run).kind == "run" and len(load_traffic(run / "traffic.parquet").table) == 1
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "x.pcap").write_bytes(b"\x00" * 64)
+    with pytest.raises(ValueError, match="x.pcap"):
+        load_traffic(bad)
+    (tmp_path / "m").mkdir()
+    write_pcap(_table([(0.0, 0.001, 0, 1, 100)]), tmp_path / "m" / "a.pcap")  # type: ignore[arg-type]
+    (tmp_path / "m" / "meta.json").write_text("{not json")
+    with pytest.raises(SourceError, match=r"meta\.json: not valid JSON"):
+        load_traffic(tmp_path / "m")
