@@ -92,3 +92,12 @@ def test_analyze_bad_paths_are_bad_input(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     proc = _cli("analyze", str(tmp_path / "empty"), cwd=tmp_path)
     assert proc.returncode == 2 and "neither a run directory" in proc.stderr
+
+
+def test_cluster_command_groups_runs_and_captures(capture: Path) -> None:
+    for target in ("cap", "run"):
+        assert _cli("analyze", target, cwd=capture).returncode == 0
+    proc = _cli("cluster", "cap", "run", "-o", "clusters.png", cwd=capture)
+    assert proc.returncode == 0, proc.stderr
+    assert "[real]" in proc.stdout and "[sim]" in proc.stdout
+    assert (capture / "clusters.png").stat().st_size > 1000
