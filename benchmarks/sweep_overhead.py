@@ -27,20 +27,26 @@ from simstudy.sweep import LocalExecutor, SweepResult, run_study
 
 
 def study_text(n: int) -> str:
-    """A study of `n` scenarios: ResNet-50 and MobileNetV2 data parallel on switches and rings."""
-    bws = [5 + 5 * i for i in range(max(1, n // 4))]
+    """A study of `n` scenarios (a multiple of 20): 4 models x 5 topologies x n/20 link speeds,
+    8 workers, ring all-reduce, 2 iterations each, like the shipped studies."""
+    bws = [5.0 * 2 ** (i / 2) for i in range(max(1, n // 20))]
+    topologies = [
+        {"kind": "ring", "npus": 8},
+        {"kind": "switch", "npus": 8},
+        {"kind": "fully_connected", "npus": 8},
+        {"kind": "star", "npus": 8},
+        {"kind": "fat_tree", "k": 4, "npus": 8},
+    ]
     study = {
         "name": "overhead",
         "base": {
-            "model": "resnet50",
-            "topology": {"kind": "switch", "npus": 8, "bandwidth_gbps": 25, "latency_ns": 1000},
             "system": {"peak_tflops": 120, "efficiency": 0.4},
             "training": {"batch_size_per_worker": 32, "iterations": 2},
         },
         "axes": {
-            "model": ["resnet50", "mobilenetv2"],
-            "topology.kind": ["switch", "ring"],
-            "topology.bandwidth_gbps": bws,
+            "model": ["resnet50", "mobilenetv2", "lstm_lm", "bert_base"],
+            "topology": topologies,
+            "topology.bandwidth_gbps": [round(b, 2) for b in bws],
         },
     }
     return yaml.safe_dump(study, sort_keys=False)

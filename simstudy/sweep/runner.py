@@ -161,5 +161,5 @@ def execute(task: RunTask) -> RunRecord:
         where = traceback.extract_tb(exc.__traceback__)[-1]
         error = f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno})"
         return RunRecord(task.key, "failed", error=error, seconds=time.perf_counter() - t0)
-    return RunRecord(task.key, "ok", metrics=record["metrics"], seconds=float(record["seconds"]),
+    return RunRecord(task.key, "ok", metrics=record["metrics"], seconds=time.perf_counter() - t0,
                      features=task.features)
