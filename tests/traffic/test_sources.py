@@ -76,7 +76,7 @@ def test_run_directories_and_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "x.pcap").write_bytes(b"\x00" * 64)
-    with pytest.raises(ValueError, match="x.pcap"):
+    with pytest.raises(ValueError, match=r"x\.pcap"):
         load_traffic(bad)
     (tmp_path / "m").mkdir()
     write_pcap(_table([(0.0, 0.001, 0, 1, 100)]), tmp_path / "m" / "a.pcap")  # type: ignore[arg-type]

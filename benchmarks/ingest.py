@@ -1,0 +1,244 @@
+"""pcap ingest speed and memory: simstudy's reader against dpkt and tshark on the same files.
+
+Generates two classic pcap files of about --size-mb MB each (default 1024):
+  header.pcap  1514-byte TCP/IPv4 frames captured with a 100-byte snap length (116 bytes per record)
+  full.pcap    the same frames captured whole (1530 bytes per record)
+and a third, mixed.pcap (header-only, data frames interleaved with 66-byte ACKs and odd sizes), which
+exercises the variable-length record walk. Then, per file, it prints packets per second and MB/s of
+
+  simstudy  read_pcap (in a child process; best of --repeat runs)
+  dpkt      pcap.Reader + Ethernet/IP/TCP parse of each packet (stopped after --dpkt-packets)
+  tshark    -T fields -e frame.time_epoch -e ip.src -e ip.dst -e tcp.srcport -e tcp.dstport -e ip.len
+            (stopped after --tshark-packets with -c)
+
+the ratios simstudy/dpkt and simstudy/tshark, and simstudy's peak memory against the size of the
+table it returns (a separate child: tracemalloc peak of numpy/Python allocations, and the growth
+of the resident set, which also counts mapped file pages). MB = 10**6 bytes, GB = 10**9 bytes.
+
+Targets (from the issue): >= 8 million packets/s on header.pcap, >= 3 GB/s on full.pcap, peak
+memory <= 2x the output table.
+
+Usage: python benchmarks/ingest.py [--size-mb 1024] [--dir DIR] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+SNAP = 100
+WIRE = 1514
+T0 = 1_700_000_000
+
+CHILD_TIME = r"""
+import json, sys, time
+from simstudy.traffic.pcap import read_pcap
+best = None
+for _ in range(int(sys.argv[2])):
+    t = time.perf_counter()
+    r = read_pcap(sys.argv[1])
+    dt = time.perf_counter() - t
+    best = dt if best is None else min(best, dt)
+    rows = len(r.packets)
+    del r
+print(json.dumps({"seconds": best, "rows": rows}))
+"""
+
+CHILD_MEMORY = r"""
+import json, resource, sys, tracemalloc
+import numpy, pandas
+from simstudy.traffic.pcap import read_pcap
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+tracemalloc.start()
+r = read_pcap(sys.argv[1])
+_, peak = tracemalloc.get_traced_memory()
+tracemalloc.stop()
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+table = int(r.packets.memory_usage(deep=True).sum())
+print(json.dumps({"peak": peak, "rss_growth": rss - base, "table": table, "rows": len(r.packets)}))
+"""
+
+
+def frame_template() -> bytes:
+    """A 1514-byte Ethernet/IPv4/TCP frame (TCP timestamps option: 32-byte TCP header)."""
+    tcp = struct.pack("!HHIIBBHHH", 40000, 29500, 1, 1, 8 << 4, 0x10, 65535, 0, 0) + b"\x01\x01\x08\x0a" + bytes(8)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, WIRE - 14, 0, 0x4000, 64, 6, 0, bytes([10, 0, 0, 1]),
+                     bytes([10, 0, 0, 2]))
+    eth = b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00"
+    frame = eth + ip + tcp
+    return frame + bytes(WIRE - len(frame))
+
+
+def write_capture(path: Path, size_mb: int, snaplen: int, *, mixed: bool = False) -> None:
+    """Write a classic pcap of about size_mb MB (whole records only), numpy-built a batch at a time."""
+    frame = np.frombuffer(frame_template(), dtype=np.uint8)
+    room = size_mb * 10**6 - 24
+    rng = np.random.default_rng(0)
+    with path.open("wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, max(snaplen, SNAP), 1))
+        first = 0
+        while room > 0:
+            batch = _mixed_records(rng, frame, snaplen, first, 1 << 20) if mixed else _fixed_records(
+                frame, snaplen, first, 1 << 20)
+            data, ends = batch
+            whole = int(np.searchsorted(ends, room, side="right"))
+            if whole == 0:
+                break
+            cut = int(ends[whole - 1])
+            f.write(data[:cut])
+            room -= cut
+            first += whole
+
+
+def _headers(n: int, first: int, incl: np.ndarray, wire: np.ndarray) -> np.ndarray:
+    idx = first + np.arange(n, dtype=np.int64)
+    usec = idx * 12 // 10  # 1514 bytes at 10 Gb/s: 1.2 us apart
+    header = np.empty((n, 4), dtype="<u4")
+    header[:, 0] = T0 + usec // 10**6
+    header[:, 1] = usec % 10**6
+    header[:, 2] = incl
+    header[:, 3] = wire
+    return header
+
+
+def _fixed_records(frame: np.ndarray, snaplen: int, first: int, n: int) -> tuple[bytes, np.ndarray]:
+    incl = min(snaplen, WIRE)
+    rec = np.empty((n, 16 + incl), dtype=np.uint8)
+    rec[:, 16:] = frame[:incl]
+    rec[:, :16] = _headers(n, first, np.full(n, incl), np.full(n, WIRE)).view(np.uint8)
+    idx = first + np.arange(n, dtype=np.int64)
+    rec[:, 16 + 33] = 2 + idx % 4  # destination 10.0.0.2 .. 10.0.0.5
+    rec[:, 16 + 35] = idx % 8  # source port 40000..40007 (low byte)
+    return rec.tobytes(), (16 + incl) * np.arange(1, n + 1, dtype=np.int64)
+
+
+def _mixed_records(rng: np.random.Generator, frame: np.ndarray, snaplen: int, first: int,
+                   n: int) -> tuple[bytes, np.ndarray]:
+    """Data frames (60%), 66-byte ACKs (30%) and frames of random size (10%), in random order."""
+    kind = rng.random(n)
+    wire = np.where(kind < 0.6, WIRE, np.where(kind < 0.9, 66, rng.integers(60, WIRE, n)))
+    incl = np.minimum(wire, snaplen)
+    ends = np.cumsum(16 + incl)
+    starts = ends - (16 + incl)
+    out = np.empty(int(ends[-1]), dtype=np.uint8)
+    out[starts[:, None] + np.arange(16)] = _headers(n, first, incl, wire).view(np.uint8)
+    for size in np.unique(incl).tolist():
+        rows = np.flatnonzero(incl == size)
+        out[(starts[rows] + 16)[:, None] + np.arange(size)] = frame[:size]
+    ip_len = (wire - 14).astype(">u2").view(np.uint8).reshape(n, 2)
+    out[(starts + 16 + 16)[:, None] + np.arange(2)] = ip_len
+    return out.tobytes(), ends
+
+
+def run_child(code: str, *args: str) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def bench_dpkt(path: Path, cap: int) -> tuple[int, float] | None:
+    if importlib.util.find_spec("dpkt") is None:
+        return None
+    import dpkt
+
+    t = time.perf_counter()
+    n = 0
+    total = 0
+    with path.open("rb") as f:
+        for ts, buf in dpkt.pcap.Reader(f):
+            ip = dpkt.ethernet.Ethernet(buf).data
+            tcp = ip.data
+            total += ip.len + (tcp.sport if isinstance(tcp, dpkt.tcp.TCP) else 0) + int(ts)
+            n += 1
+            if n >= cap:
+                break
+    return n, time.perf_counter() - t
+
+
+def bench_tshark(path: Path, cap: int) -> tuple[int, float] | None:
+    tshark = shutil.which("tshark")
+    if tshark is None:
+        return None
+    fields = ["frame.time_epoch", "ip.src", "ip.dst", "tcp.srcport", "tcp.dstport", "ip.len"]
+    cmd = [tshark, "-n", "-r", str(path), "-c", str(cap), "-T", "fields"]
+    for f in fields:
+        cmd += ["-e", f]
+    t = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, check=True).stdout
+    return out.count(b"\n"), time.perf_counter() - t
+
+
+def report(name: str, path: Path, args: argparse.Namespace) -> dict[str, float]:
+    size = path.stat().st_size
+    sim = run_child(CHILD_TIME, str(path), str(args.repeat))
+    mem = run_child(CHILD_MEMORY, str(path))
+    rows, sec = int(sim["rows"]), sim["seconds"]
+    pps, mbs = rows / sec, size / sec / 1e6
+    print(f"\n== {name}: {path.name}, {size / 1e6:,.0f} MB, {rows:,} packets ==")
+    print(f"{'reader':<10} {'packets':>12} {'seconds':>9} {'Mpackets/s':>11} {'MB/s':>9}")
+    print(f"{'simstudy':<10} {rows:>12,} {sec:>9.3f} {pps / 1e6:>11.2f} {mbs:>9,.0f}")
+    others = (("dpkt", bench_dpkt(path, args.dpkt_packets)), ("tshark", bench_tshark(path, args.tshark_packets)))
+    for label, got in others:
+        if got is None:
+            print(f"{label:<10} not available")
+            continue
+        n, s = got
+        rate = n / s
+        print(f"{label:<10} {n:>12,} {s:>9.3f} {rate / 1e6:>11.2f} {rate * size / rows / 1e6:>9,.0f}"
+              f"   simstudy/{label} = {pps / rate:,.1f}x")
+    ratio = mem["peak"] / mem["table"]
+    print(f"memory: table {mem['table'] / 1e6:,.0f} MB, tracemalloc peak {mem['peak'] / 1e6:,.0f} MB "
+          f"({ratio:.2f}x table), resident growth {mem['rss_growth'] / 1e6:,.0f} MB "
+          f"({mem['rss_growth'] / mem['table']:.2f}x table)")
+    return {"pps": pps, "gbs": size / sec / 1e9, "mem": ratio}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mb", type=int, default=1024)
+    ap.add_argument("--dir", type=Path, default=None, help="where to write the captures (default: a temp dir)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dpkt-packets", type=int, default=500_000)
+    ap.add_argument("--tshark-packets", type=int, default=500_000)
+    ap.add_argument("--no-mixed", action="store_true", help="skip the variable-length capture")
+    args = ap.parse_args()
+    tmp = None
+    if args.dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="ingest-")
+        args.dir = Path(tmp.name)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    files = [("header-only", "header.pcap", SNAP, False), ("full-size", "full.pcap", 65535, False)]
+    if not args.no_mixed:
+        files.append(("mixed header-only", "mixed.pcap", SNAP, True))
+    try:
+        results = {}
+        for name, fname, snap, mixed in files:
+            path = args.dir / fname
+            if not path.exists() or abs(path.stat().st_size - args.size_mb * 10**6) > 70_000:
+                t = time.perf_counter()
+                write_capture(path, args.size_mb, snap, mixed=mixed)
+                print(f"wrote {path} ({path.stat().st_size / 1e6:,.0f} MB) in {time.perf_counter() - t:.1f} s")
+            results[name] = report(name, path, args)
+        print("\n== targets ==")
+        h, f = results["header-only"], results["full-size"]
+        worst = max(r["mem"] for r in results.values())
+        print(f"header-only: {h['pps'] / 1e6:.2f} M packets/s (target >= 8): {'PASS' if h['pps'] >= 8e6 else 'FAIL'}")
+        print(f"full-size:   {f['gbs']:.2f} GB/s (target >= 3): {'PASS' if f['gbs'] >= 3 else 'FAIL'}")
+        verdict = "PASS" if worst <= 2 else "FAIL"
+        print(f"memory:      worst peak {worst:.2f}x the output table (target <= 2): {verdict}")
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
