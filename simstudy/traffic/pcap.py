@@ -12,22 +12,27 @@
 | `payload_bytes` | int64 | `ip_bytes` minus the IP and TCP/UDP headers (never negative) |
 | `cap_bytes` | int32 | bytes captured for the frame (link header included) |
 
-How it stays fast: the file is memory-mapped and read in chunks of `chunk_bytes`. Within a chunk the
-record boundaries are found first (the only sequential part), then every field is read for all
-packets at once with numpy, in cache-sized blocks. Boundaries are found, in order of preference:
+How it stays fast: the file is memory-mapped and read in chunks of `chunk_bytes` (default 64 MiB).
+Within a chunk the record boundaries are found first (the only sequential part), then every field
+is read for all packets at once with numpy, 16384 packets at a time so that their bytes stay in
+cache. Boundaries are found, in order of preference:
 
 1. constant stride: a snap-length-truncated or fixed-size capture has the same record length
-   everywhere; one strided read of the length fields proves it and no offset array is built;
+   everywhere. The first 64 records prove the stride, no offset array is built, and the length of
+   every further record is checked as it is decoded (a record that breaks the stride ends the chunk
+   there and the walk resumes from it);
 2. lanes: the chunk is cut into thousands of segments and one walker per segment steps through
    record headers, all walkers advancing together in numpy. A walker that starts inside a record
    slides byte by byte until the header looks plausible. Walkers are then stitched: a segment's
    records are accepted only from the exact position where the true chain from the previous
-   segment enters it, so the result is always the sequential walk's result;
+   segment enters it, so the result is always the sequential walk's result. The first bytes of
+   scattered records are then copied together (one memcpy each) so that fields are strided reads;
 3. a plain sequential walk (struct.unpack_from) for the parts the lanes could not prove, and for
-   captures of large records where it is already fast per byte.
+   captures of large records, where it is already fast per byte.
 
-Memory: mapped file pages are released after each chunk; the output columns are collected per
-chunk and joined one column at a time, so the peak is about the output plus one chunk's work.
+Memory: the output columns are allocated once from an estimate of the packet count (exact for a
+constant-stride capture) and chunks decode straight into them; mapped file pages are released
+after each chunk. The peak is about the output table plus one chunk's scratch arrays.
 
 `read_pcap_dir(directory)` reads the one-directory-per-experiment layout of public captures
 (`framework-model-optimizer-batchsize-backend-delay[-topology]`, one pcap per worker, optional
@@ -60,8 +65,9 @@ Mask = NDArray[np.bool_]
 Rel = int | I64  # a byte offset relative to each packet's start: one for all, or one per packet
 _DType = np.dtype[Any] | type[np.generic]
 
-DEFAULT_CHUNK_BYTES: Final = 256 << 20
+DEFAULT_CHUNK_BYTES: Final = 64 << 20
 BLOCK_PACKETS: Final = 16384  # packets decoded together (their bytes stay in cache)
+_ROW_BYTES: Final = 128  # bytes of each scattered record copied together (record header and packet headers)
 MAX_CAPLEN: Final = 262144  # largest captured length libpcap accepts unless the snap length is larger
 
 LINKTYPE_NULL: Final = 0
@@ -280,6 +286,69 @@ class _Offsets:
         out[...] = buf.gather(self.array() + rel, fmt)
 
 
+class _Rows:
+    """Packets copied into a compact block: row k holds `width` bytes of the file from `orig[k]`.
+
+    Reads of fields within the row are strided reads of cache-resident memory (the copy is one 16..144
+    byte memcpy per packet); reads past the row fall back to the file. Same interface as _Offsets.
+    """
+
+    __slots__ = ("_flat", "base", "block", "n", "orig", "width")
+
+    def __init__(self, block: NDArray[np.uint8], width: int, orig: I64, base: int = 0) -> None:
+        self.block = block  # n * width bytes
+        self.width = width
+        self.orig = orig
+        self.base = base
+        self.n = len(orig)
+        self._flat: _Buf | None = None
+
+    @classmethod
+    def copy(cls, buf: _Buf, offsets: I64, width: int) -> _Rows | None:
+        """Copy `width` bytes from each offset (None when the last would run past the file)."""
+        if len(offsets) == 0 or int(offsets[-1]) + width > buf.n:
+            return None
+        items = buf.view(np.dtype(f"V{width}"))[offsets]
+        return cls(items.view(np.uint8), width, offsets)
+
+    def shift(self, d: int) -> _Rows:
+        return _Rows(self.block, self.width, self.orig, self.base + d)
+
+    def take(self, rows: NDArray[Any]) -> _Rows:
+        block = self.block.reshape(self.n, self.width)[rows].reshape(-1)
+        return _Rows(block, self.width, self.orig[rows], self.base)
+
+    def array(self) -> I64:
+        return self.orig + self.base
+
+    def _inside(self, rel: Rel, width: int) -> bool:
+        if isinstance(rel, int):
+            return self.base + rel >= 0 and self.base + rel + width <= self.width
+        return len(rel) == 0 or (self.base + int(rel.min()) >= 0 and self.base + int(rel.max()) + width <= self.width)
+
+    def read(self, buf: _Buf, rel: Rel, fmt: str, dtype: _DType | None = None) -> NDArray[Any]:
+        width = np.dtype(fmt).itemsize
+        if not self._inside(rel, width):
+            return buf.gather(self.array() + rel, fmt, dtype)
+        if isinstance(rel, int):
+            view = np.ndarray((self.n,), dtype=fmt, buffer=self.block, offset=self.base + rel, strides=(self.width,))
+            return view.astype(dtype or _native(fmt))
+        if self._flat is None:
+            self._flat = _Buf(self.block, b"")
+        idx = self.width * np.arange(self.n, dtype=np.int64) + (self.base + rel)
+        return self._flat.gather(idx, fmt, dtype)
+
+    def read_into(self, buf: _Buf, rel: Rel, fmt: str, out: NDArray[Any]) -> None:
+        if isinstance(rel, int) and self._inside(rel, np.dtype(fmt).itemsize):
+            view = np.ndarray((self.n,), dtype=fmt, buffer=self.block, offset=self.base + rel, strides=(self.width,))
+            np.copyto(out, view, casting="unsafe")
+        else:
+            out[...] = self.read(buf, rel, fmt)
+
+
+_Where = _Offsets | _Rows  # where each packet's bytes are
+
+
 # ---------------------------------------------------------------------------------------------
 # Finding record boundaries
 
@@ -324,6 +393,7 @@ _MAX_LANES: Final = 16384
 _MAX_SLIDE: Final = 4096
 _SAMPLE: Final = 512
 _SEQUENTIAL_RECORD_BYTES: Final = 600
+_LANE_WINDOW: Final = 32 << 20
 
 
 def _walk(buf: _Buf, pos: int, stop: int, spec: _WalkSpec, *, lazy: bool = False) -> _Walk:
@@ -350,8 +420,15 @@ def _walk(buf: _Buf, pos: int, stop: int, spec: _WalkSpec, *, lazy: bool = False
         if few.reason != "limit":
             return _join(pieces, few)
         pos = few.next
-    rest = _lanes(buf, pos, stop, spec)
-    return _join([*pieces, rest.offsets], rest)
+    while True:  # lanes, in windows small enough for their scattered reads to stay in cache
+        window = min(stop, pos + _LANE_WINDOW)
+        rest = _lanes(buf, pos, window, spec)
+        if rest.reason == "partial" and rest.offsets.n == 0 and window < stop:
+            rest = _lanes(buf, pos, min(stop, rest.need), spec)  # a record larger than the window
+        pieces.append(rest.offsets)
+        pos = rest.next
+        if window >= stop or rest.reason not in ("end", "partial") or rest.need > stop:
+            return _join(pieces, rest)
 
 
 def _lazy_run(buf: _Buf, pos: int, stop: int, spec: _WalkSpec) -> _Walk | None:
@@ -484,47 +561,47 @@ class _LaneRun:
 
 
 def _run_lanes(buf: _Buf, pos: int, stop: int, spec: _WalkSpec, lanes: int, per_lane: float) -> _LaneRun:
+    """Step all lanes together; arrays named *_l hold the lanes still walking (`live`)."""
     seg = (stop - pos) // lanes
-    seg_start = pos + seg * np.arange(lanes, dtype=np.int64)
-    seg_end = np.append(seg_start[1:], stop)
-    cur = seg_start.copy()
-    active = np.ones(lanes, dtype=np.bool_)
+    seg_end = np.append(pos + seg * np.arange(1, lanes, dtype=np.int64), stop)
+    live = np.arange(lanes)
+    cur = pos + seg * live.astype(np.int64)
+    end_l = seg_end.copy()
     slides = np.zeros(lanes, dtype=np.int64)
     last_slide = np.full(lanes, -1, dtype=np.int64)
     exit_ = np.full(lanes, -1, dtype=np.int64)
     need = np.zeros(lanes, dtype=np.int64)
-    state = np.zeros(lanes, dtype=np.int8)
+    state = np.full(lanes, 3, dtype=np.int8)  # abandoned unless it ends otherwise
     positions = np.empty((int(per_lane * 1.5) + 64, lanes), dtype=np.int64)
     steps = np.empty(positions.shape, dtype=np.bool_)
     max_rows = int(4 * per_lane) + 2 * _MAX_SLIDE
     head = max(spec.len_off + 4, spec.hdr)
     row = 0
-    while row < max_rows and active.any():
+    while row < max_rows and len(live):
         if row == len(positions):
             positions = np.concatenate([positions, np.empty_like(positions)])
             steps = np.concatenate([steps, np.empty_like(steps)])
         length, plausible = spec.probe(buf, cur, pos)
         nxt = cur + spec.hdr + length
-        header_cut = active & (cur + head > stop)
-        ok = active & ~header_cut & spec.valid_v(length) & plausible
+        header_cut = cur + head > stop
+        ok = ~header_cut & spec.valid_v(length) & plausible
         partial = header_cut | (ok & (nxt > stop))
         step = ok & ~partial
-        positions[row] = np.where(active & ~partial, cur, _IDLE)
-        steps[row] = step
-        slid = active & ~partial & ~step
-        last_slide[slid] = row
-        nxt = np.where(header_cut, cur + head, nxt)
-        exit_[partial], need[partial], state[partial] = cur[partial], nxt[partial], 2
-        active &= ~partial
+        positions[row] = _IDLE
+        positions[row, live] = np.where(partial, _IDLE, cur)
+        steps[row] = False
+        steps[row, live] = step
+        last_slide[live[~partial & ~step]] = row
+        ended = live[partial]
+        exit_[ended], need[ended], state[ended] = cur[partial], np.where(header_cut, cur + head, nxt)[partial], 2
         cur = np.where(step, nxt, cur + 1)
         slides = np.where(step, 0, slides + 1)
-        done = active & (cur >= seg_end)
-        exit_[done], state[done] = cur[done], 1
-        active &= ~done
-        state[active & (slides > _MAX_SLIDE)] = 3
-        active &= slides <= _MAX_SLIDE
+        done = ~partial & (cur >= end_l)
+        exit_[live[done]], state[live[done]] = cur[done], 1
+        going = ~partial & ~done & (slides <= _MAX_SLIDE)
+        if not going.all():
+            live, cur, end_l, slides = live[going], cur[going], end_l[going], slides[going]
         row += 1
-    state[active] = 3
     return _LaneRun(seg_end, positions[:row], steps[:row], last_slide, exit_, state, need)
 
 
@@ -651,7 +728,7 @@ def _sub(rel: Rel, rows: NDArray[Any]) -> Rel:
     return rel if isinstance(rel, int) else rel[rows]
 
 
-def _link_layer(buf: _Buf, data: _Offsets, cap: I64, link: int) -> tuple[Rel, NDArray[np.uint8] | int, Mask]:
+def _link_layer(buf: _Buf, data: _Where, cap: I64, link: int) -> tuple[Rel, NDArray[np.uint8] | int, Mask]:
     """(offset of the IP header, IP version 4/6/0 per packet or 4 for all, link header not captured)."""
     l3: Rel
     net: NDArray[np.uint8] | int
@@ -722,7 +799,7 @@ def _decode(buf: _Buf, h: _Headers, out: _Decoded) -> None:
         _ipv6(buf, data.take(rows), cap[rows], wire[rows], _sub(l3, rows), out, rows)
 
 
-def _ipv4(buf: _Buf, data: _Offsets, cap: I64, wire: I64, l3: Rel, out: _Decoded, rows: I64 | None) -> None:
+def _ipv4(buf: _Buf, data: _Where, cap: I64, wire: I64, l3: Rel, out: _Decoded, rows: I64 | None) -> None:
     b0 = data.read(buf, l3, "u1")
     total = data.read(buf, l3 + 2, ">u2", np.int64)
     # Segmentation offload captures can carry total length 0: take the length from the wire length.
@@ -746,7 +823,7 @@ def _ipv4(buf: _Buf, data: _Offsets, cap: I64, wire: I64, l3: Rel, out: _Decoded
     _transport(buf, data, cap, l3 + hl, proto, first_fragment, ip_bytes, hl, out, rows)
 
 
-def _ipv6(buf: _Buf, data: _Offsets, cap: I64, wire: I64, l3: Rel, out: _Decoded, rows: I64) -> None:
+def _ipv6(buf: _Buf, data: _Where, cap: I64, wire: I64, l3: Rel, out: _Decoded, rows: I64) -> None:
     b0 = data.read(buf, l3, "u1")
     plen = data.read(buf, l3 + 4, ">u2", np.int64)
     ip_bytes = np.where(plen == 0, wire - l3, plen + 40)  # 0: jumbogram or offload; use the wire length
@@ -779,7 +856,7 @@ def _ipv6(buf: _Buf, data: _Offsets, cap: I64, wire: I64, l3: Rel, out: _Decoded
 
 def _transport(
     buf: _Buf,
-    data: _Offsets,
+    data: _Where,
     cap: I64,
     l4: Rel,
     proto: NDArray[np.uint8],
@@ -839,15 +916,11 @@ class _Addresses:
             out.append(c)
         return np.array(out, dtype=np.int32)
 
-    def codes4(self, addr: NDArray[np.uint32], out: NDArray[np.int32] | None = None) -> NDArray[np.int32]:
+    def codes4(self, addr: NDArray[np.uint32]) -> NDArray[np.int32]:
         if len(addr) and bool((addr == addr[0]).all()):  # one address (the capturing host, often)
-            code = self._codes_for([int(addr[0])])[0]
-            if out is None:
-                return np.full(len(addr), code, dtype=np.int32)
-            out[:] = code
-            return out
+            return np.full(len(addr), self._codes_for([int(addr[0])])[0], dtype=np.int32)
         local, uniq = pd.factorize(addr)
-        codes: NDArray[np.int32] = np.take(self._codes_for(int(u) for u in uniq), local, out=out)
+        codes: NDArray[np.int32] = self._codes_for(int(u) for u in uniq)[local]
         return codes
 
     def codes6(self, addr: NDArray[np.uint64]) -> NDArray[np.int32]:
@@ -870,9 +943,10 @@ def _key_text(key: int) -> str:
     return str(ipaddress.IPv4Address(key)) if key < (1 << 128) else str(ipaddress.IPv6Address(key - (1 << 128)))
 
 
-#: Packet table columns and the dtypes they are collected in (addresses as codes, categorical at the end).
+#: Packet table columns and the dtypes they are collected in (addresses as codes, categorical at the end;
+#: the code columns widen when there are more than 127 or 32767 addresses).
 _COLUMNS: Final[dict[str, type[np.generic]]] = {
-    "time": np.float64, "src_ip": np.int32, "dst_ip": np.int32, "sport": np.int32, "dport": np.int32,
+    "time": np.float64, "src_ip": np.int8, "dst_ip": np.int8, "sport": np.int32, "dport": np.int32,
     "proto": np.uint8, "ip_bytes": np.int64, "payload_bytes": np.int64, "cap_bytes": np.int32,
 }
 
@@ -924,7 +998,6 @@ class _Collector:
             l4_truncated=np.zeros(n, dtype=np.bool_),
         )
         time, cap_bytes = self.cols["time"][s : s + n], self.cols["cap_bytes"][s : s + n]
-        src, dst = self.cols["src_ip"][s : s + n], self.cols["dst_ip"][s : s + n]
         done = n
         for i0 in range(0, n, BLOCK_PACKETS):
             i1 = min(n, i0 + BLOCK_PACKETS)
@@ -934,35 +1007,48 @@ class _Collector:
             _decode(buf, h, block)
             time[i0 : i0 + m] = h.time
             cap_bytes[i0 : i0 + m] = h.cap
-            self._codes4(block, src[i0 : i0 + m], dst[i0 : i0 + m])
+            self._codes4(block, s + i0)
             for rows, s6, d6 in zip(block.v6_rows, block.src6, block.dst6, strict=True):
                 out.add_v6(rows + i0, s6, d6)
             if m < i1 - i0:
                 done = i0 + m
                 break
         if out.v6_rows:
-            self._codes6(out, src, dst)
+            self._codes6(out, s)
         self._keep(out, done)
         return done
 
-    def _codes4(self, block: _Decoded, src: NDArray[np.int32], dst: NDArray[np.int32]) -> None:
-        """IPv4 address codes of a block's good rows (other rows are left as they are)."""
+    def _codes4(self, block: _Decoded, at: int) -> None:
+        """IPv4 address codes of a block's good rows, stored from row `at` (other rows are left as they are)."""
         ok = block.status == _OK
         for rows in block.v6_rows:
             ok[rows] = False
+        book = self.addresses
         if ok.all():
-            self.addresses.codes4(block.src4, out=src)
-            self.addresses.codes4(block.dst4, out=dst)
+            self._put_codes(at, None, book.codes4(block.src4), book.codes4(block.dst4))
         elif ok.any():
-            src[ok] = self.addresses.codes4(block.src4[ok])
-            dst[ok] = self.addresses.codes4(block.dst4[ok])
+            self._put_codes(at, np.flatnonzero(ok), book.codes4(block.src4[ok]), book.codes4(block.dst4[ok]))
 
-    def _codes6(self, d: _Decoded, src: NDArray[np.int32], dst: NDArray[np.int32]) -> None:
+    def _codes6(self, d: _Decoded, at: int) -> None:
         rows = np.concatenate(d.v6_rows)
         good = d.status[rows] == _OK
         if good.any():
-            src[rows[good]] = self.addresses.codes6(np.concatenate(d.src6)[good])
-            dst[rows[good]] = self.addresses.codes6(np.concatenate(d.dst6)[good])
+            book = self.addresses
+            src, dst = book.codes6(np.concatenate(d.src6)[good]), book.codes6(np.concatenate(d.dst6)[good])
+            self._put_codes(at, rows[good], src, dst)
+
+    def _put_codes(self, at: int, rows: I64 | None, src: NDArray[np.int32], dst: NDArray[np.int32]) -> None:
+        """Store address codes (rows relative to `at`, None: len(src) rows from `at`), widening if needed."""
+        top = len(self.addresses.keys) - 1
+        if top > np.iinfo(self.cols["src_ip"].dtype).max:
+            wider = np.int16 if top <= np.iinfo(np.int16).max else np.int32
+            for name in ("src_ip", "dst_ip"):
+                self.cols[name] = self.cols[name].astype(wider)
+        for name, codes in (("src_ip", src), ("dst_ip", dst)):
+            if rows is None:
+                self.cols[name][at : at + len(codes)] = codes
+            else:
+                self.cols[name][at + rows] = codes
 
     def _keep(self, d: _Decoded, n: int) -> None:
         """Count the chunk's records and drop the rows that are not (well-formed) IP packets."""
@@ -994,7 +1080,7 @@ class _Collector:
                 col = col.copy()
             del full
             if name in ("src_ip", "dst_ip"):
-                codes = col if identity else remap[col]
+                codes = col if identity else remap.astype(col.dtype)[col]
                 columns[name] = pd.Categorical.from_codes(codes, dtype=dtype, validate=False)
             else:
                 columns[name] = col
@@ -1005,7 +1091,7 @@ class _Collector:
 class _Headers:
     """Record-level facts for a block of packets."""
 
-    data: _Offsets
+    data: _Where
     cap: I64
     wire: I64
     time: NDArray[np.float64]
@@ -1017,7 +1103,7 @@ class _Headers:
 
 
 class _Mapped:
-    """The file memory-mapped read-only (small files are read into memory)."""
+    """The file memory-mapped read-only (an empty file maps to no bytes)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -1143,13 +1229,15 @@ def _read_classic(path: Path, buf: _Buf, chunk_bytes: int) -> PcapResult:
 
     def headers(recs: _Offsets, check: int) -> Callable[[int, int], _Headers]:
         def header(i0: int, i1: int) -> _Headers:
-            r = recs.slice(i0, i1)
+            r: _Where = recs.slice(i0, i1)
+            if not recs.strided_form:  # scattered records: copy their first bytes together first
+                r = _Rows.copy(buf, r.array(), _ROW_BYTES) or r
             cap = r.read(buf, 8, u32, np.int64)
             if check >= 0:  # a lazily assumed stride: stop at the first record that breaks it
                 bad = cap != check
                 if bad.any():
                     k = int(bad.argmax())
-                    r, cap = r.slice(0, k), cap[:k]
+                    r, cap = recs.slice(i0, i0 + k), cap[:k]
             time = r.read(buf, 0, u32, np.float64)
             time += r.read(buf, 4, u32, np.float64) * scale
             return _Headers(r.shift(h.rec_hdr), cap, r.read(buf, 12, u32, np.int64), time, h.link)
@@ -1318,7 +1406,7 @@ def _pcapng_chunk(path: Path, buf: _Buf, blocks: _Offsets, section: _Section, al
     u32 = section.order + "u4"
     kind = blocks.read(buf, 0, u32)
     for at in blocks.array()[kind == _IDB].tolist():
-        iface = _interface(buf, int(at), section.order)
+        iface = _interface(path, buf, int(at), section.order)
         section.interfaces.append(iface)
         all_interfaces.append(iface)
     is_packet = np.isin(kind, _PACKET_BLOCKS)
@@ -1353,6 +1441,8 @@ class _InterfaceTable:
         if top >= len(self.interfaces):
             raise PcapError(f"{self.path}: a packet refers to interface {top}, but its section defines "
                             f"{len(self.interfaces)} interface(s)")
+        if all(i.link_type in LINK_TYPES for i in self.interfaces):
+            return
         for i in np.unique(ids).tolist():
             lt = self.interfaces[i].link_type
             if lt not in LINK_TYPES:
@@ -1365,10 +1455,12 @@ class _InterfaceTable:
         return self.link[ids]
 
     def times(self, ids: I64, ticks: NDArray[np.uint64]) -> NDArray[np.float64]:
+        """Seconds since the epoch from timestamp ticks, in each packet's interface resolution."""
         out = np.empty(len(ticks), dtype=np.float64)
-        for i in np.unique(ids).tolist():
+        single = len(self.interfaces) == 1 or (len(ids) and bool((ids == ids[0]).all()))
+        for i in [int(ids[0])] if single and len(ids) else np.unique(ids).tolist():
             iface = self.interfaces[i]
-            rows = slice(None) if len(self.interfaces) == 1 else np.flatnonzero(ids == i)
+            rows: slice | I64 = slice(None) if single else np.flatnonzero(ids == i)
             t = ticks[rows]
             units = np.uint64(iface.ts_units_per_s)
             out[rows] = (t // units).astype(np.float64) + (t % units).astype(np.float64) / iface.ts_units_per_s
@@ -1377,7 +1469,10 @@ class _InterfaceTable:
         return out
 
 
-def _epb_headers(buf: _Buf, r: _Offsets, u32: str, table: _InterfaceTable) -> _Headers:
+def _epb_headers(buf: _Buf, offsets: _Offsets, u32: str, table: _InterfaceTable) -> _Headers:
+    r: _Where = offsets
+    if not offsets.strided_form:
+        r = _Rows.copy(buf, offsets.array(), _ROW_BYTES + 16) or offsets
     ids = r.read(buf, 8, u32).astype(np.int64)
     table.check(ids)
     ticks = (r.read(buf, 12, u32).astype(np.uint64) << np.uint64(32)) | r.read(buf, 16, u32).astype(np.uint64)
@@ -1410,19 +1505,25 @@ def _mixed_headers(buf: _Buf, r: _Offsets, kinds: NDArray[Any], order: str, tabl
     return _Headers(data, cap, wire, time, table.links(ids))
 
 
-def _interface(buf: _Buf, at: int, order: str) -> Interface:
+def _interface(path: Path, buf: _Buf, at: int, order: str) -> Interface:
+    """An Interface Description Block: link type, snap length, if_tsresol and if_tsoffset."""
     length = struct.unpack_from(order + "I", buf.raw, at + 4)[0]
+    if length < 20:
+        raise PcapError(f"{path}: interface description block at byte {at} is too short ({length} bytes)")
     link, snaplen = struct.unpack_from(order + "H2xI", buf.raw, at + 8)
     units, offset = 10**6, 0
     pos, end = at + 16, at + length - 4
     while pos + 4 <= end:
         code, size = struct.unpack_from(order + "HH", buf.raw, pos)
-        value = bytes(buf.u8[pos + 4 : pos + 4 + size])
+        value = bytes(buf.u8[pos + 4 : min(pos + 4 + size, end)])
         if code == 0:
             break
-        if code == 9 and size >= 1:
-            units = 2 ** (value[0] & 0x7F) if value[0] & 0x80 else 10 ** value[0]
-        elif code == 14 and size >= 8:
+        if code == 9 and len(value) >= 1:
+            exponent = value[0] & 0x7F
+            units = 2**exponent if value[0] & 0x80 else 10**exponent
+            if units > 2**63:
+                raise PcapError(f"{path}: interface at byte {at} has an unsupported if_tsresol {value[0]:#04x}")
+        elif code == 14 and len(value) >= 8:
             offset = struct.unpack(order + "q", value[:8])[0]
         pos += 4 + size + (-size % 4)
     return Interface(link, snaplen, units, offset)
@@ -1597,8 +1698,8 @@ def to_traffic_table(
       in (ip, port) order). Endpoints that are not mapped get rank -1.
     - flow: one id per directional 5-tuple (src ip, dst ip, sport, dport, proto), numbered in order
       of first appearance.
-    - op: "control" for packets to or from an endpoint in `control` ("ip:port"), else "tcp", "udp",
-      or "ip" for other protocols.
+    - op: "control" for packets to or from an endpoint in `control` ("ip:port", or "ip" for any port
+      of that host), else "tcp", "udp", or "ip" for other protocols.
     """
     time = packets["time"].to_numpy(dtype=np.float64)
     timed = np.isfinite(time)
@@ -1608,27 +1709,24 @@ def to_traffic_table(
         packets = packets[timed]
         time = time[timed]
     cats = _sort_ips(set(_categories(packets["src_ip"])) | set(_categories(packets["dst_ip"])))
-    src_ip = _codes(packets["src_ip"], cats)
-    dst_ip = _codes(packets["dst_ip"], cats)
     sport = packets["sport"].to_numpy(dtype=np.int64)
     dport = packets["dport"].to_numpy(dtype=np.int64)
-    proto = packets["proto"].to_numpy(dtype=np.int64)
-    ends = _Endpoints(cats, src_ip, sport, dst_ip, dport)
-    src, dst = ends.ranks(_rank_lookup(cats, ends, rank_of))
-    is_control = ends.any_of(_control_keys(control)) if control is not None else np.zeros(len(time), dtype=np.bool_)
-    op_codes = np.where(proto == 6, 0, np.where(proto == 17, 1, 3))
-    op_codes[is_control] = 2
-    op = pd.Categorical.from_codes(op_codes, categories=["tcp", "udp", "control", "ip"])
+    flows = _Flows(_codes(packets["src_ip"], cats), _codes(packets["dst_ip"], cats), sport, dport,
+                   packets["proto"].to_numpy(dtype=np.int64), len(cats))
+    ranks = _rank_lookup(cats, flows, rank_of)  # per endpoint
+    op = np.where(flows.proto == 6, 0, np.where(flows.proto == 17, 1, 3)).astype(np.int8)  # per flow
+    if control is not None:
+        op[flows.touches(cats, _control_keys(control))] = 2
     t0 = float(np.min(time)) if t0_s is None and len(time) else (t0_s or 0.0)
     rel = time - t0
     return make_table({
         "t_start_s": rel,
         "t_end_s": rel,
-        "src": src,
-        "dst": dst,
+        "src": ranks[flows.src_end][flows.codes],
+        "dst": ranks[flows.dst_end][flows.codes],
         "bytes": packets["ip_bytes"].to_numpy(dtype=np.int64),
-        "flow": _flow_ids(src_ip, dst_ip, sport, dport, proto, len(cats)),
-        "op": op,
+        "flow": flows.codes,
+        "op": pd.Categorical.from_codes(op[flows.codes], categories=["tcp", "udp", "control", "ip"]),
         "sport": sport.astype(np.int32),
         "dport": dport.astype(np.int32),
         "payload_bytes": packets["payload_bytes"].to_numpy(dtype=np.int64),
@@ -1653,39 +1751,48 @@ def _codes(col: pd.Series, cats: list[str]) -> I64:
     return np.asarray(pd.Categorical(col.astype(str), categories=cats).codes, dtype=np.int64)
 
 
-class _Endpoints:
-    """Distinct (ip, port) endpoints of a packet table, with each packet's source and destination endpoint."""
+class _Flows:
+    """Directional 5-tuples: `codes` numbers each packet's flow in order of first appearance; per flow,
+    the source and destination IP codes, ports and protocol, and the source/destination endpoint
+    (index into `end_ip`/`end_port`, the distinct (ip, port) endpoints)."""
 
-    def __init__(self, cats: list[str], src_ip: I64, sport: I64, dst_ip: I64, dport: I64) -> None:
-        self.cats = cats
-        n = len(src_ip)
-        keys = np.concatenate([src_ip * 65536 + sport, dst_ip * 65536 + dport])
-        codes, uniq = pd.factorize(keys)
-        self.src = np.asarray(codes[:n], dtype=np.int64)
-        self.dst = np.asarray(codes[n:], dtype=np.int64)
-        self.ip = np.asarray(uniq, dtype=np.int64) // 65536
-        self.port = np.asarray(uniq, dtype=np.int64) % 65536
-        self.sport, self.dport = sport, dport
+    def __init__(self, src_ip: I64, dst_ip: I64, sport: I64, dport: I64, proto: I64, n_ips: int) -> None:
+        ports = (sport << 24) | (dport << 8) | proto  # < 2**40
+        if n_ips <= 2048:  # the (src, dst) pair < 2**22 fits beside 40 bits: one key per packet
+            codes, keys = pd.factorize((src_ip * n_ips + dst_ip) << 40 | ports)
+            keys = np.asarray(keys, dtype=np.int64)
+            pair, ports_f = keys >> 40, keys & ((1 << 40) - 1)
+            self.src, self.dst = pair // max(n_ips, 1), pair % max(n_ips, 1)
+        else:
+            frame = pd.DataFrame({"a": src_ip, "b": dst_ip, "p": ports})
+            codes = frame.groupby(["a", "b", "p"], sort=False).ngroup().to_numpy(dtype=np.int64)
+            _, first = np.unique(codes, return_index=True)
+            self.src, self.dst, ports_f = src_ip[first], dst_ip[first], ports[first]
+        self.codes: I64 = np.asarray(codes, dtype=np.int64)
+        self.sport, self.dport, self.proto = ports_f >> 24, (ports_f >> 8) & 0xFFFF, ports_f & 0xFF
+        ends, uniq = pd.factorize(np.concatenate([self.src * 65536 + self.sport, self.dst * 65536 + self.dport]))
+        self.src_end, self.dst_end = ends[: len(self.src)], ends[len(self.src) :]
+        self.end_ip = np.asarray(uniq, dtype=np.int64) // 65536
+        self.end_port = np.asarray(uniq, dtype=np.int64) % 65536
 
-    def ranks(self, lut: I64) -> tuple[NDArray[np.int32], NDArray[np.int32]]:
-        return lut[self.src].astype(np.int32), lut[self.dst].astype(np.int32)
-
-    def any_of(self, keys: set[tuple[str, int]]) -> Mask:
-        hit = np.array([(self.cats[i], p) in keys for i, p in zip(self.ip.tolist(), self.port.tolist(), strict=True)],
-                       dtype=np.bool_)
+    def touches(self, cats: list[str], endpoints: tuple[set[tuple[str, int]], set[str]]) -> Mask:
+        """Flows with an endpoint among `endpoints` ((ip, port) pairs, and hosts meaning any port)."""
+        pairs, hosts = endpoints
+        hit = np.array([(cats[i], p) in pairs or cats[i] in hosts
+                        for i, p in zip(self.end_ip.tolist(), self.end_port.tolist(), strict=True)], dtype=np.bool_)
         if not len(hit):
             return np.zeros(len(self.src), dtype=np.bool_)
-        return hit[self.src] | hit[self.dst]
+        found: Mask = hit[self.src_end] | hit[self.dst_end]
+        return found
 
     def listening(self) -> set[int]:
-        """Endpoint codes that are the lower-port side of some packet."""
-        src_low = self.sport < self.dport
-        return set(np.unique(np.where(src_low, self.src, self.dst)).tolist())
+        """Endpoints that are the lower-port side of some flow."""
+        return set(np.unique(np.where(self.sport < self.dport, self.src_end, self.dst_end)).tolist())
 
 
-def _rank_lookup(cats: list[str], ends: _Endpoints, rank_of: Mapping[str, int] | None) -> I64:
+def _rank_lookup(cats: list[str], flows: _Flows, rank_of: Mapping[str, int] | None) -> NDArray[np.int32]:
     """Rank of each distinct endpoint (-1 when unmapped)."""
-    ips, ports = ends.ip.tolist(), ends.port.tolist()
+    ips, ports = flows.end_ip.tolist(), flows.end_port.tolist()
     if rank_of is not None:
         by_port: dict[tuple[str, int], int] = {}
         by_ip: dict[str, int] = {}
@@ -1695,34 +1802,23 @@ def _rank_lookup(cats: list[str], ends: _Endpoints, rank_of: Mapping[str, int] |
                 by_ip[ip] = int(rank)
             else:
                 by_port[(ip, port)] = int(rank)
-        return np.array([by_port.get((cats[i], p), by_ip.get(cats[i], -1)) for i, p in zip(ips, ports, strict=True)],
-                        dtype=np.int64)
-    present = sorted(set(ips))
-    if len(present) != 1:
-        order = {ip: r for r, ip in enumerate(present)}  # cats are sorted numerically, so codes are too
-        return np.array([order[i] for i in ips], dtype=np.int64)
-    servers = sorted((ips[e], ports[e]) for e in ends.listening())
-    number = {s: r for r, s in enumerate(servers)}
-    return np.array([number.get((i, p), -1) for i, p in zip(ips, ports, strict=True)], dtype=np.int64)
+        ranks = [by_port.get((cats[i], p), by_ip.get(cats[i], -1)) for i, p in zip(ips, ports, strict=True)]
+    elif len(set(ips)) != 1:
+        order = {ip: r for r, ip in enumerate(sorted(set(ips)))}  # cats are sorted numerically, so codes are too
+        ranks = [order[i] for i in ips]
+    else:
+        number = {s: r for r, s in enumerate(sorted((ips[e], ports[e]) for e in flows.listening()))}
+        ranks = [number.get((i, p), -1) for i, p in zip(ips, ports, strict=True)]
+    return np.array(ranks, dtype=np.int32)
 
 
-def _control_keys(control: Iterable[str]) -> set[tuple[str, int]]:
-    keys = set()
+def _control_keys(control: Iterable[str]) -> tuple[set[tuple[str, int]], set[str]]:
+    """Control endpoints as (ip, port) pairs, and control hosts given without a port."""
+    pairs, hosts = set(), set()
     for text in control:
         ip, port = _endpoint(text)
         if port is None:
-            raise ValueError(f"control endpoints need a port: {text!r}")
-        keys.add((ip, port))
-    return keys
-
-
-def _flow_ids(src_ip: I64, dst_ip: I64, sport: I64, dport: I64, proto: I64, n_ips: int) -> I64:
-    """One id per directional 5-tuple, in order of first appearance."""
-    ports = (sport << 24) | (dport << 8) | proto  # < 2**40
-    if n_ips <= 2048:  # (src, dst) pair < 2**22 fits beside 40 bits
-        codes, _ = pd.factorize((src_ip * n_ips + dst_ip) << 40 | ports)
-        return np.asarray(codes, dtype=np.int64)
-    frame = pd.DataFrame({"a": src_ip, "b": dst_ip, "p": ports})
-    ids: I64 = frame.groupby(["a", "b", "p"], sort=False).ngroup().to_numpy(dtype=np.int64)
-    return ids
-
+            hosts.add(ip)
+        else:
+            pairs.add((ip, port))
+    return pairs, hosts

@@ -8,6 +8,7 @@ import random
 import shutil
 import struct
 import subprocess
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -228,6 +229,20 @@ def test_ipv6_with_extension_headers_and_fragments(tmp_path: Path) -> None:
     assert list(p["src_ip"].cat.categories) == ["10.0.0.1", "10.0.0.2", a, b]  # numeric, IPv4 first
 
 
+def test_many_addresses(tmp_path: Path) -> None:
+    """Address codes start small and widen as addresses appear (here across chunks)."""
+    hosts = [f"10.{i // 250}.{i % 250}.1" for i in range(40000)]
+    frames = [Frame(T0_NS + i, ether(ip_tcp(h, "10.255.0.1", 1, 2, 0))) for i, h in enumerate(hosts)]
+    path = write_pcap(tmp_path / "many.pcap", frames)
+    for chunk in (200_000, 100 << 20):
+        p = read_pcap(path, chunk_bytes=chunk).packets
+        assert p["src_ip"].astype(str).tolist() == hosts
+        assert len(p["src_ip"].cat.categories) == 40001
+    t = to_traffic_table(p)  # more than 2048 addresses: flows are numbered by grouping
+    assert t["flow"].tolist() == list(range(40000))
+    assert t["src"].tolist() == list(range(40000)) and set(t["dst"]) == {40000}
+
+
 def test_non_ip_and_malformed_frames_are_counted_and_dropped(tmp_path: Path) -> None:
     good = ether(ip_tcp("10.0.0.1", "10.0.0.2", 1, 2, 3))
     frames = [Frame(T0_NS, arp()), Frame(T0_NS, good), Frame(T0_NS, b"\x00" * 10),
@@ -267,6 +282,33 @@ def test_loopback_with_a_non_ip_family_is_skipped(tmp_path: Path) -> None:
               Frame(T0_NS, struct.pack("<I", 7) + bytes(40))]
     r = read_pcap(write_pcap(tmp_path / "n.pcap", frames, link=0))
     assert (len(r.packets), r.skipped_non_ip) == (1, 1)
+
+
+def test_ip_options_fragments_and_offload_lengths(tmp_path: Path) -> None:
+    later_fragment = ipv4("10.0.0.1", "10.0.0.2", 6, b"", 100, frag=0x0010)  # offset 128 bytes: no TCP header
+    tso = bytearray(ether(ip_tcp("10.0.0.1", "10.0.0.2", 1, 2, 100)))
+    tso[16:18] = b"\x00\x00"  # total length 0, as offloaded segments are sometimes captured
+    frames = [Frame(T0_NS, ether(ipv4("10.0.0.1", "10.0.0.2", 6, tcp(7, 8, options=4), 30, options=8))),
+              Frame(T0_NS, ether(later_fragment)),
+              Frame(T0_NS, bytes(tso), wire=65000)]
+    p = read_pcap(write_pcap(tmp_path / "o.pcap", frames)).packets
+    assert p["ip_bytes"].tolist() == [82, 120, 65000 - 14]
+    assert p["payload_bytes"].tolist() == [30, 100, 65000 - 14 - 40]
+    assert p["sport"].tolist() == [7, 0, 1]
+
+
+def test_modified_pcap_magic_and_an_empty_capture(tmp_path: Path) -> None:
+    pkt = ether(ip_tcp("10.0.0.1", "10.0.0.2", 1, 2, 5))
+    data = struct.pack("<IHHiIII", 0xA1B2CD34, 2, 4, 0, 0, 65535, 1)
+    data += struct.pack("<IIII", 100, 5, len(pkt), len(pkt)) + bytes(8) + pkt
+    (tmp_path / "k.pcap").write_bytes(data)
+    r = read_pcap(tmp_path / "k.pcap")
+    assert r.packets["ip_bytes"].tolist() == [45] and r.packets["time"].tolist() == [pytest.approx(100.000005)]
+    empty = read_pcap(write_pcap(tmp_path / "e.pcap", []))
+    assert (len(empty.packets), empty.records_read, empty.warnings) == (0, 0, [])
+    t = to_traffic_table(empty.packets)
+    check_table(t)
+    assert len(t) == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,6 +352,16 @@ def test_pcapng_sections_in_both_byte_orders_offsets_and_simple_packets(tmp_path
     with pytest.warns(UserWarning, match="no timestamp"):
         table = to_traffic_table(r.packets)
     assert len(table) == 2
+
+
+def test_pcapng_obsolete_packet_blocks(tmp_path: Path) -> None:
+    pkt = ether(ip_tcp("10.0.0.1", "10.0.0.2", 1, 2, 10))
+    opb = _block("<", 2, struct.pack("<HHIIII", 0, 0, 0, 2_000_000, len(pkt), len(pkt)) + pkt)
+    path = tmp_path / "o.pcapng"
+    path.write_bytes(shb("<") + idb("<", 1) + opb + epb("<", 0, 3_000_000, pkt))
+    r = read_pcap(path)
+    assert r.packets["time"].tolist() == [pytest.approx(2.0), pytest.approx(3.0)]
+    assert r.packets["ip_bytes"].tolist() == [50, 50]
 
 
 def test_pcapng_packet_on_an_undefined_interface(tmp_path: Path) -> None:
@@ -423,16 +475,49 @@ def reference_walk(path: Path) -> tuple[int, int, list[int]]:
 
 @pytest.mark.parametrize("snaplen", [100, 65535])
 def test_chunked_reads_equal_the_whole_file_read(tmp_path: Path, snaplen: int) -> None:
-    path = write_pcap(tmp_path / "m.pcap", mixed_frames(12000, seed=snaplen), snaplen=snaplen)
+    frames = mixed_frames(12000, seed=snaplen)
+    path = write_pcap(tmp_path / "m.pcap", frames, snaplen=snaplen)
     whole = read_pcap(path)
     count, captured, lengths = reference_walk(path)
     assert whole.records_read == count == 12000 and len(whole.packets) == count
     assert int(whole.packets["cap_bytes"].sum()) == captured
     assert whole.packets["ip_bytes"].tolist() == lengths
-    for chunk in (1, 100, 4096, 65536, 1_000_000):
+    for chunk in (4096, 65536, 1_000_000):
         part = read_pcap(path, chunk_bytes=chunk)
         pd.testing.assert_frame_equal(part.packets, whole.packets)
         assert part.records_read == count
+    small = write_pcap(tmp_path / "s.pcap", frames[:800], snaplen=snaplen)
+    for chunk in (1, 100):  # every chunk grows to hold one record
+        pd.testing.assert_frame_equal(read_pcap(small, chunk_bytes=chunk).packets, whole.packets.iloc[:800])
+
+
+def test_chunked_pcapng_equals_the_whole_file_read(tmp_path: Path) -> None:
+    frames = mixed_frames(12000, seed=5)
+    path = tmp_path / "m.pcapng"
+    blocks = b"".join(epb(">", 0, f.t_ns, f.data, snaplen=100) for f in frames)  # small blocks: lanes walk them
+    path.write_bytes(shb(">") + idb(">", 1, snaplen=100, tsresol=9) + blocks)
+    whole = read_pcap(path)
+    assert whole.records_read == 12000
+    assert whole.packets["cap_bytes"].tolist() == [min(100, len(f.data)) for f in frames]
+    want = [struct.unpack_from("!H", f.data, 16)[0] for f in frames]
+    assert whole.packets["ip_bytes"].tolist() == want
+    np.testing.assert_allclose(whole.packets["time"], [f.t_ns / 1e9 for f in frames], atol=5e-7)
+    for chunk in (4096, 100_000):
+        pd.testing.assert_frame_equal(read_pcap(path, chunk_bytes=chunk).packets, whole.packets)
+
+
+def test_a_record_breaking_a_long_constant_stride(tmp_path: Path) -> None:
+    """The reader assumes a stride from the first records and checks it while decoding."""
+    frames = [Frame(T0_NS + i, ether(ip_tcp("10.0.0.1", "10.0.0.2", 1, 2, 1448))) for i in range(6000)]
+    frames[4321] = Frame(T0_NS, ether(ipv4("10.0.0.7", "10.0.0.2", 17, udp(3, 4, 1), 1)))
+    frames[5555] = Frame(T0_NS, arp())
+    path = write_pcap(tmp_path / "b.pcap", frames, snaplen=100)
+    r = read_pcap(path)
+    assert (r.records_read, r.skipped_non_ip, len(r.packets)) == (6000, 1, 5999)
+    assert r.packets["ip_bytes"].sum() == 5998 * 1488 + 29
+    assert r.packets["src_ip"].astype(str).iloc[4321] == "10.0.0.7"
+    for chunk in (10_000, 300_000):
+        pd.testing.assert_frame_equal(read_pcap(path, chunk_bytes=chunk).packets, r.packets)
 
 
 def test_constant_stride_capture_in_tiny_chunks(tmp_path: Path) -> None:
@@ -468,6 +553,38 @@ def test_speculative_walk_equals_the_sequential_walk(seed: int) -> None:
         assert (fast.next, fast.reason, fast.need) == (slow.next, slow.reason, slow.need)
 
 
+@pytest.mark.parametrize("kind", ["pcap", "pcapng"])
+def test_corrupted_files_never_fail_outside_pcap_error(tmp_path: Path, kind: str) -> None:
+    """Random byte damage: a result (with warnings) or a PcapError, and the same whatever the chunk size."""
+    frames = mixed_frames(400, seed=9)
+    if kind == "pcap":
+        base = write_pcap(tmp_path / "b.pcap", frames, snaplen=100).read_bytes()
+    else:
+        base = shb("<") + idb("<", 1, tsresol=9) + idb("<", 113) + b"".join(
+            epb("<", i % 2, f.t_ns, f.data if i % 2 == 0 else SLL + f.data[14:]) for i, f in enumerate(frames))
+    rng = random.Random(kind)
+    for trial in range(40):
+        data = bytearray(base)
+        if trial % 3 == 0:
+            del data[rng.randrange(24, len(data)) :]
+        for _ in range(rng.randrange(1, 12)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        path = tmp_path / f"f.{kind}"
+        path.write_bytes(bytes(data))
+        results = []
+        for chunk in (1 << 20, 3000):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    results.append(read_pcap(path, chunk_bytes=chunk))
+                except PcapError:
+                    continue
+        if len(results) == 2:
+            assert results[0].records_read == results[1].records_read
+            pd.testing.assert_frame_equal(results[0].packets, results[1].packets)
+            assert (results[0].packets["payload_bytes"] >= 0).all()
+
+
 # ---------------------------------------------------------------------------------------------
 # Directories and TrafficTables
 
@@ -480,6 +597,8 @@ def test_experiment_names() -> None:
     assert got is not None and got["topology"] == "ring" and got["delay_s"] == pytest.approx(0.01)
     got = parse_experiment_name("pytorch-resnet-50-sgd-128-nccl-2.5ms")
     assert got is not None and (got["model"], got["batch_size"], got["delay"]) == ("resnet-50", 128, "2.5ms")
+    got = parse_experiment_name("mxnet-bert-large-adamw-8-ps-1s-fat-tree")
+    assert got is not None and (got["model"], got["topology"], got["delay_s"]) == ("bert-large", "fat-tree", 1.0)
     for bad in ("pytorch-resnet50-sgd-gloo-0ms", "results", "pytorch-resnet50-sgd-32-gloo-fast", "a--b-1-c-1ms",
                 "pytorch-resnet50-sgd-32-gloo-0ms-"):
         assert parse_experiment_name(bad) is None, bad
@@ -512,6 +631,12 @@ def test_capture_directory(tmp_path: Path) -> None:
     assert t["t_start_s"].tolist() == pytest.approx([0.0, 0.0, 0.0], abs=1e-6)  # within one microsecond
 
 
+def test_a_directory_without_captures(tmp_path: Path) -> None:
+    (tmp_path / "readme.txt").write_text("no captures here")
+    with pytest.raises(PcapError, match="no capture files"):
+        read_pcap_dir(tmp_path)
+
+
 def test_to_traffic_table_ranks_flows_and_control(tmp_path: Path) -> None:
     frames = [
         Frame(T0_NS, ether(ip_tcp("10.0.0.3", "10.0.0.1", 40000, 29500, 100))),
@@ -531,6 +656,8 @@ def test_to_traffic_table_ranks_flows_and_control(tmp_path: Path) -> None:
     assert t["payload_bytes"].tolist() == [100, 0, 200, 20, 7]
     np.testing.assert_allclose(t["t_start_s"], [0, 1e-6, 2e-6, 3e-6, 4e-6], atol=5e-7)
     assert (t["t_end_s"] == t["t_start_s"]).all()
+    t = to_traffic_table(p, control=["10.0.0.10"])  # a host: any of its ports
+    assert t["op"].astype(str).tolist() == ["tcp", "tcp", "tcp", "control", "tcp"]
     t = to_traffic_table(p, rank_of={"10.0.0.3:40000": 5, "10.0.0.1": 7}, t0_s=p["time"].iloc[0] - 1.0)
     assert t["src"].tolist() == [5, 7, 5, -1, -1] and t["dst"].tolist() == [7, 5, 7, -1, 7]
     assert t["t_start_s"].iloc[0] == pytest.approx(1.0)
