@@ -1609,8 +1609,7 @@ def read_pcap_dir(directory: str | Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYT
         frame["file"] = np.full(len(frame), i, dtype=np.int32)
         frames.append(frame)
         results.append(replace(r, packets=frame.iloc[:0]))
-    meta_path = directory / "meta.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else None
+    meta = read_meta(directory)
     return CaptureDir(
         directory=directory,
         files=files,
@@ -1658,25 +1657,46 @@ def _endpoint(text: str) -> tuple[str, int | None]:
     return str(ipaddress.ip_address(host.strip("[]"))), int(port)
 
 
+def read_meta(directory: Path) -> dict[str, Any] | None:
+    """The directory's meta.json (None when there is none); PcapError when it is not a JSON object."""
+    path = directory / "meta.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PcapError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise PcapError(f"{path}: expected a JSON object")
+    return data
+
+
+def _endpoint_key(where: Any, field: str) -> str:
+    if isinstance(where, str):
+        return where
+    if isinstance(where, Mapping) and "ip" in where:
+        return f"{where['ip']}:{where['port']}" if where.get("port") is not None else str(where["ip"])
+    raise PcapError(f"meta.json: {field}: expected \"ip:port\", \"ip\" or {{ip, port}}, got {where!r}")
+
+
 def ranks_from_meta(meta: Mapping[str, Any]) -> dict[str, int]:
-    """`meta["ranks"]` ({"<rank>": "ip:port" or {"ip": ..., "port": ...}}) as {"ip:port" or "ip": rank}."""
+    """`meta["ranks"]` ({"<rank>": "ip:port", "ip", {"ip": ..., "port": ...} or a list of these}) as
+    {"ip:port" or "ip": rank}."""
+    ranks = meta.get("ranks") or {}
+    if not isinstance(ranks, Mapping):
+        raise PcapError("meta.json: ranks: expected a mapping rank -> endpoint")
     out: dict[str, int] = {}
-    for rank, where in (meta.get("ranks") or {}).items():
-        if isinstance(where, Mapping):
-            ip, port = where.get("ip"), where.get("port")
-            key = f"{ip}:{port}" if port is not None else str(ip)
-        else:
-            key = str(where)
-        out[key] = int(rank)
+    for rank, where in ranks.items():
+        if not str(rank).lstrip("-").isdigit():
+            raise PcapError(f"meta.json: ranks: {rank!r} is not a rank number")
+        for w in where if isinstance(where, list) else [where]:
+            out[_endpoint_key(w, f"ranks.{rank}")] = int(rank)
     return out
 
 
 def control_from_meta(meta: Mapping[str, Any]) -> list[str]:
     """`meta["control"]` as a list of "ip:port" texts (entries may also be {"ip": ..., "port": ...})."""
-    out = []
-    for where in meta.get("control") or []:
-        out.append(f"{where.get('ip')}:{where.get('port')}" if isinstance(where, Mapping) else str(where))
-    return out
+    return [_endpoint_key(w, "control") for w in meta.get("control") or []]
 
 
 def to_traffic_table(

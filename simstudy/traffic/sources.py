@@ -15,7 +15,6 @@ A run directory holds `traffic.parquet` (simulated; its time origin is the start
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,14 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from simstudy.traffic.pcap import CAPTURE_SUFFIXES, PcapError, read_pcap_dir, to_traffic_table
+from simstudy.traffic.pcap import (
+    CAPTURE_SUFFIXES,
+    PcapError,
+    control_from_meta,
+    ranks_from_meta,
+    read_pcap_dir,
+    to_traffic_table,
+)
 from simstudy.traffic.schema import read_table
 
 META = "meta.json"
@@ -51,30 +57,6 @@ class TrafficSource:
         return self.path.name
 
 
-def _endpoint(value: Any, where: str) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping) and "ip" in value:
-        return f"{value['ip']}:{value['port']}" if "port" in value else str(value["ip"])
-    raise SourceError(f"{where}: expected \"ip:port\", \"ip\" or {{ip, port}}, got {value!r}")
-
-
-def _rank_map(meta: Mapping[str, Any], path: Path) -> dict[str, int] | None:
-    ranks = meta.get("ranks")
-    if ranks is None:
-        return None
-    if not isinstance(ranks, Mapping):
-        raise SourceError(f"{path}: ranks: expected a mapping rank -> endpoint")
-    out: dict[str, int] = {}
-    for rank, ep in ranks.items():
-        if not str(rank).lstrip("-").isdigit():
-            raise SourceError(f"{path}: ranks: {rank!r} is not a rank number")
-        eps = ep if isinstance(ep, list) else [ep]
-        for e in eps:
-            out[_endpoint(e, f"{path}: ranks.{rank}")] = int(rank)
-    return out
-
-
 def _iterations(meta: Mapping[str, Any], path: Path) -> dict[int, list[float]] | None:
     its = meta.get("iterations")
     if its is None:
@@ -90,28 +72,16 @@ def _iterations(meta: Mapping[str, Any], path: Path) -> dict[int, list[float]] |
     return out
 
 
-def read_meta(directory: Path) -> dict[str, Any] | None:
-    """The capture's meta.json, or None."""
-    path = directory / META
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SourceError(f"{path}: not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise SourceError(f"{path}: expected a JSON object")
-    return data
-
-
 def load_capture(directory: Path) -> TrafficSource:
     """A capture directory's packets as a TrafficTable aligned on its first training iteration."""
-    meta = read_meta(directory)
     cap = read_pcap_dir(directory)
-    meta_path = directory / META
-    rank_of = _rank_map(meta, meta_path) if meta else None
-    control = [_endpoint(e, f"{meta_path}: control") for e in meta.get("control", [])] if meta else None
-    iterations = _iterations(meta, meta_path) if meta else None
+    meta = cap.meta
+    try:
+        rank_of = (ranks_from_meta(meta) or None) if meta else None
+        control = (control_from_meta(meta) or None) if meta else None
+    except PcapError as exc:
+        raise SourceError(f"{directory / META}: {str(exc).removeprefix('meta.json: ')}") from None
+    iterations = _iterations(meta, directory / META) if meta else None
     table = to_traffic_table(cap.packets, rank_of=rank_of, control=control, t0_s=0.0)
     if iterations:
         t0 = min(min(v) for v in iterations.values() if v)
@@ -139,10 +109,10 @@ def load_traffic(path: str | Path) -> TrafficSource:
         raise SourceError(f"{path}: expected a capture directory, a run directory or a traffic.parquet file")
     if (path / RUN_TRAFFIC).is_file():
         return TrafficSource(path, "run", read_table(path / RUN_TRAFFIC))
+    if not any(p.suffix.lower() in CAPTURE_SUFFIXES for p in path.iterdir()):
+        raise SourceError(f"{path}: neither a run directory (no {RUN_TRAFFIC}) nor a capture directory "
+                          f"(no {', '.join('*' + s for s in CAPTURE_SUFFIXES)} files)")
     try:
         return load_capture(path)
     except PcapError as exc:
-        raise SourceError(
-            f"{path}: neither a run directory (no {RUN_TRAFFIC}) nor a capture directory: {exc}"
-        ) from None
-
+        raise SourceError(str(exc)) from None
