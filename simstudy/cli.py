@@ -187,7 +187,8 @@ def _validate(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path(args.real) / "validation"
     try:
         v = validate(args.real, out, spec=args.spec, backend=args.backend, astra_sim=args.astra_sim,
-                     tolerances=_tolerances(args.tolerance), skip=args.skip, timeout_s=args.timeout)
+                     tolerances=_tolerances(args.tolerance), skip=args.skip, timeout_s=args.timeout,
+                     count=args.count)
     except ValueError as exc:
         if "tolerance" in str(exc) or "metric" in str(exc):
             from simstudy.spec import SpecError
@@ -198,6 +199,26 @@ def _validate(args: argparse.Namespace) -> int:
     print(v.report.to_markdown())
     print(f"report {path}")
     return EXIT_OK if v.report.passed else EXIT_FAILED
+
+
+def _capture(args: argparse.Namespace) -> int:
+    from simstudy.capture.run import capture
+    from simstudy.spec.capture import CaptureSpec
+    from simstudy.spec.load import load_spec
+
+    spec = load_spec(CaptureSpec, args.spec)
+    out = Path(args.output) if args.output else Path("captures") / spec.name
+    result = capture(spec, out, force=args.force, source=args.spec, progress=None if args.quiet else print)
+    meta = result.meta
+    its = [b - a for spans in meta["iterations"].values() for a, b in spans]
+    print(f"captured {len(meta['ranks'])} ranks, {len(its) // max(len(meta['iterations']), 1)} iterations "
+          f"(mean {sum(its) / max(len(its), 1) * 1e3:.1f} ms) in {result.wall_s:.1f} s -> {result.out}")
+    for name, stats in meta["tcpdump"].items():
+        dropped = stats.get("packets dropped by kernel", 0)
+        if dropped:
+            print(f"  warning: tcpdump {name} dropped {dropped} packets", file=sys.stderr)
+    print(f"next: simstudy validate --real {result.out}")
+    return EXIT_OK
 
 
 def _cluster(args: argparse.Namespace) -> int:
@@ -269,7 +290,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a tolerance, e.g. period_s=0.05 (repeatable)")
     p.add_argument("--skip", action="append", default=[], metavar="METRIC", help="leave a metric out (repeatable)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before the simulation is abandoned")
+    p.add_argument("--count", default="payload", choices=["payload", "ip"],
+                   help="capture bytes to compare: TCP/UDP payload (default; what the simulator models) or "
+                        "IP bytes as captured (headers and ACKs included)")
     p.set_defaults(func=_validate)
+
+    p = sub.add_parser("capture", help="run a real torch.distributed training job and record its packets (root)")
+    p.add_argument("spec", help="capture spec YAML (a scenario without topology, plus a capture section)")
+    p.add_argument("-o", "--output", help="capture directory (default captures/<name>)")
+    p.add_argument("--force", action="store_true", help="replace an existing capture in the output directory")
+    p.add_argument("--quiet", action="store_true", help="print only the summary")
+    p.set_defaults(func=_capture)
 
     p = sub.add_parser("cluster", help="group runs and captures by traffic pattern (k-means on their features)")
     p.add_argument("paths", nargs="+", help="sweep directories, run directories, analysed capture directories")
@@ -296,8 +327,9 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
 
 def _failure_types() -> tuple[type[BaseException], ...]:
     from simstudy.backends import BackendError
+    from simstudy.capture.testbed import CaptureError
 
-    return (BackendError,)
+    return (BackendError, CaptureError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

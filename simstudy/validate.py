@@ -77,6 +77,27 @@ def comparable_sim(sim: pd.DataFrame, real: TrafficSource) -> pd.DataFrame:
     return out
 
 
+def payload_view(table: pd.DataFrame) -> pd.DataFrame:
+    """A captured table in the simulator's terms: bytes are TCP/UDP payload (what the application
+    sent), and packets without payload (pure ACKs, SYN, FIN) are left out. A simulated transfer is
+    application bytes; the IP and TCP headers (52 bytes per segment with timestamps) and the ACKs
+    are framing the simulator does not model. Tables without `payload_bytes` are returned as they are."""
+    if "payload_bytes" not in table.columns:
+        return table
+    out = table[table["payload_bytes"].to_numpy() > 0].copy()
+    out["bytes"] = out["payload_bytes"].astype("int64")
+    return out.reset_index(drop=True)
+
+
+def framing_overhead(table: pd.DataFrame) -> float:
+    """IP bytes / payload bytes of a captured table's training traffic, minus 1 (NaN without payload)."""
+    if "payload_bytes" not in table.columns:
+        return math.nan
+    rows = table[table["op"] != "control"]
+    payload = float(rows["payload_bytes"].sum())
+    return float(rows["bytes"].sum()) / payload - 1.0 if payload else math.nan
+
+
 def _unmeasurable(real: Features, sim: Features) -> tuple[str, ...]:
     """Scalar metrics that neither trace can measure (e.g. a Hurst exponent of a short trace)."""
     r, s = real.scalars(), sim.scalars()
@@ -94,8 +115,15 @@ def validate(
     tolerances: Mapping[str, float] | None = None,
     skip: Collection[str] = (),
     timeout_s: float = 3600.0,
+    count: str = "payload",
 ) -> Validation:
-    """Simulate the job of the capture at `real_path` into `out/sim`, analyse and compare."""
+    """Simulate the job of the capture at `real_path` into `out/sim`, analyse and compare.
+
+    `count`: "payload" compares the capture's TCP/UDP payload bytes with the simulated bytes (what
+    the application sends; see `payload_view`); "ip" compares IP bytes as captured (for captures
+    written from simulated transfers, whose IP lengths are the transfer bytes)."""
+    if count not in ("payload", "ip"):
+        raise ValueError(f"count must be payload or ip, not {count!r}")
     real = load_traffic(real_path)
     scenario = scenario_for(real, spec)
 
@@ -104,7 +132,8 @@ def validate(
 
     result = run_to_dir(prepare, get_backend(backend, astra_sim=astra_sim), Path(out) / "sim", timeout_s=timeout_s)
     sim_table = comparable_sim(result.traffic, real)
-    real_features = analyze(real.table, boundaries=real.boundaries)
+    real_table = payload_view(real.table) if count == "payload" else real.table
+    real_features = analyze(real_table, boundaries=real.boundaries)
     sim_features = analyze(sim_table)
     unmeasurable = tuple(m for m in _unmeasurable(real_features, sim_features) if m not in skip)
     report = compare(real_features, sim_features, tolerances=tolerances, skip=(*skip, *unmeasurable))

@@ -60,7 +60,7 @@ def test_analyze_capture_and_run_agree(capture: Path) -> None:
 
 
 def test_validate_the_same_job_passes(capture: Path) -> None:
-    proc = _cli("validate", "--real", "cap", "-o", "v_same", cwd=capture)
+    proc = _cli("validate", "--real", "cap", "-o", "v_same", "--count", "ip", cwd=capture)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = (capture / "v_same" / "validation.md").read_text()
     assert "**PASS**" in text and "| period_s |" in text and "| bytes_per_iter_mean |" in text
@@ -71,7 +71,8 @@ def test_validate_the_same_job_passes(capture: Path) -> None:
 def test_validate_another_job_fails_and_names_the_metrics(capture: Path) -> None:
     other = {**SPEC, "topology": {**SPEC["topology"], "bandwidth_gbps": 40}}  # type: ignore[dict-item]
     (capture / "fast.yaml").write_text(yaml.safe_dump(other))
-    proc = _cli("validate", "--real", "cap", "--spec", "fast.yaml", "-o", "v_fast", cwd=capture)
+    proc = _cli("validate", "--real", "cap", "--spec", "fast.yaml", "-o", "v_fast", "--count", "ip",
+                cwd=capture)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| ")}
     assert "**no**" in rows["burst_mean_s"]  # 4x the bandwidth: shorter bursts

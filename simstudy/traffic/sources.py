@@ -5,7 +5,8 @@ A capture directory holds one or more pcap/pcapng files and, when simstudy made 
 
 - `ranks`: rank -> endpoint, `{"0": "10.0.0.1:29500", ...}` (or `"ip"`, or `{"ip":..,"port":..}`)
 - `control`: endpoints of the torch.distributed store/control connection, `["10.0.0.1:29400"]`
-- `iterations`: rank -> `[[start_s, end_s], ...]`, wall-clock seconds on the pcap clock
+- `iterations`: rank -> `[[start_s, end_s], ...]`, wall-clock seconds on the pcap clock; the
+  table then keeps only the packets of these iterations and numbers them in an `iteration` column
 - `scenario`: the resolved scenario of the job (used by `validate`)
 
 The time origin of a capture is its first training iteration when `iterations` is given
@@ -15,11 +16,13 @@ A run directory holds `traffic.parquet` (simulated; its time origin is the start
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 
 from simstudy.traffic.pcap import (
@@ -57,18 +60,34 @@ class TrafficSource:
         return self.path.name
 
 
-def _iterations(meta: Mapping[str, Any], path: Path) -> dict[int, list[float]] | None:
+def _iterations(meta: Mapping[str, Any], path: Path) -> dict[int, list[tuple[float, float]]] | None:
     its = meta.get("iterations")
     if its is None:
         return None
     if not isinstance(its, Mapping):
         raise SourceError(f"{path}: iterations: expected a mapping rank -> [[start_s, end_s], ...]")
-    out: dict[int, list[float]] = {}
+    out: dict[int, list[tuple[float, float]]] = {}
     for rank, spans in its.items():
         try:
-            out[int(rank)] = [float(s[0]) for s in spans]
+            out[int(rank)] = [(float(s[0]), float(s[1]) if len(s) > 1 else math.nan) for s in spans]
         except (TypeError, ValueError, IndexError):
             raise SourceError(f"{path}: iterations.{rank}: expected [[start_s, end_s], ...]") from None
+    return out
+
+
+def _label_iterations(table: pd.DataFrame, spans: dict[int, list[tuple[float, float]]]) -> pd.DataFrame:
+    """Keep the packets of the marked iterations and number them: iteration k runs from the
+    earliest start of k on any rank to the earliest start of k + 1; the last one ends at the
+    latest end of the last iteration of any rank (packets after it, such as the final barrier and the teardown, are
+    dropped). Without end times the last iteration runs to the end of the capture."""
+    n = max(len(v) for v in spans.values())
+    starts = np.array([min(v[k][0] for v in spans.values() if len(v) > k) for k in range(n)])
+    ends = [v[-1][1] for v in spans.values() if v]
+    end = max(ends) if ends and all(math.isfinite(e) for e in ends) else math.inf
+    t = table["t_start_s"].to_numpy()
+    keep = (t >= starts[0]) & (t <= end)
+    out = table[keep].copy()
+    out["iteration"] = (np.searchsorted(starts, t[keep], side="right") - 1).astype("int32")
     return out
 
 
@@ -83,16 +102,18 @@ def load_capture(directory: Path) -> TrafficSource:
         raise SourceError(f"{directory / META}: {str(exc).removeprefix('meta.json: ')}") from None
     iterations = _iterations(meta, directory / META) if meta else None
     table = to_traffic_table(cap.packets, rank_of=rank_of, control=control, t0_s=0.0)
-    if iterations:
-        t0 = min(min(v) for v in iterations.values() if v)
+    if iterations and all(iterations.values()):
+        table = _label_iterations(table, iterations)
+        t0 = min(v[0][0] for v in iterations.values())
     else:
+        iterations = None
         training = table[table["op"] != "control"]
         t0 = float(training["t_start_s"].min()) if len(training) else 0.0
-    table = table[table["t_start_s"] >= t0].copy()
+        table = table[table["t_start_s"] >= t0].copy()
     table["t_start_s"] -= t0
     table["t_end_s"] -= t0
     table = table.reset_index(drop=True)
-    bounds = {r: [s - t0 for s in v] for r, v in iterations.items()} if iterations else None
+    bounds = {r: [s - t0 for s, _ in v] for r, v in iterations.items()} if iterations else None
     return TrafficSource(directory, "capture", table, meta, cap.experiment, bounds, list(cap.warnings))
 
 

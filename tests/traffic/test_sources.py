@@ -45,7 +45,7 @@ def test_capture_ranks_control_and_iteration_alignment(tmp_path: Path) -> None:
     write_pcap(table, cap / "w.pcap", epoch_s=EPOCH)  # type: ignore[arg-type]
     meta = {"ranks": {"0": rank_ip(1), "1": {"ip": rank_ip(0)}},  # swapped on purpose
             "control": [f"{rank_ip(2)}:40000"],
-            "iterations": {"0": [[EPOCH + 0.9, EPOCH + 1.4], [EPOCH + 1.4, EPOCH + 1.9]],
+            "iterations": {"0": [[EPOCH + 0.9, EPOCH + 1.4], [EPOCH + 1.4, EPOCH + 2.1]],
                            "1": [[EPOCH + 0.95, EPOCH + 1.45]]}}
     (cap / "meta.json").write_text(json.dumps(meta))
     src = load_traffic(cap)
@@ -54,6 +54,18 @@ def test_capture_ranks_control_and_iteration_alignment(tmp_path: Path) -> None:
     assert t["t_start_s"].min() >= 0 and len(t) == 12  # the control packet at 0.5 s is before iteration 1
     sent = t.groupby("src")["bytes"].sum().to_dict()
     assert sent == {1: 12_000, 0: 6_000}  # ranks follow meta.json, not IP order
+    assert t.groupby("iteration")["bytes"].sum().to_dict() == {0: 6_000, 1: 12_000}  # split at 1.4 s
+
+
+def test_packets_after_the_last_iteration_are_dropped(tmp_path: Path) -> None:
+    table = _table([(1.0, 1.01, 0, 1, 6000), (1.5, 1.51, 1, 0, 6000), (3.0, 3.0, 0, 1, 6000)])
+    cap = tmp_path / "cap"
+    cap.mkdir()
+    write_pcap(table, cap / "w.pcap", epoch_s=EPOCH)  # type: ignore[arg-type]
+    meta = {"iterations": {"0": [[EPOCH + 0.9, EPOCH + 2.0]], "1": [[EPOCH + 0.9, EPOCH + 2.5]]}}
+    (cap / "meta.json").write_text(json.dumps(meta))
+    t = load_traffic(cap).table
+    assert int(t["bytes"].sum()) == 12_000 and set(t["iteration"]) == {0}  # the teardown packet at 3 s is gone
 
 
 def test_control_connection_is_labelled(tmp_path: Path) -> None:

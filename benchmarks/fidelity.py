@@ -1,0 +1,94 @@
+"""Fidelity of the simulation against real captures (needs root, tcpdump, ethtool and torch).
+
+Captures a matrix of real torch.distributed jobs with `simstudy capture` (DDP and a parameter
+server; a CNN, an LSTM and a Transformer; 2 and 4 workers; an unshaped link and a 200 Mbit/s one),
+validates each against its simulation with the measured compute (`simstudy validate`, flowsim),
+and prints per case: bytes per iteration per worker (real, simulated, relative error), the
+iteration period (real, simulated, relative error) and the Wasserstein distance of the 1 ms
+throughput distributions (relative to the real mean). Targets: bytes within 2 %, period within 10 %.
+
+    sudo python benchmarks/fidelity.py [--quick] [--iterations 5] [-o results/fidelity]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from simstudy.capture.run import capture
+from simstudy.spec.capture import CaptureSpec
+from simstudy.validate import validate
+
+MODELS: dict[str, dict[str, Any]] = {
+    "cnn": {"zoo": "small_cnn"},
+    "lstm": {"zoo": "lstm_lm", "options": {"layers": 1, "hidden": 128, "vocab": 2000, "seq_len": 20}},
+    "transformer": {"zoo": "encoder", "options": {"layers": 2, "hidden": 128, "heads": 4, "seq_len": 32,
+                                                  "vocab": 2000}},
+}
+STRATEGIES: dict[str, dict[str, Any]] = {
+    "ddp": {"aggregation": {"kind": "allreduce", "algorithm": "ring"}},
+    "ps": {"aggregation": {"kind": "parameter_server", "servers": 1, "mode": "sync"}},
+}
+LINKS: dict[str, dict[str, Any]] = {"unshaped": {}, "200mbit": {"rate_mbit": 200}}
+
+
+def case_spec(strategy: str, model: str, workers: int, link: str, iterations: int) -> CaptureSpec:
+    return CaptureSpec.model_validate({
+        "name": f"{strategy}_{model}_w{workers}_{link}",
+        "model": MODELS[model],
+        "parallelism": {"dp": workers, **STRATEGIES[strategy]},
+        "training": {"batch_size_per_worker": 16},
+        "capture": {"iterations": iterations, "link": LINKS[link]},
+    })
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("-o", "--output", default="results/fidelity")
+    ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="2 workers, the 200 Mbit/s link only")
+    args = ap.parse_args()
+    out = Path(args.output)
+    rows: list[dict[str, Any]] = []
+    workers = (2,) if args.quick else (2, 4)
+    links = ("200mbit",) if args.quick else tuple(LINKS)
+    header = (f"{'case':34s} {'B/iter real':>12s} {'sim':>12s} {'err':>7s}  {'period real':>11s} {'sim':>9s} "
+              f"{'err':>7s}  {'W1(1ms)/mean':>12s}")
+    print(header)
+    for strategy, model, w, link in itertools.product(STRATEGIES, MODELS, workers, links):
+        spec = case_spec(strategy, model, w, link, args.iterations)
+        t0 = time.monotonic()
+        try:
+            capture(spec, out / spec.name, force=True)
+            v = validate(out / spec.name, out / spec.name / "validation")
+        except Exception as exc:  # one failing case does not stop the matrix
+            print(f"{spec.name:34s} FAILED: {str(exc).splitlines()[0]}", flush=True)
+            rows.append({"case": spec.name, "error": str(exc)})
+            continue
+        rb, sb = v.real_features.bytes_per_iteration.mean, v.sim_features.bytes_per_iteration.mean
+        rp, sp = v.real_features.period.period_s, v.sim_features.period.period_s
+        dist = next((r for r in v.report.rows if r.metric == "throughput_1ms:wasserstein"), None)
+        w1 = dist.distance if dist is not None else float("nan")
+        row = {"case": spec.name, "bytes_real": rb, "bytes_sim": sb, "bytes_err": sb / rb - 1,
+               "period_real_s": rp, "period_sim_s": sp, "period_err": sp / rp - 1, "w1_rel": w1,
+               "wall_s": time.monotonic() - t0}
+        rows.append(row)
+        print(f"{spec.name:34s} {rb:12,.0f} {sb:12,.0f} {row['bytes_err']:+7.2%}  {rp * 1e3:9.1f}ms "
+              f"{sp * 1e3:7.1f}ms {row['period_err']:+7.1%}  {w1:12.3f}", flush=True)
+    ok = [r for r in rows if "error" not in r]
+    bytes_ok = sum(abs(r["bytes_err"]) <= 0.02 for r in ok)
+    period_ok = sum(abs(r["period_err"]) <= 0.10 for r in ok)
+    print(f"\nbytes per iteration within 2%: {bytes_ok}/{len(ok)}; period within 10%: {period_ok}/{len(ok)}; "
+          f"failed cases: {len(rows) - len(ok)}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fidelity.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

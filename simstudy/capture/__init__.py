@@ -1,0 +1,1 @@
+"""Real traffic from real training: run a torch.distributed job and capture its packets."""

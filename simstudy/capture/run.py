@@ -1,0 +1,349 @@
+"""`simstudy capture`: run a real torch.distributed training job on a testbed and record its packets.
+
+The capture is written into a temporary directory beside `out` and renamed when complete, so a
+failed or interrupted capture never replaces an earlier one. `out` then holds one egress pcap per
+rank (`rank<N>.pcap`; on loopback a single `lo.pcap`), `meta.json` (see `simstudy.traffic.sources`)
+and `logs/` (each rank's output and result).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from simstudy import __version__
+from simstudy.capture.testbed import CaptureError, Host, Testbed, is_root, require_tools
+from simstudy.compile.costs import ddp_buckets, layer_costs
+from simstudy.compile.parameter_server import pieces, server_rank
+from simstudy.compile.resolve import resolve
+from simstudy.spec import ParameterServer, Scenario
+from simstudy.spec.capture import CaptureSpec
+
+#: IPv4 (20) + TCP with timestamps (32) header bytes of every segment; Ethernet adds 14 on the wire.
+IP_TCP_HEADER = 52
+ETHERNET_HEADER = 14
+PROBE_PORT = 29499
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    out: Path
+    meta: dict[str, Any]
+    wall_s: float
+
+
+def _say(progress: Callable[[str], None] | None, text: str) -> None:
+    if progress is not None:
+        progress(text)
+
+
+def _check_environment(spec: CaptureSpec, where: str) -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise CaptureError("torch is not installed: pip install -e '.[capture]' "
+                           "(on CPU-only machines: pip install torch==2.13.0)") from None
+    require_tools(["tcpdump"])
+    if not is_root():
+        raise CaptureError("capturing packets needs root (tcpdump): run with sudo")
+
+
+def ps_plan(scenario: Scenario) -> dict[str, Any]:
+    """The buckets and server pieces of the compiled parameter-server graph, in elements."""
+    p = scenario.parallelism
+    agg = p.aggregation
+    assert isinstance(agg, ParameterServer)
+    model = scenario.resolved_model
+    costs = layer_costs(scenario, model)
+    buckets = ddp_buckets(costs, p.bucket_size_bytes)
+    dtype = scenario.training.dtype_bytes
+    offsets, total = [], 0
+    for c in costs:
+        offsets.append(total)
+        total += c.grad_bytes
+    bounds = [s * total // agg.servers for s in range(agg.servers + 1)]
+    out_pieces = []
+    for b in buckets:
+        lo = min(offsets[i] for i in b.layers)
+        hi = max(offsets[i] + costs[i].grad_bytes for i in b.layers)
+        for s in range(agg.servers):
+            a, z = max(lo, bounds[s]), min(hi, bounds[s + 1])
+            if z > a:
+                out_pieces.append({"bucket": b.index, "server": s, "lo": a // dtype, "hi": z // dtype,
+                                   "host": server_rank(agg, p.dp, s)})
+    assert sum(pc["hi"] - pc["lo"] for pc in out_pieces) * dtype == sum(x.size_bytes for x in pieces(
+        costs, buckets, agg.servers))
+    return {
+        "servers": agg.servers,
+        "mode": agg.mode,
+        "overlap": p.overlap,
+        "workers": list(range(p.dp)),
+        "server_of": {str(server_rank(agg, p.dp, s)): s for s in range(agg.servers)},
+        "buckets": [{"index": b.index, "layers": [costs[i].name for i in b.layers]} for b in buckets],
+        "pieces": out_pieces,
+    }
+
+
+def _start_tcpdump(host: Host, path: Path, spec: CaptureSpec, loopback: bool) -> subprocess.Popen[bytes]:
+    c = spec.capture
+    argv = ["tcpdump", "-i", host.ifname, "-n", "-s", str(c.snaplen), "-B", str(c.buffer_kib),
+            "--time-stamp-precision=nano", "-w", str(path)]
+    if not loopback:
+        argv[3:3] = ["-Q", "out"]
+    argv.append("tcp")
+    proc = subprocess.Popen(host.wrap(argv), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            start_new_session=True)
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 15
+    line = b""
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if b"listening on" in line or not line:
+            break
+    if proc.poll() is not None or b"listening on" not in line:
+        rest = proc.stderr.read().decode(errors="replace") if proc.poll() is not None else ""
+        proc.kill()
+        raise CaptureError(f"tcpdump on {host.ifname} did not start: {(line.decode(errors='replace') + rest).strip()}")
+    return proc
+
+
+def _settle(files: list[Path], quiet_s: float = 1.5, limit_s: float = 20.0) -> None:
+    """Wait until no capture file has grown for `quiet_s`: tcpdump reads the kernel's ring buffer in
+    blocks (every second at the latest), and packets still in the ring when it stops are lost."""
+    deadline = time.monotonic() + limit_s
+    sizes = [f.stat().st_size if f.exists() else 0 for f in files]
+    still = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = [f.stat().st_size if f.exists() else 0 for f in files]
+        if now != sizes:
+            sizes, still = now, time.monotonic()
+        elif time.monotonic() - still >= quiet_s:
+            return
+
+
+def _stop_tcpdump(proc: subprocess.Popen[bytes]) -> dict[str, int]:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    stats: dict[str, int] = {}
+    for line in err.decode(errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0].isdigit():
+            stats[" ".join(parts[1:])] = int(parts[0])
+    return stats
+
+
+def _probe(bed: Testbed, seconds: float, work: Path) -> dict[str, float]:
+    """RTT and goodput between the first two hosts (one bulk TCP stream)."""
+    a, b = bed.hosts[0], bed.hosts[1]
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
+    log: IO[bytes] = (work / "probe.log").open("wb")
+    srv = subprocess.Popen(b.wrap([sys.executable, "-m", "simstudy.capture.probe", "serve", b.ip, str(PROBE_PORT)]),
+                           env=env, stdout=log, stderr=log, start_new_session=True)
+    try:
+        done = subprocess.run(a.wrap([sys.executable, "-m", "simstudy.capture.probe", "measure", b.ip,
+                                      str(PROBE_PORT), str(seconds)]),
+                              env=env, capture_output=True, text=True, timeout=60, check=False)
+        if done.returncode != 0:
+            raise CaptureError(f"link probe failed: {done.stderr.strip()[-500:]}")
+        result: dict[str, float] = json.loads(done.stdout)
+        return result
+    finally:
+        srv.kill()
+        srv.wait()
+        log.close()
+
+
+def _pythonpath() -> str:
+    root = str(Path(__file__).resolve().parents[2])
+    return os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def measured_compute(results: list[dict[str, Any]], servers: list[dict[str, Any]]) -> dict[str, Any]:
+    """`system.measured` from the workers' calibration (mean over workers)."""
+    cal = [r["calibration"] for r in results if "calibration" in r]
+    layers = {name: {"forward_us": _mean([c["layers"][name]["forward_us"] for c in cal]),
+                     "backward_us": _mean([c["layers"][name]["backward_us"] for c in cal])}
+              for name in cal[0]["layers"]}
+    if servers:
+        opt = _mean([s["server"]["update_us_mean"] for s in servers])
+    else:
+        opt = _mean([c["optimizer_us"] for c in cal])
+    return {"forward_us": _mean([c["forward_us"] for c in cal]),
+            "backward_us": _mean([c["backward_us"] for c in cal]),
+            "optimizer_us": opt, "layers": layers}
+
+
+def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: str | Path | None = None,
+            progress: Callable[[str], None] | None = None) -> CaptureResult:
+    """Run the job of `spec`, record it into `out`; CaptureError when the machine cannot."""
+    t_start = time.monotonic()
+    out = Path(out)
+    c = spec.capture
+    where = c.where or ("namespaces" if is_root() else "loopback")
+    _check_environment(spec, where)
+    if out.exists() and any(out.iterdir()) and not force:
+        raise CaptureError(f"{out}: already holds a capture; give another -o or --force to replace it")
+    scenario = resolve(Scenario.model_validate(spec.scenario_dict(bandwidth_gbps=1.0, latency_ns=0.0)),
+                       source=source)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    work = tmp / "logs"
+    work.mkdir(parents=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    dumps: list[tuple[Host, subprocess.Popen[bytes]]] = []
+    logs: list[IO[bytes]] = []
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        with Testbed(spec.ranks, where, c.link, c.mtu, c.offloads) as bed:
+            _say(progress, f"testbed: {spec.ranks} ranks on {where}")
+            probe = _probe(bed, 0.5, work) if spec.ranks >= 2 else {"rtt_s": 0.0, "goodput_bps": 0.0}
+            _say(progress, f"link: rtt {probe['rtt_s'] * 1e6:.0f} us, goodput {probe['goodput_bps'] / 1e6:.0f} Mbit/s")
+            loopback = where == "loopback"
+            for host in bed.hosts[:1] if loopback else bed.hosts:
+                name = "lo.pcap" if loopback else f"rank{host.rank}.pcap"
+                dumps.append((host, _start_tcpdump(host, tmp / name, spec, loopback)))
+            strategy = "ps" if isinstance(scenario.parallelism.aggregation, ParameterServer) else "ddp"
+            plan = ps_plan(scenario) if strategy == "ps" else None
+            zoo = spec.model.model_dump(mode="json")
+            env = {**os.environ, "PYTHONPATH": _pythonpath(), "OMP_NUM_THREADS": str(c.threads)}
+            for host in bed.hosts:
+                cfg = {"rank": host.rank, "world": spec.ranks, "master_addr": bed.hosts[0].ip,
+                       "master_port": c.port, "ifname": host.ifname, "model": zoo,
+                       "batch": spec.training.batch_size_per_worker, "seed": c.seed, "strategy": strategy,
+                       "bucket_cap_mb": spec.parallelism.bucket_size_mib, "ps": plan,
+                       "iterations": c.iterations, "warmup": c.warmup, "calibration": c.calibration,
+                       "threads": c.threads, "out": str(work / f"rank{host.rank}.json")}
+                cfg_path = work / f"rank{host.rank}.config.json"
+                cfg_path.write_text(json.dumps(cfg))
+                log: IO[bytes] = (work / f"rank{host.rank}.log").open("wb")
+                logs.append(log)
+                procs.append(subprocess.Popen(host.wrap([sys.executable, "-m", "simstudy.capture.worker",
+                                                         str(cfg_path)]),
+                                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            _say(progress, f"training: {strategy}, {c.iterations} recorded iterations")
+            _wait(procs, work, c.timeout_s)
+            _settle([tmp / ("lo.pcap" if loopback else f"rank{h.rank}.pcap") for h, _ in dumps])
+            stats = {f"rank{h.rank}" if not loopback else "lo": _stop_tcpdump(p) for h, p in dumps}
+            dumps.clear()
+            shaping = {**bed.shaping(), "qdiscs": bed.qdisc_stats()}
+            hosts = list(bed.hosts)
+        results = [json.loads((work / f"rank{r}.json").read_text()) for r in range(spec.ranks)]
+        meta = _meta(spec, scenario, hosts, results, probe, stats, shaping, where)
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp.rename(out)
+        return CaptureResult(out, meta, time.monotonic() - t_start)
+    except BaseException:
+        if tmp.exists():  # keep the logs of a failed capture for a look, beside (never in) `out`
+            failed = out.parent / f".{out.name}.failed"
+            shutil.rmtree(failed, ignore_errors=True)
+            shutil.move(str(work), str(failed))
+            _say(progress, f"logs of the failed capture: {failed}")
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for p in procs:
+            _kill(p)
+        for _, d in dumps:
+            _kill(d)
+        for log in logs:
+            log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _kill(p: subprocess.Popen[bytes]) -> None:
+    if p.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def _wait(procs: list[subprocess.Popen[bytes]], work: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [r for r, code in enumerate(codes) if code not in (None, 0)]
+        if failed:
+            r = failed[0]
+            tail = (work / f"rank{r}.log").read_text(errors="replace").strip().splitlines()[-15:]
+            raise CaptureError(f"rank {r} failed (exit {codes[r]}):\n" + "\n".join(tail))
+        if all(code == 0 for code in codes):
+            return
+        if time.monotonic() > deadline:
+            raise CaptureError(f"the job did not finish in capture.timeout_s = {timeout_s:g} s")
+        time.sleep(0.05)
+
+
+def _meta(spec: CaptureSpec, scenario: Scenario, hosts: list[Host], results: list[dict[str, Any]],
+          probe: dict[str, float], stats: dict[str, dict[str, int]], shaping: dict[str, object],
+          where: str) -> dict[str, Any]:
+    c = spec.capture
+    workers = [r for r in results if r.get("role") == "worker"]
+    servers = [r for r in results if r.get("role") == "server"]
+    mss = c.mtu - IP_TCP_HEADER if where == "namespaces" else None
+    if c.link.rate_mbit is not None and mss is not None:
+        goodput = c.link.rate_mbit * 1e6 * mss / (mss + IP_TCP_HEADER + ETHERNET_HEADER)
+    else:
+        goodput = probe["goodput_bps"]
+    measured = measured_compute(workers, servers)
+    sim = spec.scenario_dict(bandwidth_gbps=round(goodput / 1e9, 6), latency_ns=round(probe["rtt_s"] / 2 * 1e9, 1),
+                             measured=measured)
+    Scenario.model_validate(sim)  # it must be a valid scenario for `validate`
+    if where == "namespaces":
+        ranks: dict[str, Any] = {str(h.rank): h.ip for h in hosts}
+        control = [f"{hosts[0].ip}:{c.port}"]
+    else:
+        ranks = {str(r["rank"]): r["endpoints"] for r in results}
+        control = [f"127.0.0.1:{c.port}"]
+    import torch
+
+    return {
+        "simstudy": __version__,
+        "torch": torch.__version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "spec": spec.model_dump(mode="json"),
+        "scenario": sim,
+        "ranks": ranks,
+        "control": control,
+        "iterations": {str(r["rank"]): r["iterations"] for r in workers},
+        "steps": {str(r["rank"]): r["steps"] for r in workers},
+        "compute": {str(r["rank"]): r["calibration"] for r in workers},
+        "servers": {str(r["rank"]): r["server"] for r in servers},
+        "link": {**shaping, "probe": probe, "goodput_bps": goodput},
+        "wire": {"mss": mss, "header_bytes": IP_TCP_HEADER} if mss else None,
+        "tcpdump": stats,
+        "buckets": None if scenario.parallelism.aggregation.kind != "allreduce" else [
+            b.size_bytes for b in ddp_buckets(layer_costs(scenario, scenario.resolved_model),
+                                              scenario.parallelism.bucket_size_bytes)],
+        "strategy": "ps" if servers else "ddp",
+    }

@@ -1,0 +1,116 @@
+"""Capture specs: a training job to run for real (model, workers, batch, strategy) and how to
+record its packets (iterations, link shaping, snap length, where the workers run)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from simstudy.spec.base import Spec
+from simstudy.spec.model import ModelSpec
+from simstudy.spec.parallelism import AllReduce, Parallelism, ParameterServer
+from simstudy.spec.scenario import tag_model
+from simstudy.spec.training import Training
+
+
+class Link(Spec):
+    """Shaping of every worker's link to the bridge, applied in both directions."""
+
+    rate_mbit: float | None = Field(
+        default=None, gt=0, description="link rate, Mbit/s (tc tbf); none leaves the link unshaped"
+    )
+    delay_ms: float = Field(default=0.0, ge=0, description="one-way delay added per link, ms (needs netem)")
+    loss: float = Field(default=0.0, ge=0, lt=1, description="packet loss probability at each receiver")
+    burst_kib: float | None = Field(
+        default=None, gt=0, description="tbf bucket size, KiB (default: 10 ms at the rate, at least 32 KiB)"
+    )
+
+    @property
+    def shaped(self) -> bool:
+        return self.rate_mbit is not None or self.delay_ms > 0 or self.loss > 0
+
+
+class CaptureSettings(Spec):
+    """How the job runs and is recorded."""
+
+    iterations: int = Field(default=5, ge=1, description="training iterations recorded and marked in meta.json")
+    warmup: int = Field(default=1, ge=0, description="iterations run before the recorded ones (not marked)")
+    calibration: int = Field(
+        default=2, ge=1, description="iterations without communication that time forward/backward compute"
+    )
+    where: Literal["namespaces", "loopback"] | None = Field(
+        default=None,
+        description="namespaces: one network namespace per rank joined by a bridge (needs root); "
+        "loopback: plain processes on 127.0.0.1; default: namespaces when root, else loopback",
+    )
+    link: Link = Field(default_factory=Link, description="link shaping (namespaces only)")
+    snaplen: int = Field(default=128, ge=64, le=65535, description="tcpdump snap length, bytes")
+    buffer_kib: int = Field(default=65536, ge=1024, description="tcpdump capture buffer, KiB")
+    mtu: int = Field(default=1500, ge=576, le=9000, description="MTU of the veths (namespaces only)")
+    offloads: bool = Field(
+        default=False, description="keep TSO/GSO/GRO on (frames up to 64 KB instead of MTU-sized packets)"
+    )
+    threads: int = Field(default=1, ge=1, description="torch intra-op threads per rank")
+    seed: int = Field(default=0, description="seed of the model's initial parameters and the synthetic data")
+    timeout_s: float = Field(default=900.0, gt=0, description="the whole job is stopped after this long")
+    port: int = Field(default=29500, ge=1024, le=65535, description="the torch.distributed store port on rank 0")
+
+
+class CaptureSpec(Spec):
+    """A real training job and its capture. The scenario that `validate` simulates is built from
+    it with a switch topology of the job's ranks, the link's rate and the measured compute."""
+
+    name: str = Field(default="capture", description="job name (letters, digits, _ . -)")
+    model: ModelSpec = Field(description="a zoo model name or a zoo reference with options")
+    parallelism: Parallelism = Field(default_factory=Parallelism, description="dp and aggregation")
+    training: Training = Field(default_factory=Training, description="batch per worker; fp32 only")
+    capture: CaptureSettings = Field(default_factory=CaptureSettings, description="how the job is recorded")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_forms(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "model" in data:
+            data = {**data, "model": tag_model(data["model"])}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> CaptureSpec:
+        p = self.parallelism
+        if p.tp != 1 or p.pp != 1 or p.sharding != "none":
+            raise ValueError("a capture runs data parallelism only: tp = 1, pp = 1, sharding none")
+        if p.dp < 2 and not isinstance(p.aggregation, ParameterServer):
+            raise ValueError("an all-reduce capture needs dp >= 2 workers")
+        agg = p.aggregation
+        if isinstance(agg, AllReduce) and agg.algorithm != "ring":
+            raise ValueError(f"gloo's all-reduce is a ring: set parallelism.aggregation.algorithm to ring, "
+                             f"not {agg.algorithm}")
+        if isinstance(agg, ParameterServer) and agg.placement != "dedicated":
+            raise ValueError("a capture runs parameter servers as ranks of their own: use placement: dedicated")
+        if self.training.precision != "fp32":
+            raise ValueError("a capture trains in fp32: training.precision must be fp32")
+        if "iterations" in self.training.model_fields_set:
+            raise ValueError("give the recorded iterations as capture.iterations, not training.iterations")
+        if self.model.kind != "zoo":
+            raise ValueError("a capture needs a zoo model (a name or {zoo: ..., options: ...}), "
+                             "so that a real torch model can be built from it")
+        return self
+
+    @property
+    def ranks(self) -> int:
+        return self.parallelism.total_ranks
+
+    def scenario_dict(self, *, bandwidth_gbps: float, latency_ns: float,
+                      measured: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The scenario of this job on a switch of its ranks (as a dict for `Scenario`)."""
+        data: dict[str, Any] = {
+            "name": self.name,
+            "model": self.model.model_dump(mode="json"),
+            "parallelism": self.parallelism.model_dump(mode="json"),
+            "topology": {"kind": "switch", "npus": self.ranks, "bandwidth_gbps": bandwidth_gbps,
+                         "latency_ns": latency_ns},
+            "training": {**self.training.model_dump(mode="json"), "iterations": self.capture.iterations},
+        }
+        if measured is not None:
+            data["system"] = {"measured": measured}
+        return data

@@ -1,0 +1,59 @@
+"""Capture specs and the parameter-server plan the workers follow (no root or torch needed)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from simstudy.capture import testbed
+from simstudy.capture.run import ps_plan
+from simstudy.compile.resolve import resolve
+from simstudy.spec import Scenario, SpecError
+from simstudy.spec.capture import CaptureSpec, Link
+from simstudy.spec.load import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "specs" / "capture").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_capture_specs_load(path: Path) -> None:
+    spec = load_spec(CaptureSpec, path)
+    Scenario.model_validate(spec.scenario_dict(bandwidth_gbps=1.0, latency_ns=1000.0))
+
+
+@pytest.mark.parametrize(("body", "field", "expected"), [
+    ("parallelism: {dp: 2, tp: 2}", "", "data parallelism only"),
+    ("parallelism: {dp: 2, aggregation: {algorithm: direct}}", "", "algorithm to ring"),
+    ("parallelism: {dp: 2, aggregation: {servers: 1, placement: colocated}}", "", "dedicated"),
+    ("parallelism: {dp: 2}\ntraining: {iterations: 4}", "", "capture.iterations"),
+    ("parallelism: {dp: 2}\ncapture: {where: cloud}", "capture.where", "namespaces"),
+    ("parallelism: {dp: 2}\ncapture: {link: {loss: 1.5}}", "capture.link.loss", "less than 1"),
+])
+def test_bad_capture_specs_name_file_and_field(tmp_path: Path, body: str, field: str, expected: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"name: bad\nmodel: small_cnn\n{body}\n")
+    with pytest.raises(SpecError) as err:
+        load_spec(CaptureSpec, path)
+    text = str(err.value)
+    assert str(path) in text and field in text and expected in text
+
+
+@pytest.mark.parametrize("servers", [1, 2, 3])
+def test_ps_plan_covers_every_gradient_byte_once(servers: int) -> None:
+    spec = CaptureSpec.model_validate({"model": "small_cnn",
+                                       "parallelism": {"dp": 2, "aggregation": {"servers": servers},
+                                                       "bucket_size_mib": 0.5}})
+    scenario = resolve(Scenario.model_validate(spec.scenario_dict(bandwidth_gbps=1.0, latency_ns=0.0)))
+    plan = ps_plan(scenario)
+    ranges = sorted((p["lo"], p["hi"]) for p in plan["pieces"])
+    assert ranges[0][0] == 0 and ranges[-1][1] == scenario.resolved_model.params
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    assert {p["host"] for p in plan["pieces"]} == set(range(2, 2 + servers))
+    assert len(plan["buckets"]) > 1
+
+
+def test_loopback_refuses_shaping() -> None:
+    with pytest.raises(testbed.CaptureError, match="namespaces"), testbed.Testbed(2, "loopback", Link(rate_mbit=100)):
+        pass
