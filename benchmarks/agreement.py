@@ -10,6 +10,11 @@ ASTRA-SIM binary each case is compared with:
   incast at a server is not shared), and flowsim with contention vs aware (both share the
   server's link, but ASTRA-SIM-aware stores and forwards whole messages FIFO per link while
   flowsim shares bandwidth fluidly: expect them to differ).
+* tensor, pipeline and sharded data parallelism and their hybrids (GPT-2 on 16 NPUs, 4 fully
+  connected per node x a switch across nodes) against unaware. "dp4 tp2 pp2" is expected to
+  differ: its data-parallel groups {0,2,4,6}... cross both dimensions, and ASTRA-SIM-unaware
+  charges a transfer only for the first dimension in which its ends differ
+  (`MultiDimTopology::send`), while flowsim routes it through every dimension it crosses.
 
 Usage: ASTRA_SIM_BIN=... python benchmarks/agreement.py [--quick]
 """
@@ -30,6 +35,8 @@ from simstudy.compile.astra_config import REMOTE_MEMORY, network_yaml, system_co
 from simstudy.spec import Dim, Scenario
 
 MIB = 2**20
+#: Cases whose groups cross dimensions, where ASTRA-SIM-unaware prices only the first one (see above).
+CROSS_DIMENSION = {"GPT-2 dp4 tp2 pp2 2 dims"}
 
 
 def collective_bundle(out: Path, topo: str, npus: int, size: int) -> Bundle:
@@ -71,6 +78,22 @@ def main(quick: bool) -> None:
             spec = {"name": f"r50_dp{n}", "model": "resnet50", "parallelism": {"dp": n},
                     "topology": {"kind": "ring", "npus": n, "bandwidth_gbps": 400}, "training": {"iterations": 2}}
             cases.append((f"resnet50 DP ring {n}", spec_bundle(root / f"r50_{n}", spec), True, False))
+        two_dims = {"kind": "multi_dim", "dims": [
+            {"type": "fully_connected", "npus": 4, "bandwidth_gbps": 1200},
+            {"type": "switch", "npus": 4, "bandwidth_gbps": 200}]}
+        parallel = {
+            "GPT-2 dp16 2 dims": ({"dp": 16}, True),
+            "GPT-2 dp16 zero1 2 dims": ({"dp": 16, "sharding": "zero1"}, True),
+            "GPT-2 dp16 fsdp 2 dims": ({"dp": 16, "sharding": "fsdp"}, True),
+            "GPT-2 dp4 tp4 2 dims": ({"dp": 4, "tp": 4}, True),
+            "GPT-2 dp4 pp4 1f1b 2 dims": ({"dp": 4, "pp": 4, "microbatches": 8}, False),
+            "GPT-2 dp2 tp4 pp2 2 dims": ({"dp": 2, "tp": 4, "pp": 2, "microbatches": 4}, True),
+            "GPT-2 dp4 tp2 pp2 2 dims": ({"dp": 4, "tp": 2, "pp": 2, "microbatches": 4}, True),
+        }
+        for name, (par, sharing) in parallel.items():
+            spec = {"name": name.replace(" ", "_"), "model": "gpt2", "parallelism": par, "topology": two_dims,
+                    "training": {"batch_size_per_worker": 8, "iterations": 2}}
+            cases.append((name, spec_bundle(root / name.replace(" ", "_"), spec), sharing, False))
         ps = {"name": "ps", "model": "resnet50", "parallelism": {"dp": 8, "aggregation": {
             "kind": "parameter_server", "servers": 2, "mode": "sync"}},
               "topology": {"kind": "switch", "npus": 10, "bandwidth_gbps": 100}, "training": {"iterations": 2}}
@@ -90,10 +113,12 @@ def main(quick: bool) -> None:
     worst = 0.0
     for name, variant, f_ns, a_ns, _, _ in rows:
         diff = (f_ns - a_ns) / a_ns
-        if "aware /" not in variant:
+        expected_gap = name in CROSS_DIMENSION
+        if variant.startswith("unaware") and not expected_gap:
             worst = max(worst, abs(diff))
-        print(f"{name:<34} {variant:<24} {f_ns:>14,} {a_ns:>14,} {diff:>+9.4%}")
-    print(f"worst |rel diff| against the unaware binary: {worst:.4%} (target 1%)")
+        note = "  (expected: transfers cross two dimensions)" if expected_gap else ""
+        print(f"{name:<34} {variant:<24} {f_ns:>14,} {a_ns:>14,} {diff:>+9.4%}{note}")
+    print(f"worst |rel diff| against the unaware binary: {worst:.4%} (target 1%; cross-dimension cases excluded)")
 
 
 if __name__ == "__main__":

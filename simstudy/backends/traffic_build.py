@@ -16,7 +16,7 @@ import yaml
 
 from simstudy import chakra
 from simstudy.backends.base import BackendError
-from simstudy.backends.patterns import Pattern, chunking, collective_pattern
+from simstudy.backends.patterns import Pattern, chunking, collective_pattern, dimensions_pattern
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compile import Bundle
 from simstudy.traffic import make_table
@@ -65,6 +65,36 @@ class WorkloadInfo:
     def algorithm(self, kind: str) -> str:
         impl = self.system.get(f"{kind.replace('_', '-')}-implementation") or ["ring"]
         return str(impl[0]) if isinstance(impl, list) else str(impl)
+
+    def algorithms(self, kind: str) -> list[str]:
+        """The configured algorithm of each network dimension."""
+        impl = self.system.get(f"{kind.replace('_', '-')}-implementation") or ["ring"]
+        return [str(a) for a in impl] if isinstance(impl, list) else [str(impl)]
+
+    @property
+    def optimization(self) -> str:
+        return str(self.system.get("collective-optimization", "baseline"))
+
+    def by_dimension(self, kind: str, members: Sequence[int]) -> bool:
+        """True when ASTRA-SIM runs this collective dimension by dimension: a collective of every
+        NPU (not all-to-all) on a network with more than one dimension of several NPUs."""
+        return (len(members) == self.npus and kind != "all_to_all"
+                and sum(1 for d in self.dims if d.npus > 1) > 1)
+
+    def dim_sizes(self) -> list[int]:
+        return [d.npus for d in self.dims]
+
+    def plan(self, node: Node, rank: int, kind: str) -> tuple[list[int], str]:
+        """The ranks a collective runs on and the algorithm ASTRA-SIM uses for it.
+
+        As ASTRA-SIM's `CommunicatorGroup::get_collective_plan`: a group of every NPU (or none)
+        runs the system config's algorithm on the network's dimensions; any smaller group runs
+        as one ring over its members in the order the comm-group file lists them, whatever the
+        configured algorithm (each ring step goes from a member to the next one)."""
+        members = self.members(node, rank)
+        if len(members) < self.npus:
+            return members, "ring"
+        return members, self.algorithm(kind)
 
     def members(self, node: Node, rank: int) -> list[int]:
         """The ranks a collective node runs on (its `pg_name` group, or all)."""
@@ -255,13 +285,19 @@ def build_traffic(info: WorkloadInfo, spans: Spans) -> Any:
             kind = COLLECTIVE_KIND.get(CollectiveType(int(node.get("comm_type", 0))))
             if kind is None:
                 continue
-            members = tuple(info.members(node, rank))
+            group, algorithm = info.plan(node, rank, kind)
+            members = tuple(group)
             size = int(node.get("comm_size", 0))
             chunk_bytes, chunks = chunking(size, info.chunks, kind, info.npus)
-            key = (kind, info.algorithm(kind), members, chunk_bytes)
+            key = (kind, algorithm, members, chunk_bytes)
             pattern = cache.get(key)
             if pattern is None:
-                pattern = cache[key] = collective_pattern(kind, key[1], list(members), chunk_bytes)
+                if info.by_dimension(kind, members):
+                    pattern = dimensions_pattern(kind, info.algorithms(kind), info.dim_sizes(), chunk_bytes,
+                                                 info.optimization)
+                else:
+                    pattern = collective_pattern(kind, key[1], list(members), chunk_bytes)
+                cache[key] = pattern
             slots = chunks * max(pattern.steps, 1)
             edges = np.linspace(t0, t1, slots + 1)
             for c in range(chunks):

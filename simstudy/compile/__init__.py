@@ -12,9 +12,11 @@ from simstudy.compile.bundle import Bundle, BundleError
 from simstudy.compile.chakra_out import write_traces
 from simstudy.compile.data_parallel import compile_data_parallel
 from simstudy.compile.graph import Collective, ExecutionGraph, RankGraph, Task, TaskKind
+from simstudy.compile.hybrid import compile_hybrid
 from simstudy.compile.parameter_server import compile_parameter_server
 from simstudy.compile.resolve import resolve
-from simstudy.spec import AllReduce, Scenario
+from simstudy.compile.tensor import megatron
+from simstudy.spec import AllReduce, Scenario, SpecError
 
 __all__ = [
     "Bundle",
@@ -27,6 +29,7 @@ __all__ = [
     "Task",
     "TaskKind",
     "build_graph",
+    "check_fit",
     "compile_scenario",
     "resolve",
 ]
@@ -46,19 +49,40 @@ class CompileResult:
     seconds: float
 
 
+def check_fit(scenario: Scenario, source: str | Path | None = None) -> None:
+    """The checks that need the resolved model: the parallelism must fit its layers and heads.
+    Errors name `source` (the spec file) and the parallelism field."""
+    p = scenario.parallelism
+    model = scenario.resolved_model
+    n = len(model.layers)
+    if p.pp > n:
+        raise SpecError(source, "parallelism.pp", f"pp = {p.pp} pipeline stages need at least {p.pp} layers; "
+                                                  f"model {model.name!r} has {n}")
+    if p.tp == 1:
+        return
+    if megatron(model):
+        for layer in model.layers:
+            if layer.heads is not None and layer.heads % p.tp:
+                raise SpecError(source, "parallelism.tp",
+                                f"tp = {p.tp} does not divide the {layer.heads} attention heads of layer "
+                                f"{layer.name!r} of model {model.name!r}; tensor parallelism splits heads evenly")
+    elif p.tp * p.pp > n:
+        raise SpecError(source, "parallelism.tp",
+                        f"model {model.name!r} is a {model.family} model, so tensor parallelism splits it "
+                        f"layer-wise: tp*pp = {p.tp}*{p.pp} = {p.tp * p.pp} ranks need at least that many "
+                        f"layers, and it has {n}")
+
+
 def build_graph(scenario: Scenario) -> ExecutionGraph:
     """The per-rank execution graph of a resolved scenario."""
     p = scenario.parallelism
-    if p.tp > 1 or p.pp > 1:
-        raise CompileError(
-            f"parallelism: tp = {p.tp}, pp = {p.pp}: tensor and pipeline parallelism are not "
-            "supported by the compiler yet (only data parallel with all-reduce or a parameter server)"
-        )
-    if p.sharding != "none":
-        raise CompileError(f"parallelism.sharding: {p.sharding!r} is not supported by the compiler yet")
-    graph = compile_data_parallel(scenario) if isinstance(p.aggregation, AllReduce) else compile_parameter_server(
-        scenario
-    )
+    check_fit(scenario)
+    if not isinstance(p.aggregation, AllReduce):
+        graph = compile_parameter_server(scenario)
+    elif p.is_plain_data_parallel:
+        graph = compile_data_parallel(scenario)
+    else:
+        graph = compile_hybrid(scenario)
     graph.check()
     return graph
 
@@ -74,6 +98,7 @@ def compile_scenario(scenario: Scenario, out: str | Path, *, source: str | Path 
     """Compile a scenario into a bundle directory `out` (written whole or not at all)."""
     t0 = time.perf_counter()
     resolved = resolve(scenario, source=source)
+    check_fit(resolved, source)
     graph = build_graph(resolved)
     out = Path(out)
     _check_target(out)

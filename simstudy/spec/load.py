@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from simstudy.spec.base import FieldError
 from simstudy.spec.scenario import Scenario
 from simstudy.spec.study import Study
 
@@ -153,6 +154,9 @@ def spec_error(exc: ValidationError, data: Any, origins: _Origins | None, file: 
     errors = exc.errors()
     first = errors[0]
     loc = _user_loc(data, tuple(first["loc"]))
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldError):
+        loc = (*loc, *cause.field.split("."))
     where: Path | None = file
     inner = loc
     if origins is not None:

@@ -7,9 +7,9 @@ its output activation per sample (pipeline / tensor-parallel transfers).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from simstudy.spec.base import Spec
 
@@ -32,6 +32,20 @@ class Layer(Spec):
         ge=0,
         description="bytes of this layer's output activation for one sample, in fp32",
     )
+    heads: int | None = Field(
+        default=None,
+        ge=1,
+        description="attention heads (attention layers): tensor parallelism splits them, so tp must divide them",
+    )
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_heads(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Leave `heads` out when it is not given, so specs written before it existed keep their
+        canonical JSON (and their sweep run keys)."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("heads", 0) is None:
+            del data["heads"]
+        return data
 
 
 class Model(Spec):

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from simstudy.spec.base import Spec
+from simstudy.spec.base import FieldError, Spec
 
 AllReduceAlgorithm = Literal["ring", "direct", "halving_doubling", "double_binary_tree"]
 
@@ -17,7 +17,9 @@ class AllReduce(Spec):
     kind: Literal["allreduce"] = "allreduce"
     algorithm: AllReduceAlgorithm = Field(
         default="ring",
-        description="collective algorithm: ring, direct, halving_doubling or double_binary_tree",
+        description="collective algorithm: ring, direct, halving_doubling or double_binary_tree, for "
+        "collectives of every rank; a smaller group's collectives (with tp or pp > 1) always run as a "
+        "ring over the group, as ASTRA-SIM runs communicator groups",
     )
 
 
@@ -62,10 +64,22 @@ class Parallelism(Spec):
         description="start each bucket's communication as soon as its gradients are ready "
         "(overlap with backward); false waits for the whole backward pass",
     )
-    microbatches: int = Field(default=1, ge=1, description="pipeline microbatches per iteration")
-    schedule: Literal["gpipe", "1f1b"] = Field(default="1f1b", description="pipeline schedule")
+    microbatches: int = Field(
+        default=1,
+        ge=1,
+        description="microbatches per iteration: the pipeline's microbatches (with pp = 1, gradient "
+        "accumulation); each is batch_size_per_worker / microbatches samples",
+    )
+    schedule: Literal["gpipe", "1f1b"] = Field(
+        default="1f1b",
+        description="pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b "
+        "(PipeDream-Flush: warm-up forwards, then one forward one backward)",
+    )
     sharding: Literal["none", "zero1", "zero3", "fsdp"] = Field(
-        default="none", description="data-parallel state sharding"
+        default="none",
+        description="data-parallel state sharding: none (all-reduce gradients), zero1 (reduce-scatter "
+        "gradients, all-gather updated parameters), zero3 or fsdp (all-gather each layer's parameters "
+        "before its forward and backward, reduce-scatter its gradients after backward)",
     )
 
     @model_validator(mode="before")
@@ -102,17 +116,34 @@ class Parallelism(Spec):
         """Gradient bucket size in bytes."""
         return int(self.bucket_size_mib * 1024 * 1024)
 
+    @property
+    def is_plain_data_parallel(self) -> bool:
+        """Only data parallelism: no model split, no sharding, one microbatch."""
+        return self.tp == 1 and self.pp == 1 and self.sharding == "none" and self.microbatches == 1
+
     @model_validator(mode="after")
     def _check(self) -> Parallelism:
         agg = self.aggregation
         if isinstance(agg, ParameterServer):
             if self.tp != 1 or self.pp != 1:
-                raise ValueError("a parameter server needs tp = 1 and pp = 1 (pure data parallel)")
+                field = "tp" if self.tp != 1 else "pp"
+                raise FieldError(field, f"a parameter server needs tp = 1 and pp = 1 (pure data parallel), "
+                                        f"got {field} = {getattr(self, field)}")
             if agg.placement == "colocated" and agg.servers > self.dp:
                 raise ValueError(
                     f"{agg.servers} colocated servers do not fit on dp = {self.dp} workers; "
                     "use placement: dedicated or fewer servers"
                 )
             if self.sharding != "none":
-                raise ValueError("sharding applies to all-reduce data parallelism, not a parameter server")
+                raise FieldError("sharding", f"sharding ({self.sharding!r}) applies to all-reduce data "
+                                             "parallelism, not a parameter server; use sharding: none")
+            if self.microbatches != 1:
+                raise FieldError("microbatches", "a parameter server trains one batch per iteration; "
+                                                 f"microbatches must be 1, got {self.microbatches}")
+        if self.schedule == "1f1b" and self.pp > 1 and self.microbatches < self.pp:
+            raise FieldError(
+                "microbatches",
+                f"the 1f1b schedule needs at least as many microbatches as pipeline stages "
+                f"(pp = {self.pp}), got {self.microbatches}; raise microbatches or use schedule: gpipe",
+            )
         return self

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
-from simstudy.spec.base import Spec
+from simstudy.spec.base import FieldError, Spec
 from simstudy.spec.model import Model, ModelSpec, ZooModel
 from simstudy.spec.parallelism import AllReduce, Parallelism
 from simstudy.spec.system import System
@@ -95,12 +95,20 @@ class Scenario(Spec):
             detail = f"dp*tp*pp = {p.dp}*{p.tp}*{p.pp} = {p.compute_ranks}"
             if p.server_ranks:
                 detail += f" + {p.server_ranks} dedicated servers"
-            raise ValueError(f"topology has {npus} NPUs but the parallelism needs {need} ({detail})")
+            raise FieldError("parallelism", f"topology has {npus} NPUs but the parallelism needs {need} "
+                                            f"({detail}); dp*tp*pp must equal the topology's NPUs")
         agg = self.parallelism.aggregation
         dp = self.parallelism.dp
         if isinstance(agg, AllReduce) and agg.algorithm == "halving_doubling" and dp & (dp - 1):
-            raise ValueError(f"halving_doubling all-reduce needs a power-of-two number of data-parallel ranks, "
+            raise FieldError("parallelism.aggregation.algorithm",
+                             f"halving_doubling all-reduce needs a power-of-two number of data-parallel ranks, "
                              f"not dp = {dp}")
+        m = self.parallelism.microbatches
+        batch = self.training.batch_size_per_worker
+        if batch % m:
+            raise FieldError("parallelism.microbatches",
+                             f"{m} microbatches do not split training.batch_size_per_worker = {batch} evenly; "
+                             "the batch must be a multiple of microbatches")
         return self
 
     @property

@@ -25,6 +25,22 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "ps_sync": {"model": "small_cnn", "parallelism": {"dp": 3, "bucket_size_mib": 0.25,
                                                       "aggregation": {"kind": "parameter_server", "servers": 2}},
                 "topology": {"kind": "switch", "npus": 5}},
+    "hybrid_tp_pp_zero1": {"model": {"zoo": "decoder", "options": {"layers": 2, "hidden": 64, "heads": 4,
+                                                                   "seq_len": 32, "vocab": 256}},
+                           "parallelism": {"dp": 2, "tp": 2, "pp": 2, "microbatches": 2, "sharding": "zero1"},
+                           "topology": {"kind": "multi_dim", "dims": [{"type": "ring", "npus": 2},
+                                                                      {"type": "switch", "npus": 4}]},
+                           "system": {"collective_chunks": 2}},
+    "dp_multidim_zero1": {"model": "small_cnn", "parallelism": {"dp": 8, "sharding": "zero1"},
+                          "topology": {"kind": "multi_dim", "dims": [{"type": "ring", "npus": 4},
+                                                                     {"type": "switch", "npus": 2}]},
+                          "system": {"collective_chunks": 3}},
+    "dp_multidim_allreduce": {"model": "small_cnn", "parallelism": {"dp": 8},
+                              "topology": {"kind": "multi_dim", "dims": [{"type": "fully_connected", "npus": 2},
+                                                                         {"type": "ring", "npus": 4}]}},
+    "fsdp_layerwise_gpipe": {"model": "small_cnn", "parallelism": {"dp": 2, "tp": 2, "microbatches": 2,
+                                                                   "schedule": "gpipe", "sharding": "fsdp"},
+                             "topology": {"kind": "switch", "npus": 4}},
     "ps_async": {"model": "small_cnn", "parallelism": {"dp": 4, "aggregation": {
         "kind": "parameter_server", "servers": 2, "placement": "colocated", "mode": "async"}},
                  "topology": {"kind": "ring", "npus": 4}},
@@ -60,15 +76,17 @@ def compiled(name: str, tmp: Path) -> tuple[Scenario, Bundle]:
 def expected_bytes(scenario: Scenario, bundle: Bundle) -> int:
     """Bytes every transfer adds up to, from the ET files and the algorithms' definitions.
 
-    ASTRA-SIM splits S into chunks of c = S // C (at least N bytes) and sends ceil(S / c) of
-    them; per chunk, ring all-reduce sends 2(N-1) messages of c/N per rank, halving-doubling
-    2 x sum_k c/2^(k+1) per rank, direct 2 x (N-1) x c/N per rank; a send moves comm_size."""
-    from simstudy.backends.traffic_build import WorkloadInfo
+    ASTRA-SIM splits S into chunks of c = S // C (at least N bytes, N the job's NPUs, except for
+    all-gather) and sends ceil(S / c) of them. A collective on a group of k < N ranks is one ring
+    over the group; on every rank, per chunk, ring all-reduce sends 2(k-1) messages of c/k,
+    reduce-scatter k-1 messages of c/k, all-gather k-1 messages of c (c: the rank's contribution);
+    halving-doubling all-reduce 2 x sum_j c/2^(j+1), direct 2 x (k-1) x c/k; a send moves comm_size."""
+    from simstudy.backends.traffic_build import COLLECTIVE_KIND, WorkloadInfo
+    from simstudy.chakra import CollectiveType
 
     info = WorkloadInfo.from_bundle(bundle)
     n = info.npus
     c = info.chunks
-    algo = info.algorithm("all_reduce")
     total = 0
     for nodes in info.nodes:
         for node in nodes:
@@ -76,14 +94,52 @@ def expected_bytes(scenario: Scenario, bundle: Bundle) -> int:
             if node.type == NodeType.COMM_SEND_NODE:
                 total += size
             elif node.type == NodeType.COMM_COLL_NODE:
+                kind = COLLECTIVE_KIND[CollectiveType(int(node.get("comm_type", 0)))]
+                group = info.groups.get(str(node.get("pg_name", "") or ""), list(range(n)))
+                k = len(group)
+                algo = "ring" if k < n else info.algorithm(kind)
+                dims = [d.npus for d in info.dims if d.npus > 1]
+                if k == n and len(dims) > 1:
+                    total += by_dimension_bytes(kind, dims, size, c, n)
+                    continue
+                if kind == "all_gather":
+                    chunk = max(size // c, 1)
+                    total += (k - 1) * chunk * -(-size // chunk)
+                    continue
                 chunk = max(size // c, n)
                 count = -(-max(size, c * n) // chunk)
-                if algo in ("ring", "direct"):
-                    total += 2 * (n - 1) * (chunk // n) * count
+                if kind == "reduce_scatter":
+                    total += (k - 1) * (chunk // k) * count
+                elif algo in ("ring", "direct"):
+                    total += 2 * (k - 1) * (chunk // k) * count
                 elif algo == "halvingDoubling":
-                    k = n.bit_length() - 1
-                    total += 2 * sum(chunk >> (j + 1) for j in range(k)) * count
+                    j = k.bit_length() - 1
+                    total += 2 * sum(chunk >> (i + 1) for i in range(j)) * count
     return total
+
+
+def by_dimension_bytes(kind: str, dims: list[int], size: int, c: int, n: int) -> int:
+    """A ring collective of every NPU on several dimensions (ASTRA-SIM's baseline): per chunk, an
+    all-reduce of the whole chunk on each dimension (2(n_k-1) x chunk/n_k per rank), a
+    reduce-scatter dimension by dimension from the innermost with the data shrinking by n_k each
+    time, an all-gather from the outermost with the contribution growing by n_k."""
+    if kind == "all_gather":
+        chunk = max(size // c, 1)
+        count = -(-size // chunk)
+        sent, part = 0, chunk
+        for nk in reversed(dims):
+            sent += (nk - 1) * part
+            part *= nk
+        return sent * count
+    chunk = max(size // c, n)
+    count = -(-max(size, c * n) // chunk)
+    if kind == "all_reduce":
+        return sum(2 * (nk - 1) * (chunk // nk) for nk in dims) * count
+    sent, part = 0, chunk
+    for nk in dims:
+        sent += (nk - 1) * (part // nk)
+        part //= nk
+    return sent * count
 
 
 def check_contract(result: RunResult, scenario: Scenario, bundle: Bundle) -> None:
@@ -101,7 +157,7 @@ def check_contract(result: RunResult, scenario: Scenario, bundle: Bundle) -> Non
     assert (t["src"] != t["dst"]).all()
     assert float(t["t_end_s"].max()) <= result.finish_ns * 1e-9 + 1e-12
     assert int(t["bytes"].sum()) == expected_bytes(scenario, bundle)
-    assert set(t["op"].unique()) <= {"allreduce", "push", "pull", "p2p"}
+    assert set(t["op"].unique()) <= {"allreduce", "allgather", "reducescatter", "push", "pull", "p2p"}
     assert result.summary()["transfers"] == len(t)
 
 

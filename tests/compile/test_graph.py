@@ -139,8 +139,10 @@ def test_measured_times_override_flops() -> None:
     assert dur["bwd.l1.it0"] == 180 and dur["bwd.l2.it0"] == 270
 
 
-def test_tensor_parallel_is_reported_unsupported() -> None:
-    from simstudy.compile import CompileError
-
-    with pytest.raises(CompileError, match="tensor and pipeline"):
-        build_graph(scenario(parallelism={"dp": 2, "tp": 2}))
+def test_tensor_parallel_compiles_with_comm_groups() -> None:
+    graph = build_graph(scenario(model="bert_base", parallelism={"dp": 2, "tp": 2}))
+    # Two tensor-parallel groups of neighbours and two data-parallel groups across them.
+    assert sorted(graph.groups.values()) == [(0, 1), (0, 2), (1, 3), (2, 3)]
+    for g in graph.ranks:
+        groups = {t.group for t in g.tasks if t.kind is TaskKind.COLLECTIVE}
+        assert groups and all(g.rank in graph.groups[i] for i in groups)

@@ -82,19 +82,23 @@ def test_all_reduce_bytes_follow_the_ring_formula(tmp_path: Path) -> None:
 
 
 def test_a_failing_scenario_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    # A Transformer with 3 attention heads: tp = 2 cannot split them, which only compiling finds out.
     text = STUDY.replace("parallelism.aggregation.kind: [allreduce, parameter_server]", "parallelism.tp: [1, 2]")
+    text = text.replace("model: small_cnn", "model: {zoo: decoder, options: {layers: 1, hidden: 48, heads: 3, "
+                                            "seq_len: 8, vocab: 64}}")
     path = _write(tmp_path, text)
     result = run_study(load_study(path), path, tmp_path / "out", executor=LocalExecutor(2), progress=False)
     s = result.summary
     assert len(s) == 4 and not result.all_ok
     bad = s[s["status"] == "failed"]
-    assert set(bad["parallelism.tp"]) == {2} and bad["error"].str.contains("tensor and pipeline").all()
+    assert set(bad["parallelism.tp"]) == {2}
+    assert bad["error"].str.contains("does not divide the 3 attention heads").all()
     assert (s[s["status"] == "ok"]["finish_ms"] > 0).all()
     for key in bad["key"]:
         assert not (tmp_path / "out" / "runs" / key).exists()
     proc = _cli("sweep", str(path), "-o", str(tmp_path / "out"), "--quiet", cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
-    assert "FAILED run" in proc.stderr and "tensor and pipeline" in proc.stderr
+    assert "FAILED run" in proc.stderr and "attention heads" in proc.stderr
 
 
 SLOW_STUDY = """\

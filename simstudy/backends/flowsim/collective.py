@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simstudy.backends.flowsim.network import Network
-from simstudy.backends.patterns import Pattern, collective_pattern
+from simstudy.backends.patterns import Pattern, collective_pattern, dimension_phases, phase_pattern
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,9 @@ class CollectiveTiming:
     step_start_ns: NDArray[np.float64]
     step_end_ns: NDArray[np.float64]
     chunk_ns: int
+    #: per dimension phase (multi-dimensional collectives): its duration and its number of steps
+    phase_ns: tuple[int, ...] = ()
+    phase_steps: tuple[int, ...] = ()
 
 
 def _processing_steps(kind: str, algorithm: str, n: int) -> set[int]:
@@ -70,8 +73,85 @@ def time_chunk(
 ) -> CollectiveTiming:
     """The step schedule of one chunk of a collective over `members`."""
     pattern = collective_pattern(kind, algorithm, members, chunk_bytes)
+    return time_pattern(net, pattern, _processing_steps(kind, algorithm, len(members)),
+                        endpoint_delay_ns=endpoint_delay_ns, local_mem_bw_bpns=local_mem_bw_bpns,
+                        contention=contention, concurrent=concurrent)
+
+
+def time_dimensions(
+    net: Network,
+    kind: str,
+    algorithms: list[str],
+    dim_sizes: list[int],
+    chunk_bytes: int,
+    *,
+    optimization: str,
+    endpoint_delay_ns: float,
+    local_mem_bw_bpns: float,
+    contention: bool,
+    concurrent: int = 1,
+) -> CollectiveTiming:
+    """One chunk of a collective of every NPU on a multi-dimensional network, as ASTRA-SIM runs it:
+    one phase per dimension (see `patterns.dimension_phases`), each on all lines of its dimension
+    at once and timed like a collective of its own, the next starting when it ends."""
+    patterns: list[Pattern] = []
+    starts: list[NDArray[np.float64]] = []
+    ends: list[NDArray[np.float64]] = []
+    t, offset = 0, 0
+    durations: list[int] = []
+    counts: list[int] = []
+    for phase in dimension_phases(kind, dim_sizes, chunk_bytes, optimization):
+        algo = algorithms[phase.dim] if phase.dim < len(algorithms) else algorithms[-1]
+        pattern = phase_pattern(phase, dim_sizes, algo)
+        timing = time_pattern(net, pattern, _processing_steps(phase.kind, algo, dim_sizes[phase.dim]),
+                              endpoint_delay_ns=endpoint_delay_ns, local_mem_bw_bpns=local_mem_bw_bpns,
+                              contention=contention, concurrent=concurrent)
+        patterns.append(Pattern(pattern.step + offset, pattern.src, pattern.dst, pattern.nbytes))
+        starts.append(timing.step_start_ns + t)
+        ends.append(timing.step_end_ns + t)
+        t += timing.chunk_ns
+        offset += pattern.steps
+        durations.append(timing.chunk_ns)
+        counts.append(pattern.steps)
+    if not patterns:
+        empty = np.empty(0, dtype=np.int64)
+        return CollectiveTiming(Pattern(empty, empty, empty, empty), np.zeros(0), np.zeros(0), 0)
+    joined = Pattern(*(np.concatenate([getattr(p, f) for p in patterns]) for f in ("step", "src", "dst", "nbytes")))
+    return CollectiveTiming(joined, np.concatenate(starts), np.concatenate(ends), t, tuple(durations), tuple(counts))
+
+
+def pipelined_phases(timing: CollectiveTiming, chunks: int) -> tuple[int, list[NDArray[np.float64]]]:
+    """Chunks flowing through a multi-dimensional collective's phases, one chunk per phase at a
+    time (ASTRA-SIM with one active chunk per dimension): chunk c starts phase p once it has left
+    phase p-1 and chunk c-1 has left phase p. Returns the finish (ns from the start) and, per chunk,
+    how far each of its steps is shifted from the back-to-back schedule of `timing`."""
+    phases = len(timing.phase_ns)
+    cum = np.concatenate([[0], np.cumsum(timing.phase_ns)])
+    free = [0] * phases
+    shifts: list[NDArray[np.float64]] = []
+    for _ in range(chunks):
+        t = 0
+        begins = []
+        for p, d in enumerate(timing.phase_ns):
+            b = max(t, free[p])
+            begins.append(b)
+            free[p] = t = b + d
+        shifts.append(np.repeat(np.asarray(begins, dtype=np.float64) - cum[:-1], timing.phase_steps))
+    return free[-1] if phases else 0, shifts
+
+
+def time_pattern(
+    net: Network,
+    pattern: Pattern,
+    proc_steps: set[int],
+    *,
+    endpoint_delay_ns: float,
+    local_mem_bw_bpns: float,
+    contention: bool,
+    concurrent: int = 1,
+) -> CollectiveTiming:
+    """Time a pattern step by step; `proc_steps` are the steps that reduce what they receive."""
     steps = pattern.steps
-    proc_steps = _processing_steps(kind, algorithm, len(members))
     starts = np.zeros(steps)
     ends = np.zeros(steps)
     t = float(endpoint_delay_ns)

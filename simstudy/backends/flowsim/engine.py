@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from simstudy.backends.base import BackendError
-from simstudy.backends.flowsim.collective import CollectiveTiming, time_chunk
+from simstudy.backends.flowsim.collective import CollectiveTiming, pipelined_phases, time_chunk, time_dimensions
 from simstudy.backends.flowsim.network import Network
 from simstudy.backends.patterns import chunking
 from simstudy.backends.traffic_build import (
@@ -234,7 +234,8 @@ class Engine:
                 f"{self.info.bundle.et_path(rank)}: node {node.id}: collective {ctype.name} is not supported "
                 "(ASTRA-SIM simulates ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL)"
             )
-        members = tuple(self.info.members(node, rank))
+        group, algorithm = self.info.plan(node, rank, kind)
+        members = tuple(group)
         if rank not in members:
             raise BackendError(f"{self.info.bundle.et_path(rank)}: node {node.id}: rank {rank} is not in its group")
         seen = self.coll_seen[members]
@@ -245,34 +246,51 @@ class Engine:
         waiting.append((rank, node, self.now))
         if len(waiting) == len(members):
             del self.coll_waiting[key]
-            self.start_collective(kind, members, waiting)
+            self.start_collective(kind, algorithm, members, waiting)
 
-    def start_collective(self, kind: str, members: tuple[int, ...], parts: list[tuple[int, Node, int]]) -> None:
+    def start_collective(
+        self, kind: str, algo: str, members: tuple[int, ...], parts: list[tuple[int, Node, int]]
+    ) -> None:
         start = max(t for _, _, t in parts)
         _rank0, node0, _ = parts[0]
         size = int(node0.get("comm_size", 0))
-        algo = self.info.algorithm(kind)
         chunk_bytes, chunks = chunking(size, self.info.chunks, kind, self.info.npus)
         concurrent = min(self.active_chunks, chunks)
         key = (kind, algo, members, chunk_bytes, concurrent)
         timing = self.timing_cache.get(key)
         if timing is None:
-            timing = time_chunk(
-                self.net, kind, algo, list(members), chunk_bytes,
-                endpoint_delay_ns=self.endpoint_delay, local_mem_bw_bpns=self.mem_bw,
-                contention=self.contention, concurrent=concurrent,
-            )
+            if self.info.by_dimension(kind, members):
+                timing = time_dimensions(
+                    self.net, kind, self.info.algorithms(kind), self.info.dim_sizes(), chunk_bytes,
+                    optimization=self.info.optimization, endpoint_delay_ns=self.endpoint_delay,
+                    local_mem_bw_bpns=self.mem_bw, contention=self.contention, concurrent=concurrent,
+                )
+            else:
+                timing = time_chunk(
+                    self.net, kind, algo, list(members), chunk_bytes,
+                    endpoint_delay_ns=self.endpoint_delay, local_mem_bw_bpns=self.mem_bw,
+                    contention=self.contention, concurrent=concurrent,
+                )
             self.timing_cache[key] = timing
-        rounds = math.ceil(chunks / concurrent)
-        finish = start + rounds * timing.chunk_ns
         op = op_of(node0)
         it = iteration_of(node0.name)
-        for c in range(chunks):
-            base = start + (c // concurrent) * timing.chunk_ns
-            self.traffic.add_pattern(
-                timing.pattern, None, base + timing.step_start_ns, base + timing.step_end_ns,
-                flow=node0.id * 4096 + c, op=op, iteration=it, chunk=c,
-            )
+        if len(timing.phase_ns) > 1 and concurrent == 1 and chunks > 1:
+            span, shifts = pipelined_phases(timing, chunks)
+            finish = start + span
+            for c, shift in enumerate(shifts):
+                self.traffic.add_pattern(
+                    timing.pattern, None, start + shift + timing.step_start_ns, start + shift + timing.step_end_ns,
+                    flow=node0.id * 4096 + c, op=op, iteration=it, chunk=c,
+                )
+        else:
+            rounds = math.ceil(chunks / concurrent)
+            finish = start + rounds * timing.chunk_ns
+            for c in range(chunks):
+                base = start + (c // concurrent) * timing.chunk_ns
+                self.traffic.add_pattern(
+                    timing.pattern, None, base + timing.step_start_ns, base + timing.step_end_ns,
+                    flow=node0.id * 4096 + c, op=op, iteration=it, chunk=c,
+                )
         for rank, node, _ in parts:
             self.ranks[rank].comm_spans.append((start, finish))
             self.at(finish, self.on_done, rank, node.id)
