@@ -101,6 +101,7 @@ _TABLE: tuple[tuple[str, ModelFamily, Builder, str], ...] = (
     ("gnmt", "rnn", rnn.gnmt, "GNMT-like LSTM seq2seq with attention (GNMT-8)"),
     ("bert_base", "transformer", transformer.bert_base, "BERT-base with pooler (BertModel)"),
     ("bert_large", "transformer", transformer.bert_large, "BERT-large with pooler (BertModel)"),
+    ("encoder", "transformer", transformer.encoder, "generic BERT-style encoder"),
     ("gpt2", "transformer", transformer.gpt2, "GPT-2, size small/medium/large/xl"),
     ("gpt2_small", "transformer", transformer.gpt2_small, "GPT-2 small (124M)"),
     ("gpt2_medium", "transformer", transformer.gpt2_medium, "GPT-2 medium (355M)"),

@@ -1,4 +1,4 @@
-"""Transformers: BERT encoders, GPT-2 and a generic GPT-style decoder.
+"""Transformers: BERT encoders (and a generic one), GPT-2 and a generic GPT-style decoder.
 
 One sample is one sequence of `seq_len` tokens. Each block is two layers: attention (its layer
 norm, QKV and output projections, residual add) and the feed-forward MLP (its layer norm, two
@@ -29,7 +29,7 @@ from simstudy.zoo.layers import (
 )
 
 
-def attention_block(name: str, hidden: int, seq_len: int) -> Layer:
+def attention_block(name: str, hidden: int, seq_len: int, heads: int) -> Layer:
     """Multi-head self-attention with biases and one layer norm, over one sequence."""
     linear_macs = 4 * seq_len * hidden * hidden
     matmul_macs = 2 * seq_len * seq_len * hidden
@@ -39,6 +39,7 @@ def attention_block(name: str, hidden: int, seq_len: int) -> Layer:
         params=4 * hidden * hidden + 4 * hidden + 2 * hidden,
         fwd_flops_per_sample=2.0 * (linear_macs + matmul_macs),
         activation_bytes_per_sample=seq_len * hidden * FP32_BYTES,
+        heads=heads,
     )
 
 
@@ -81,7 +82,7 @@ def _bert(name: str, layers: int, hidden: int, heads: int, seq_len: int, vocab: 
     rows = vocab + _BERT_MAX_POSITIONS + _BERT_TOKEN_TYPES
     stack = [embedding_layer("embeddings", rows, hidden, tokens=seq_len, extra_params=2 * hidden)]
     for index in range(layers):
-        stack.append(attention_block(f"encoder.{index}.attention", hidden, seq_len))
+        stack.append(attention_block(f"encoder.{index}.attention", hidden, seq_len, heads))
         stack.append(mlp_block(f"encoder.{index}.ffn", hidden, 4 * hidden, seq_len))
     stack.append(linear("pooler", hidden, hidden))  # on the first token only
     return Model(name=name, family="transformer", layers=tuple(stack))
@@ -95,6 +96,22 @@ def bert_base(*, seq_len: int = 128, vocab: int = 30522) -> Model:
 def bert_large(*, seq_len: int = 128, vocab: int = 30522) -> Model:
     """BERT-large (24 layers, 1024 hidden, 16 heads): 335,141,888 params, 78.92 GFLOPs at s=128."""
     return _bert("bert_large", 24, 1024, 16, seq_len, vocab)
+
+
+def encoder(
+    *,
+    layers: int = 12,
+    hidden: int = 768,
+    heads: int = 12,
+    seq_len: int = 128,
+    vocab: int = 30522,
+) -> Model:
+    """A generic BERT-style encoder (`BertModel` structure, FFN width 4 x hidden, 512 positions).
+
+    With the defaults it is BERT-base, parameter for parameter; smaller settings scale a
+    Transformer down for CPU captures.
+    """
+    return _bert("encoder", layers, hidden, heads, seq_len, vocab)
 
 
 # --- GPT-style decoders ---------------------------------------------------------------------
@@ -118,7 +135,7 @@ def _gpt(
         raise ZooError(f"option 'seq_len' must be <= {max_positions} for {name}, got {seq_len}")
     stack = [embedding_layer("embeddings", vocab + max_positions, hidden, tokens=seq_len)]
     for index in range(layers):
-        stack.append(attention_block(f"h.{index}.attn", hidden, seq_len))
+        stack.append(attention_block(f"h.{index}.attn", hidden, seq_len, heads))
         stack.append(mlp_block(f"h.{index}.mlp", hidden, ffn, seq_len))
     ln_f = Layer(
         name="ln_f",

@@ -293,6 +293,49 @@ def test_decoder_defaults_are_gpt2_small() -> None:
     assert untied.params - decoder.params == 50257 * 768
 
 
+def test_encoder_defaults_are_bert_base() -> None:
+    encoder, bert = build("encoder"), build("bert_base")
+    assert encoder.name == "encoder"
+    assert encoder.family == bert.family == "transformer"
+    assert encoder.layers == bert.layers  # layer for layer: names, params, FLOPs, activations
+    assert encoder.params == 109_482_240
+    large = build("encoder", layers=24, hidden=1024, heads=16)
+    assert large.layers == build("bert_large").layers
+    assert build("encoder", seq_len=64, vocab=8000).layers == build("bert_base", seq_len=64, vocab=8000).layers
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    layers=st.integers(1, 6),
+    heads=st.integers(1, 8),
+    head_dim=st.integers(1, 64),
+    seq_len=st.integers(1, 512),
+    vocab=st.integers(1, 5000),
+)
+def test_encoder_params_formula(layers: int, heads: int, head_dim: int, seq_len: int, vocab: int) -> None:
+    """Embeddings (vocab + 512 positions + 2 token types, LayerNorm), 12 h^2 + 13 h per layer, pooler."""
+    hidden = heads * head_dim
+    model = build("encoder", layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, vocab=vocab)
+    embeddings = (vocab + 512 + 2) * hidden + 2 * hidden
+    assert model.params == embeddings + layers * (12 * hidden**2 + 13 * hidden) + hidden**2 + hidden
+    assert [x.name for x in model.layers[:3]] == ["embeddings", "encoder.0.attention", "encoder.0.ffn"]
+    assert model.layers[-1].name == "pooler"
+    assert len(model.layers) == 2 * layers + 2
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"seq_len": 513}, "'seq_len' must be <= 512"),
+        ({"hidden": 100, "heads": 12}, "multiple of 'heads'"),
+        ({"layers": 0}, "'layers' must be >= 1"),
+    ],
+)
+def test_encoder_invalid_options(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ZooError, match=message):
+        build("encoder", **options)  # type: ignore[arg-type]
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     layers=st.integers(1, 8),
@@ -401,6 +444,7 @@ def test_registry_names() -> None:
         "gnmt",
         "bert_base",
         "bert_large",
+        "encoder",
         "gpt2",
         "gpt2_small",
         "gpt2_medium",
