@@ -35,7 +35,7 @@ OPTIONAL: dict[str, str] = {
 }
 
 #: The `op` values producers use.
-OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "push", "pull", "p2p", "tcp", "udp", "control")
+OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "push", "pull", "p2p", "tcp", "udp", "ip", "control")
 
 
 class TrafficTableError(ValueError):
