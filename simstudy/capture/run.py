@@ -47,7 +47,7 @@ def _say(progress: Callable[[str], None] | None, text: str) -> None:
         progress(text)
 
 
-def _check_environment(spec: CaptureSpec, where: str) -> None:
+def _check_environment() -> None:
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -67,22 +67,9 @@ def ps_plan(scenario: Scenario) -> dict[str, Any]:
     costs = layer_costs(scenario, model)
     buckets = ddp_buckets(costs, p.bucket_size_bytes)
     dtype = scenario.training.dtype_bytes
-    offsets, total = [], 0
-    for c in costs:
-        offsets.append(total)
-        total += c.grad_bytes
-    bounds = [s * total // agg.servers for s in range(agg.servers + 1)]
-    out_pieces = []
-    for b in buckets:
-        lo = min(offsets[i] for i in b.layers)
-        hi = max(offsets[i] + costs[i].grad_bytes for i in b.layers)
-        for s in range(agg.servers):
-            a, z = max(lo, bounds[s]), min(hi, bounds[s + 1])
-            if z > a:
-                out_pieces.append({"bucket": b.index, "server": s, "lo": a // dtype, "hi": z // dtype,
-                                   "host": server_rank(agg, p.dp, s)})
-    assert sum(pc["hi"] - pc["lo"] for pc in out_pieces) * dtype == sum(x.size_bytes for x in pieces(
-        costs, buckets, agg.servers))
+    out_pieces = [{"bucket": pc.bucket, "server": pc.server, "lo": pc.offset_bytes // dtype,
+                   "hi": (pc.offset_bytes + pc.size_bytes) // dtype, "host": server_rank(agg, p.dp, pc.server)}
+                  for pc in pieces(costs, buckets, agg.servers)]
     return {
         "servers": agg.servers,
         "mode": agg.mode,
@@ -200,7 +187,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
     out = Path(out)
     c = spec.capture
     where = c.where or ("namespaces" if is_root() else "loopback")
-    _check_environment(spec, where)
+    _check_environment()
     if out.exists() and any(out.iterdir()) and not force:
         raise CaptureError(f"{out}: already holds a capture; give another -o or --force to replace it")
     scenario = resolve(Scenario.model_validate(spec.scenario_dict(bandwidth_gbps=1.0, latency_ns=0.0)),

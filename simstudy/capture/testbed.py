@@ -116,7 +116,6 @@ class Testbed:
     offloads: bool = False
     hosts: list[Host] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
-    applied: dict[str, object] = field(default_factory=dict)
 
     def __enter__(self) -> Testbed:
         try:
@@ -168,7 +167,6 @@ class Testbed:
                 for where, dev in ((host.wrap([]), "eth0"), (["ip", "netns", "exec", bridge_ns], port)):
                     _run([*where, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"], "offloads")
             self._shape(host, bridge_ns, port)
-        self.applied = self.shaping()
 
     def _netns(self, name: str) -> None:
         _run(["ip", "netns", "add", name], "namespace")

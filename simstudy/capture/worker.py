@@ -53,12 +53,19 @@ class LayerClock:
         self.fwd: dict[str, float] = {}
         self.ready: dict[str, float] = {}
         self.on = False
+        self.handles: list[Any] = []
         for name, mod in tm.layers.items():
-            mod.register_forward_pre_hook(self._pre(name))
-            mod.register_forward_hook(self._post(name))
+            self.handles.append(mod.register_forward_pre_hook(self._pre(name)))
+            self.handles.append(mod.register_forward_hook(self._post(name)))
             for p in mod.parameters():
                 if p.requires_grad:
-                    p.register_post_accumulate_grad_hook(self._grad(name))
+                    self.handles.append(p.register_post_accumulate_grad_hook(self._grad(name)))
+
+    def remove(self) -> None:
+        """Take the hooks off, so that the recorded iterations do not run them."""
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
 
     def _pre(self, name: str) -> Callable[..., None]:
         def hook(*_: Any) -> None:
@@ -189,6 +196,7 @@ class Job:
                 fwd_sum[name] = fwd_sum.get(name, 0.0) + v * 1e6 / n
             for name, v in clock.backward_us(t1).items():
                 bwd_sum[name] = bwd_sum.get(name, 0.0) + v / n
+        clock.remove()
         self.result["calibration"] = {
             **totals,
             "iterations": n,

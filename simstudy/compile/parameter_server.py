@@ -35,6 +35,7 @@ class Piece:
     server: int
     size_bytes: int
     ready_layer: int
+    offset_bytes: int = 0  # where the piece starts in the flat gradient (layers in order)
 
 
 def server_rank(agg: ParameterServer, dp: int, server: int) -> int:
@@ -55,9 +56,10 @@ def pieces(costs: list[LayerCost], buckets: list[Bucket], servers: int) -> list[
         lo = min(offsets[i] for i in b.layers)
         hi = max(offsets[i] + costs[i].grad_bytes for i in b.layers)
         for s in range(servers):
-            size = min(hi, bounds[s + 1]) - max(lo, bounds[s])
+            start = max(lo, bounds[s])
+            size = min(hi, bounds[s + 1]) - start
             if size > 0:
-                out.append(Piece(b.index, s, size, b.ready_after))
+                out.append(Piece(b.index, s, size, b.ready_after, start))
     return out
 
 
