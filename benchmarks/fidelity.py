@@ -37,13 +37,17 @@ STRATEGIES: dict[str, dict[str, Any]] = {
 LINKS: dict[str, dict[str, Any]] = {"unshaped": {}, "200mbit": {"rate_mbit": 200}}
 
 
-def case_spec(strategy: str, model: str, workers: int, link: str, iterations: int) -> CaptureSpec:
+def case_spec(strategy: str, model: str, workers: int, link: str, iterations: int,
+              burst_kib: float | None = None) -> CaptureSpec:
+    shaping = dict(LINKS[link])
+    if burst_kib is not None and shaping:
+        shaping["burst_kib"] = burst_kib
     return CaptureSpec.model_validate({
         "name": f"{strategy}_{model}_w{workers}_{link}",
         "model": MODELS[model],
         "parallelism": {"dp": workers, **STRATEGIES[strategy]},
         "training": {"batch_size_per_worker": 16},
-        "capture": {"iterations": iterations, "link": LINKS[link]},
+        "capture": {"iterations": iterations, "link": shaping},
     })
 
 
@@ -52,16 +56,21 @@ def main() -> int:
     ap.add_argument("-o", "--output", default="results/fidelity")
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="2 workers, the 200 Mbit/s link only")
+    ap.add_argument("--links", default=",".join(LINKS), help="comma-separated links to run (%(default)s)")
+    ap.add_argument("--burst-kib", type=float, default=None, help="tbf bucket of the shaped links")
     args = ap.parse_args()
     out = Path(args.output)
     rows: list[dict[str, Any]] = []
     workers = (2,) if args.quick else (2, 4)
-    links = ("200mbit",) if args.quick else tuple(LINKS)
+    links = ("200mbit",) if args.quick else tuple(k for k in args.links.split(",") if k)
+    unknown = sorted(set(links) - set(LINKS))
+    if unknown:
+        ap.error(f"unknown link {unknown}: expected some of {sorted(LINKS)}")
     header = (f"{'case':34s} {'B/iter real':>12s} {'sim':>12s} {'err':>7s}  {'period real':>11s} {'sim':>9s} "
               f"{'err':>7s}  {'W1(1ms)/mean':>12s}")
     print(header)
     for strategy, model, w, link in itertools.product(STRATEGIES, MODELS, workers, links):
-        spec = case_spec(strategy, model, w, link, args.iterations)
+        spec = case_spec(strategy, model, w, link, args.iterations, args.burst_kib)
         t0 = time.monotonic()
         try:
             capture(spec, out / spec.name, force=True)

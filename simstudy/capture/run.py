@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from simstudy import __version__
 from simstudy.capture.testbed import CaptureError, Host, Testbed, is_root, require_tools
-from simstudy.compile.costs import ddp_buckets, layer_costs
+from simstudy.compile.costs import DDP_DEFAULT_BUCKET_BYTES, ddp_buckets, layer_costs
 from simstudy.compile.parameter_server import pieces, server_rank
 from simstudy.compile.resolve import resolve
 from simstudy.spec import ParameterServer, Scenario
@@ -135,6 +135,13 @@ def _stop_tcpdump(proc: subprocess.Popen[bytes]) -> dict[str, int]:
     return stats
 
 
+def _bucket_cap_mb(spec: CaptureSpec) -> float | None:
+    """DDP's bucket_cap_mb: None (DDP's default, with its 1 MiB first bucket) for the default
+    size, so that the job buckets its gradients as the compiler does (`ddp_buckets`)."""
+    p = spec.parallelism
+    return None if p.bucket_size_bytes == DDP_DEFAULT_BUCKET_BYTES else p.bucket_size_mib
+
+
 def _probe(bed: Testbed, seconds: float, work: Path) -> dict[str, float]:
     """RTT and goodput between the first two hosts (one bulk TCP stream)."""
     a, b = bed.hosts[0], bed.hosts[1]
@@ -217,7 +224,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
                 cfg = {"rank": host.rank, "world": spec.ranks, "master_addr": bed.hosts[0].ip,
                        "master_port": c.port, "ifname": host.ifname, "model": zoo,
                        "batch": spec.training.batch_size_per_worker, "seed": c.seed, "strategy": strategy,
-                       "bucket_cap_mb": spec.parallelism.bucket_size_mib, "ps": plan,
+                       "bucket_cap_mb": _bucket_cap_mb(spec), "ps": plan,
                        "iterations": c.iterations, "warmup": c.warmup, "calibration": c.calibration,
                        "threads": c.threads, "out": str(work / f"rank{host.rank}.json")}
                 cfg_path = work / f"rank{host.rank}.config.json"
@@ -332,5 +339,6 @@ def _meta(spec: CaptureSpec, scenario: Scenario, hosts: list[Host], results: lis
         "buckets": None if scenario.parallelism.aggregation.kind != "allreduce" else [
             b.size_bytes for b in ddp_buckets(layer_costs(scenario, scenario.resolved_model),
                                               scenario.parallelism.bucket_size_bytes)],
+        "ddp_buckets": {str(r["rank"]): r["ddp_buckets"] for r in workers if "ddp_buckets" in r},
         "strategy": "ps" if servers else "ddp",
     }

@@ -9,7 +9,8 @@ data with torch.distributed over gloo (TCP):
   to their shard, after every worker's piece (sync) or after each one (async).
 
 Phases: `calibration` iterations without communication time the compute (per layer forward via
-module hooks, per layer backward from the time each layer's gradients are ready), `warmup`
+module hooks, per layer backward from the time each layer's gradients are ready; the workers
+start each one together, after a barrier, so they share the cores as in training), `warmup`
 iterations, a barrier, then the recorded `iterations`, each marked with wall-clock start and
 end times (the pcap clock). The result goes to the JSON file the config names.
 """
@@ -151,6 +152,10 @@ class Job:
         self.gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + self.rank)
         self.lr = 0.01
         self.result: dict[str, Any] = {"rank": self.rank, "role": "worker", "iterations": [], "steps": []}
+        # The workers calibrate in lock-step, so that they share the cores as they do in the
+        # recorded iterations (every rank must create the group, servers too).
+        workers = cfg["ps"]["workers"] if cfg["strategy"] == "ps" else list(range(self.world))
+        self.workers_group = dist.new_group(workers) if len(workers) < self.world else None
 
     # --- compute helpers ---------------------------------------------------------------------
 
@@ -166,6 +171,7 @@ class Job:
         n = self.cfg["calibration"]
         for i in range(n + 1):  # the first pass is untimed: it pays one-off allocation and setup costs
             x, y = self._batch()
+            dist.barrier(group=self.workers_group)
             clock.reset()
             clock.on = i > 0
             t0 = time.perf_counter()
@@ -224,6 +230,10 @@ class Job:
         for _ in range(self.cfg["iterations"]):
             self._ddp_step(ddp, record=True)
         dist.barrier()
+        # DDP rebuilds its buckets after the first iteration, in the order gradients became ready:
+        # these are the buckets the recorded iterations all-reduced.
+        sizes = str(ddp._get_ddp_logging_data().get("rebuilt_bucket_sizes", ""))
+        self.result["ddp_buckets"] = [int(v) for v in sizes.split(",") if v.strip()]
 
     def _ddp_step(self, ddp: torch.nn.Module, record: bool = False) -> None:
         x, y = self._batch()

@@ -10,6 +10,9 @@ from simstudy.spec import LayerTime, Model, Scenario
 #: PyTorch DDP puts the first gradients of backward in a small bucket of this size
 #: (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES) so communication starts early.
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024
+#: DDP's default bucket_cap_mb (25 MiB). Only with the default cap does DDP keep the small first
+#: bucket; a job that passes bucket_cap_mb gets that cap for its first bucket too (torch >= 2.0).
+DDP_DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,12 +129,17 @@ class Bucket:
         return self.layers[-1]
 
 
-def ddp_buckets(costs: list[LayerCost], cap_bytes: int, first_cap_bytes: int = DDP_FIRST_BUCKET_BYTES) -> list[Bucket]:
-    """Group layers into gradient buckets in reverse layer order, as PyTorch DDP does.
+def ddp_buckets(costs: list[LayerCost], cap_bytes: int, first_cap_bytes: int | None = None) -> list[Bucket]:
+    """Group layers into gradient buckets in reverse layer order, as PyTorch DDP does after its
+    first iteration (when it rebuilds the buckets in the order gradients became ready).
 
     A bucket closes once it holds at least its cap; the first closes at `first_cap_bytes`
-    (at most `cap_bytes`). Layers without parameters join no bucket.
+    (at most `cap_bytes`). By default that is DDP's rule: 1 MiB when `cap_bytes` is the default
+    25 MiB (DDP built without bucket_cap_mb), else `cap_bytes`. Layers without parameters join
+    no bucket.
     """
+    if first_cap_bytes is None:
+        first_cap_bytes = DDP_FIRST_BUCKET_BYTES if cap_bytes == DDP_DEFAULT_BUCKET_BYTES else cap_bytes
     buckets: list[Bucket] = []
     current: list[int] = []
     size = 0

@@ -57,7 +57,8 @@ class Parallelism(Spec):
     bucket_size_mib: float = Field(
         default=25.0,
         gt=0,
-        description="gradient bucket size in MiB (PyTorch DDP's default bucket_cap_mb is 25)",
+        description="gradient bucket size in MiB (PyTorch DDP's default bucket_cap_mb is 25); with the "
+        "default, the first bucket closes at 1 MiB as in DDP, otherwise at this size too",
     )
     overlap: bool = Field(
         default=True,

@@ -76,7 +76,11 @@ def _check_meta(out: Path, ranks: int) -> dict[str, object]:
 def test_ddp_capture_bytes(tmp_path: Path) -> None:
     out = tmp_path / "ddp"
     capture(_spec("ddp2", {"dp": 2}, link={"rate_mbit": 500}), out)
-    _check_meta(out, 2)
+    meta = _check_meta(out, 2)
+    # the buckets DDP all-reduced (after its rebuild) are the compiled ones: fc1 + fc2 close the
+    # 1 MiB first bucket, the convolutions make the second
+    assert meta["buckets"] == [1_054_248, GRAD - 1_054_248]
+    assert meta["ddp_buckets"] == {"0": meta["buckets"], "1": meta["buckets"]}
     per = _payload_per_iteration(out)
     assert set(per) == {(0, 1), (1, 0)}
     for pair, got in per.items():

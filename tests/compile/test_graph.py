@@ -56,6 +56,18 @@ def test_ddp_bucket_order_and_caps() -> None:
     assert all(b.size_bytes - costs[b.layers[-1]].grad_bytes < cap for b in buckets[1:])
 
 
+def test_ddp_first_bucket_small_only_with_the_default_cap() -> None:
+    """DDP(bucket_cap_mb=None) keeps a 1 MiB first bucket; DDP(bucket_cap_mb=X) makes it X."""
+    s = scenario(model={"zoo": "small_cnn"})
+    costs = layer_costs(s, s.resolved_model)
+    grads = sum(c.grad_bytes for c in costs)  # 1,427,240 bytes; fc1 + fc2 alone are 1,054,248
+    default = ddp_buckets(costs, 25 * 2**20)
+    assert [b.size_bytes for b in default] == [1_054_248, grads - 1_054_248]
+    assert [b.size_bytes for b in ddp_buckets(costs, 10 * 2**20)] == [grads]
+    assert [b.size_bytes for b in ddp_buckets(costs, 10 * 2**20, first_cap_bytes=2**20)] == [1_054_248,
+                                                                                           grads - 1_054_248]
+
+
 def test_overlap_off_waits_for_whole_backward() -> None:
     s = scenario(parallelism={"dp": 4, "overlap": False}, training={"iterations": 1})
     g = build_graph(s).ranks[0]
