@@ -37,7 +37,8 @@ class CaptureSettings(Spec):
     iterations: int = Field(default=5, ge=1, description="training iterations recorded and marked in meta.json")
     warmup: int = Field(default=1, ge=0, description="iterations run before the recorded ones (not marked)")
     calibration: int = Field(
-        default=2, ge=1, description="iterations without communication that time forward/backward compute"
+        default=5, ge=1, description="iterations without communication that time forward/backward compute "
+        "(the workers run them together, so they share the cores as in training)"
     )
     where: Literal["namespaces", "loopback"] | None = Field(
         default=None,
