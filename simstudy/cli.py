@@ -197,6 +197,8 @@ def _validate(args: argparse.Namespace) -> int:
         raise
     path = render_validation(v, out)
     print(v.report.to_markdown())
+    for w in v.real.warnings:
+        print(f"warning: {w}", file=sys.stderr)
     print(f"report {path}")
     return EXIT_OK if v.report.passed else EXIT_FAILED
 

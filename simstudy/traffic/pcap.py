@@ -10,6 +10,7 @@
 | `proto` | uint8 | IP protocol after IPv6 extension headers (6 TCP, 17 UDP, ...) |
 | `ip_bytes` | int64 | IP total length (IPv6: payload length + 40), whatever the snap length |
 | `payload_bytes` | int64 | `ip_bytes` minus the IP and TCP/UDP headers (never negative) |
+| `tcp_seq` | uint32 | TCP sequence number (0 for other protocols and when the snap length cut it) |
 | `cap_bytes` | int32 | bytes captured for the frame (link header included) |
 
 How it stays fast: the file is memory-mapped and read in chunks of `chunk_bytes` (default 64 MiB).
@@ -673,7 +674,7 @@ def _lane_rows(run: _LaneRun, accepted_from: I64, lo: int, hi: int) -> _Offsets:
 # Decoding packets
 
 
-_FIELDS: Final = ("status", "src4", "dst4", "proto", "sport", "dport", "ip_bytes", "payload", "l4_truncated")
+_FIELDS: Final = ("status", "src4", "dst4", "proto", "sport", "dport", "ip_bytes", "payload", "seq", "l4_truncated")
 
 
 @dataclass
@@ -688,6 +689,7 @@ class _Decoded:
     dport: NDArray[np.int32]
     ip_bytes: I64
     payload: I64
+    seq: NDArray[np.uint32]
     l4_truncated: Mask
     v6_rows: list[I64] = field(default_factory=list)  # rows holding IPv6 packets, and their addresses as (hi, lo)
     src6: list[NDArray[np.uint64]] = field(default_factory=list)
@@ -704,6 +706,7 @@ class _Decoded:
             dport=np.zeros(n, dtype=np.int32),
             ip_bytes=np.zeros(n, dtype=np.int64),
             payload=np.zeros(n, dtype=np.int64),
+            seq=np.zeros(n, dtype=np.uint32),
             l4_truncated=np.zeros(n, dtype=np.bool_),
         )
 
@@ -871,6 +874,7 @@ def _transport(
     if rows is None and bool(tcp.all()) and bool((cap >= l4 + 13).all()):  # all TCP, headers captured
         data.read_into(buf, l4, ">u2", out.sport)
         data.read_into(buf, l4 + 2, ">u2", out.dport)
+        data.read_into(buf, l4 + 4, ">u4", out.seq)
         out.proto[:] = 6
         out.ip_bytes[:] = ip_bytes
         tcp_hl = (data.read(buf, l4 + 12, "u1") >> 4).astype(np.int64) * 4
@@ -880,6 +884,7 @@ def _transport(
     have_ports = (tcp | udp) & (cap >= l4 + 4)
     sport = np.where(have_ports, data.read(buf, l4, ">u2", np.int32), 0)
     dport = np.where(have_ports, data.read(buf, l4 + 2, ">u2", np.int32), 0)
+    seq = np.where(tcp & (cap >= l4 + 8), data.read(buf, l4 + 4, ">u4", np.uint32), 0).astype(np.uint32)
     have_offset = tcp & (cap >= l4 + 13)
     tcp_hl = (data.read(buf, l4 + 12, "u1") >> 4).astype(np.int64) * 4
     l4_hl = np.where(have_offset, tcp_hl, np.where(tcp, 20, np.where(udp, 8, 0)))
@@ -887,11 +892,11 @@ def _transport(
     payload = np.maximum(ip_bytes - ip_hl - l4_hl, 0)
     if rows is None:
         out.proto[:], out.sport[:], out.dport[:] = proto, sport, dport
-        out.ip_bytes[:], out.payload[:] = ip_bytes, payload
+        out.ip_bytes[:], out.payload[:], out.seq[:] = ip_bytes, payload, seq
         out.l4_truncated |= truncated
     else:
         out.proto[rows], out.sport[rows], out.dport[rows] = proto, sport, dport
-        out.ip_bytes[rows], out.payload[rows] = ip_bytes, payload
+        out.ip_bytes[rows], out.payload[rows], out.seq[rows] = ip_bytes, payload, seq
         out.l4_truncated[rows] |= truncated
 
 
@@ -948,6 +953,7 @@ def _key_text(key: int) -> str:
 _COLUMNS: Final[dict[str, type[np.generic]]] = {
     "time": np.float64, "src_ip": np.int8, "dst_ip": np.int8, "sport": np.int32, "dport": np.int32,
     "proto": np.uint8, "ip_bytes": np.int64, "payload_bytes": np.int64, "cap_bytes": np.int32,
+    "tcp_seq": np.uint32,
 }
 
 
@@ -995,7 +1001,7 @@ class _Collector:
             dst4=np.empty(n, dtype=np.uint32), proto=self.cols["proto"][s : s + n],
             sport=self.cols["sport"][s : s + n], dport=self.cols["dport"][s : s + n],
             ip_bytes=self.cols["ip_bytes"][s : s + n], payload=self.cols["payload_bytes"][s : s + n],
-            l4_truncated=np.zeros(n, dtype=np.bool_),
+            seq=self.cols["tcp_seq"][s : s + n], l4_truncated=np.zeros(n, dtype=np.bool_),
         )
         time, cap_bytes = self.cols["time"][s : s + n], self.cols["cap_bytes"][s : s + n]
         done = n
@@ -1697,6 +1703,45 @@ def ranks_from_meta(meta: Mapping[str, Any]) -> dict[str, int]:
 def control_from_meta(meta: Mapping[str, Any]) -> list[str]:
     """`meta["control"]` as a list of "ip:port" texts (entries may also be {"ip": ..., "port": ...})."""
     return [_endpoint_key(w, "control") for w in meta.get("control") or []]
+
+
+def retransmitted_payload(packets: pd.DataFrame) -> NDArray[np.int64]:
+    """Per packet, how many of its TCP payload bytes its flow already carried earlier in the same
+    file (a retransmission, whole or in part); 0 for new data and for everything but TCP.
+
+    Flows are (file, src ip, dst ip, sport, dport), in capture order; sequence numbers are
+    unwrapped through their 32-bit wrap. A capture that starts mid-flow counts from its first
+    packet. Needs the `tcp_seq` column of `read_pcap`."""
+    n = len(packets)
+    out = np.zeros(n, dtype=np.int64)
+    payload = packets["payload_bytes"].to_numpy(dtype=np.int64)
+    data = np.flatnonzero((packets["proto"].to_numpy() == 6) & (payload > 0))
+    if len(data) < 2:
+        return out
+    cols = [packets[c].to_numpy()[data] for c in ("src_ip", "dst_ip", "sport", "dport")]
+    if "file" in packets:
+        cols.insert(0, packets["file"].to_numpy()[data])
+    keys = [pd.factorize(c)[0].astype(np.int64) for c in cols]
+    flow = keys[0]
+    for k in keys[1:]:
+        flow = flow * (int(k.max()) + 1) + k
+        flow = pd.factorize(flow)[0].astype(np.int64)
+    order = np.lexsort((data, flow))  # by flow, then capture order
+    f = flow[order]
+    seq = packets["tcp_seq"].to_numpy().astype(np.int64)[data][order]
+    size = payload[data][order]
+    first = np.r_[True, f[1:] != f[:-1]]
+    step = np.r_[0, ((seq[1:] - seq[:-1] + 2**31) % 2**32) - 2**31]  # signed 32-bit differences
+    step[first] = 0
+    rel = np.cumsum(step)  # sequence position within the flow (plus a constant per flow)
+    end = rel + size
+    # the highest sequence number each flow carried before this packet (none before a flow's first)
+    seen = pd.Series(end).groupby(f).cummax().to_numpy()
+    before = np.r_[rel[0], seen[:-1]]
+    before[first] = rel[first]
+    again = np.clip(np.minimum(end, before) - rel, 0, size)
+    out[data[order]] = again
+    return out
 
 
 def to_traffic_table(

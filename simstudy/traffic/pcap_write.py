@@ -39,6 +39,20 @@ def _ip_int(ranks: np.ndarray) -> np.ndarray:
     return np.uint32(10 << 24) + (r // 250) * np.uint32(256) + (r % 250) + np.uint32(1)
 
 
+def _sequence_numbers(src: np.ndarray, dst: np.ndarray, payload: np.ndarray) -> np.ndarray:
+    """TCP sequence numbers of packets in time order: each (src, dst) pair is one connection whose
+    sequence advances by every payload byte, so no packet looks like a retransmission."""
+    flow = pd.factorize(src * (int(dst.max(initial=0)) + 1) + dst)[0]
+    order = np.lexsort((np.arange(len(flow)), flow))
+    f, size = flow[order], payload[order].astype(np.int64)
+    total = np.cumsum(size)
+    start = np.r_[True, f[1:] != f[:-1]]
+    base = np.maximum.accumulate(np.where(start, total - size, 0))
+    seq = np.empty(len(flow), dtype=np.int64)
+    seq[order] = total - size - base
+    return (seq & 0xFFFFFFFF).astype(np.uint32)
+
+
 def write_pcap(table: pd.DataFrame, path: str | Path, *, epoch_s: float = 1.7e9, mtu: int = 1500) -> int:
     """Write `table`'s transfers as packets to `path` (a nanosecond pcap); returns the packet count."""
     check_table(table)
@@ -60,7 +74,7 @@ def write_pcap(table: pd.DataFrame, path: str | Path, *, epoch_s: float = 1.7e9,
     size = np.maximum(size, 40)
     t = start[row] + (end[row] - start[row]) * (k + 1) / counts[row]
     order = np.argsort(t, kind="stable")
-    row, size, t, k = row[order], size[order], t[order], k[order]
+    row, size, t = row[order], size[order], t[order]
     ns = np.round((t + epoch_s) * 1e9).astype(np.int64)
     rec = np.zeros(len(row), dtype=_RECORD)
     rec["ts_sec"] = ns // 1_000_000_000
@@ -76,7 +90,7 @@ def write_pcap(table: pd.DataFrame, path: str | Path, *, epoch_s: float = 1.7e9,
     rec["ip_dst"] = _ip_int(dst[row])
     rec["sport"] = 40000 + (dst[row] % 20000)
     rec["dport"] = 29500
-    rec["seq"] = (k * mtu) & 0xFFFFFFFF
+    rec["seq"] = _sequence_numbers(src[row].astype(np.int64), dst[row].astype(np.int64), size - 40)
     rec["off"] = 0x50
     rec["flags"] = 0x10
     rec["win"] = 65535

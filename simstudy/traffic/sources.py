@@ -31,6 +31,7 @@ from simstudy.traffic.pcap import (
     control_from_meta,
     ranks_from_meta,
     read_pcap_dir,
+    retransmitted_payload,
     to_traffic_table,
 )
 from simstudy.traffic.schema import read_table
@@ -101,7 +102,15 @@ def load_capture(directory: Path) -> TrafficSource:
     except PcapError as exc:
         raise SourceError(f"{directory / META}: {str(exc).removeprefix('meta.json: ')}") from None
     iterations = _iterations(meta, directory / META) if meta else None
-    table = to_traffic_table(cap.packets, rank_of=rank_of, control=control, t0_s=0.0)
+    warnings = list(cap.warnings)
+    packets = cap.packets
+    again = retransmitted_payload(packets)
+    if again.any():  # payload counts what the application sent: a retransmitted byte once
+        packets["payload_bytes"] -= again
+        warnings.append(f"{directory}: {int(again.sum()):,} TCP payload bytes in {int(np.count_nonzero(again)):,} "
+                        "packets were retransmissions; payload_bytes counts them once (bytes, on the wire, "
+                        "counts them every time)")
+    table = to_traffic_table(packets, rank_of=rank_of, control=control, t0_s=0.0)
     if iterations and all(iterations.values()):
         table = _label_iterations(table, iterations)
         t0 = min(v[0][0] for v in iterations.values())
@@ -114,7 +123,7 @@ def load_capture(directory: Path) -> TrafficSource:
     table["t_end_s"] -= t0
     table = table.reset_index(drop=True)
     bounds = {r: [s - t0 for s, _ in v] for r, v in iterations.items()} if iterations else None
-    return TrafficSource(directory, "capture", table, meta, cap.experiment, bounds, list(cap.warnings))
+    return TrafficSource(directory, "capture", table, meta, cap.experiment, bounds, warnings)
 
 
 def load_traffic(path: str | Path) -> TrafficSource:

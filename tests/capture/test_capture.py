@@ -91,8 +91,7 @@ def test_ddp_capture_bytes(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_parameter_server_capture_bytes(tmp_path: Path, mode: str) -> None:
     out = tmp_path / mode
-    # a 500 Mbit/s link: unshaped veths on 2 busy cores drop packets now and then, and the ingest
-    # does not yet tell retransmitted payload from new payload
+    # a 500 Mbit/s link, as the DDP test (retransmitted payload would count once either way)
     capture(_spec(f"ps_{mode}", {"dp": 2, "aggregation": {"servers": 1, "mode": mode}}, link={"rate_mbit": 500}),
             out)
     meta = _check_meta(out, 3)

@@ -38,9 +38,10 @@ from simstudy.traffic.pcap import (
 T0_NS = 1_700_000_000_123_456_789  # an epoch time in nanoseconds
 
 
-def tcp(sport: int, dport: int, options: int = 0) -> bytes:
+def tcp(sport: int, dport: int, options: int = 0, seq: int = 1) -> bytes:
     """A TCP header with `options` bytes of options (a multiple of 4)."""
-    return struct.pack("!HHIIBBHHH", sport, dport, 1, 2, (5 + options // 4) << 4, 0x18, 65535, 0, 0) + b"\x01" * options
+    head = struct.pack("!HHIIBBHHH", sport, dport, seq, 2, (5 + options // 4) << 4, 0x18, 65535, 0, 0)
+    return head + b"\x01" * options
 
 
 def udp(sport: int, dport: int, payload: int) -> bytes:
@@ -124,7 +125,7 @@ def spb(order: str, data: bytes) -> bytes:
 
 
 def ip_tcp(src: str, dst: str, sport: int, dport: int, payload: int, **kw: int) -> bytes:
-    return ipv4(src, dst, 6, tcp(sport, dport, kw.pop("options", 0)), payload, **kw)
+    return ipv4(src, dst, 6, tcp(sport, dport, kw.pop("options", 0), kw.pop("seq", 1)), payload, **kw)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,7 +136,8 @@ def three_frames() -> list[Frame]:
     return [
         Frame(T0_NS, ether(ip_tcp("10.0.0.1", "10.0.0.2", 40000, 29500, 1000))),
         Frame(T0_NS + 1_500, ether(ipv4("10.0.0.2", "10.0.0.1", 17, udp(5000, 6000, 100), 100))),
-        Frame(T0_NS + 2_000_000_001, ether(ip_tcp("10.0.0.1", "10.0.0.3", 40001, 29501, 0, options=12))),
+        Frame(T0_NS + 2_000_000_001, ether(ip_tcp("10.0.0.1", "10.0.0.3", 40001, 29501, 0, options=12,
+                                                  seq=0xFFFF_FFF0))),
     ]
 
 
@@ -149,7 +151,8 @@ def test_classic_pcap_both_byte_orders_and_resolutions(tmp_path: Path, order: st
     assert (r.records_read, r.skipped_non_ip, r.skipped_malformed, r.warnings) == (3, 0, 0, [])
     p = r.packets
     assert list(p.columns) == ["time", "src_ip", "dst_ip", "sport", "dport", "proto", "ip_bytes", "payload_bytes",
-                               "cap_bytes"]
+                               "cap_bytes", "tcp_seq"]
+    assert p["tcp_seq"].tolist() == [1, 0, 0xFFFF_FFF0]  # UDP has none
     assert list(p["src_ip"].astype(str)) == ["10.0.0.1", "10.0.0.2", "10.0.0.1"]
     assert list(p["dst_ip"].astype(str)) == ["10.0.0.2", "10.0.0.1", "10.0.0.3"]
     assert p["sport"].tolist() == [40000, 5000, 40001]
@@ -160,7 +163,8 @@ def test_classic_pcap_both_byte_orders_and_resolutions(tmp_path: Path, order: st
     assert p["cap_bytes"].tolist() == [1054, 142, 66]
     assert {str(c): str(t) for c, t in p.dtypes.items()} == {
         "time": "float64", "src_ip": "category", "dst_ip": "category", "sport": "int32", "dport": "int32",
-        "proto": "uint8", "ip_bytes": "int64", "payload_bytes": "int64", "cap_bytes": "int32"}
+        "proto": "uint8", "ip_bytes": "int64", "payload_bytes": "int64", "cap_bytes": "int32",
+        "tcp_seq": "uint32"}
     step = 1e-9 if nano else 1e-6
     want = [(T0_NS + d) // round(step * 1e9) * step for d in (0, 1_500, 2_000_000_001)]
     np.testing.assert_allclose(p["time"], want, rtol=0, atol=5e-7)

@@ -95,3 +95,36 @@ def test_run_directories_and_errors(tmp_path: Path) -> None:
     (tmp_path / "m" / "meta.json").write_text("{not json")
     with pytest.raises(SourceError, match=r"meta\.json: not valid JSON"):
         load_traffic(tmp_path / "m")
+
+
+def test_retransmitted_payload_counts_once(tmp_path: Path) -> None:
+    """A segment sent twice (as TCP does after a loss) adds wire bytes but no payload; sequence
+    numbers run on across transfers of one pair, so only the real resend counts."""
+    from simstudy.traffic.pcap import retransmitted_payload
+    from simstudy.traffic.pcap_write import _RECORD
+
+    table = _table([(0.0, 0.001, 0, 1, 14_600), (0.002, 0.003, 0, 1, 14_600), (0.004, 0.005, 1, 0, 7_300)])
+    cap = tmp_path / "cap"
+    cap.mkdir()
+    path = cap / "w.pcap"
+    n = write_pcap(table, path, epoch_s=EPOCH)  # type: ignore[arg-type]
+    assert retransmitted_payload(read_pcap(path).packets).sum() == 0  # 3 transfers, 2 connections
+    header = path.read_bytes()[:24]
+    rec = np.fromfile(path, dtype=_RECORD, offset=24)
+    assert len(rec) == n == 10 + 10 + 5
+    resend = rec[12:13].copy()  # the 3rd packet of the 2nd transfer, again 0.5 ms later
+    resend["ts_usec"] += 500_000  # nanosecond timestamps
+    stamps = rec["ts_sec"].astype(np.int64) * 10**9 + rec["ts_usec"]
+    at = int(np.searchsorted(stamps, int(resend["ts_sec"][0]) * 10**9 + int(resend["ts_usec"][0])))
+    out = np.empty(n + 1, dtype=_RECORD)
+    out[:at], out[at], out[at + 1:] = rec[:at], resend[0], rec[at:]
+    with path.open("wb") as f:
+        f.write(header)
+        out.tofile(f)
+    p = read_pcap(path).packets
+    again = retransmitted_payload(p)
+    assert again.tolist() == [0] * at + [1460] + [0] * (n - at)
+    src = load_traffic(cap)
+    assert int(src.table["bytes"].sum()) == 14_600 * 2 + 7_300 + 1500  # the wire carried it twice
+    assert int(src.table["payload_bytes"].sum()) == (14_600 * 2 + 7_300) - 25 * 40  # the application once
+    assert any("1,460 TCP payload bytes in 1 packets were retransmissions" in w for w in src.warnings)
