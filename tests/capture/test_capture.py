@@ -88,6 +88,16 @@ def test_ddp_capture_bytes(tmp_path: Path) -> None:
         assert GRAD <= got <= GRAD * 1.001, (pair, got, GRAD)
 
 
+def test_lossy_link_retransmissions_count_once(tmp_path: Path) -> None:
+    out = tmp_path / "lossy"
+    capture(_spec("lossy", {"dp": 2}, link={"rate_mbit": 500, "loss": 0.02}), out)
+    _check_meta(out, 2)
+    warnings = load_traffic(out).warnings
+    assert any("were retransmissions" in w for w in warnings), warnings  # 2% loss makes TCP resend
+    for pair, got in _payload_per_iteration(out).items():
+        assert GRAD <= got <= GRAD * 1.001, (pair, got, GRAD)  # resent payload is not new payload
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_parameter_server_capture_bytes(tmp_path: Path, mode: str) -> None:
     out = tmp_path / mode
