@@ -32,6 +32,7 @@ COLLECTIVE_KIND = {
 COLLECTIVE_OP = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",
                  "all_to_all": "alltoall"}
 _ITER = re.compile(r"\.it(\d+)")
+_SLICE = re.compile(r"\.c(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,16 @@ def op_of(node: Node) -> str:
     return "p2p"
 
 
+def send_flow(node: Node, tag: int) -> tuple[int, int]:
+    """A send's (flow, chunk): its tag, except that the slices of one parameter-server reply
+    (`send_param....c<k>`, tags base + k) are chunks of one flow, the reply's."""
+    m = _SLICE.search(node.name) if node.name.startswith("send_param") else None
+    if m is None:
+        return tag, 0
+    part = int(m.group(1))
+    return tag - part, part
+
+
 def iteration_of(name: str) -> int:
     m = _ITER.search(name)
     return int(m.group(1)) if m else 0
@@ -305,8 +316,8 @@ def build_traffic(info: WorkloadInfo, spans: Spans) -> Any:
                 builder.add_pattern(pattern, rank, s[:-1], s[1:], flow=node_id * 4096 + c, op=op_of(node),
                                     iteration=iteration_of(node.name), chunk=c)
         elif node.type == NodeType.COMM_SEND_NODE:
+            flow, chunk = send_flow(node, int(node.get("comm_tag", 0)))
             builder.add(t_start_s=np.array([t0 * 1e-9]), t_end_s=np.array([t1 * 1e-9]), src=np.array([rank]),
                         dst=np.array([int(node.get("comm_dst", -1))]), bytes=np.array([int(node.get("comm_size", 0))]),
-                        flow=int(node.get("comm_tag", 0)), op=op_of(node), iteration=iteration_of(node.name),
-                        chunk=0, step=0)
+                        flow=flow, op=op_of(node), iteration=iteration_of(node.name), chunk=chunk, step=0)
     return builder.table()

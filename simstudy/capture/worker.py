@@ -31,13 +31,15 @@ import torch
 import torch.distributed as dist
 
 from simstudy.capture.models import TrainModel, build_torch_model
+from simstudy.compile.parameter_server import REPLY_SLICES
 
 PUSH, PULL = 0, 1
 
 
 def _tag(it: int, bucket: int, server: int, n_buckets: int, servers: int, direction: int) -> int:
-    """The same tag numbering as the compiled parameter-server graph."""
-    return ((it * n_buckets + bucket) * servers + server) * 2 + direction
+    """The same tag numbering as the compiled parameter-server graph (whose sync replies are cut
+    into slices; the real server sends each reply whole, with the first slice's tag)."""
+    return (((it * n_buckets + bucket) * servers + server) * 2 + direction) * REPLY_SLICES
 
 
 def _wait(work: Any) -> None:

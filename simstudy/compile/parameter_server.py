@@ -7,7 +7,12 @@ bucket that server owns. A server sums the pieces, updates its shard and sends t
 parameters back (the pull).
 
 * sync: a server waits for the piece from every worker before one update, then replies to all;
-  a worker starts its next iteration once it has every piece of its parameters back.
+  a worker starts its next iteration once it has every piece of its parameters back. A real
+  server sends its replies at once (gloo isends share the link, and all of them end together),
+  but a rank has one send in flight at a time in ASTRA-SIM's workload model, which would answer
+  the workers one after another and let the first ones start early. So each reply is cut into
+  REPLY_SLICES slices sent round-robin over the workers: they all finish within a slice's time
+  of each other, as fair sharing does.
 * async: a server updates and replies to each worker's piece on its own, without waiting for
   the other workers.
 
@@ -25,6 +30,8 @@ from simstudy.compile.passes import backward, forward
 from simstudy.spec import ParameterServer, Scenario
 
 PUSH, PULL = 0, 1
+#: Slices per sync reply, sent round-robin over the workers (see the module docstring).
+REPLY_SLICES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +70,14 @@ def pieces(costs: list[LayerCost], buckets: list[Bucket], servers: int) -> list[
     return out
 
 
-def _tag(it: int, piece: Piece, n_buckets: int, servers: int, direction: int) -> int:
-    return ((it * n_buckets + piece.bucket) * servers + piece.server) * 2 + direction
+def _tag(it: int, piece: Piece, n_buckets: int, servers: int, direction: int, part: int = 0) -> int:
+    return (((it * n_buckets + piece.bucket) * servers + piece.server) * 2 + direction) * REPLY_SLICES + part
+
+
+def slices(size_bytes: int, parts: int) -> list[int]:
+    """`size_bytes` cut into at most `parts` near-equal non-empty slices (larger ones first)."""
+    n = max(1, min(parts, size_bytes))
+    return [size_bytes // n + (1 if i < size_bytes % n else 0) for i in range(n)]
 
 
 def compile_parameter_server(scenario: Scenario) -> ExecutionGraph:
@@ -82,8 +95,12 @@ def compile_parameter_server(scenario: Scenario) -> ExecutionGraph:
     graphs = [RankGraph(rank=r) for r in range(p.total_ranks)]
     hosts = [server_rank(agg, workers, s) for s in range(agg.servers)]
 
-    def tag(it: int, piece: Piece, direction: int) -> int:
-        return _tag(it, piece, len(buckets), agg.servers, direction)
+    def tag(it: int, piece: Piece, direction: int, part: int = 0) -> int:
+        return _tag(it, piece, len(buckets), agg.servers, direction, part)
+
+    def reply_slices(piece: Piece) -> list[int]:
+        remote = workers - (1 if hosts[piece.server] < workers else 0)
+        return slices(piece.size_bytes, REPLY_SLICES if agg.mode == "sync" and remote > 1 else 1)
 
     def update_us(piece: Piece) -> int:
         return whole_us(optimizer_us(scenario, model, params=piece.size_bytes // dtype))
@@ -105,8 +122,11 @@ def compile_parameter_server(scenario: Scenario) -> ExecutionGraph:
                     continue
                 push = g.send(f"push.b{piece.bucket}.s{piece.server}.it{it}", host, piece.size_bytes,
                               tag(it, piece, PUSH), [dep])
-                pulls.append(g.recv(f"pull.b{piece.bucket}.s{piece.server}.it{it}", host,
-                                    piece.size_bytes, tag(it, piece, PULL), [push]))
+                parts_of = reply_slices(piece)
+                for c, size in enumerate(parts_of):
+                    suffix = f".c{c}" if len(parts_of) > 1 else ""
+                    pulls.append(g.recv(f"pull.b{piece.bucket}.s{piece.server}.it{it}{suffix}", host,
+                                        size, tag(it, piece, PULL, c), [push]))
             after[w] = pulls if pulls else [bwd[costs[0].index]]
         # Servers: receive pieces, update, send parameters back.
         for piece in parts:
@@ -120,8 +140,11 @@ def compile_parameter_server(scenario: Scenario) -> ExecutionGraph:
                          for w in remote]
                 deps = recvs + ([local] if local is not None else [])
                 upd = g.compute(f"update.{name}", update_us(piece), deps)
-                for w in remote:
-                    g.send(f"send_param.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PULL), [upd])
+                parts_of = reply_slices(piece)
+                for c, size in enumerate(parts_of):  # round-robin: slice c to every worker, then c + 1
+                    suffix = f".c{c}" if len(parts_of) > 1 else ""
+                    for w in remote:
+                        g.send(f"send_param.{name}.w{w}{suffix}", w, size, tag(it, piece, PULL, c), [upd])
                 if local is not None:
                     after[host].append(upd)
             else:

@@ -34,6 +34,7 @@ from simstudy.backends.traffic_build import (
     WorkloadInfo,
     iteration_of,
     op_of,
+    send_flow,
 )
 from simstudy.chakra import CollectiveType, Node, NodeType
 
@@ -341,10 +342,11 @@ class Engine:
 
     def on_arrival(self, f: _Flow) -> None:
         node = f.node
+        flow, chunk = send_flow(node, f.tag)
         self.traffic.add(
             t_start_s=np.array([f.start * 1e-9]), t_end_s=np.array([self.now * 1e-9]), src=np.array([f.src]),
-            dst=np.array([f.dst]), bytes=np.array([f.size]), flow=f.tag, op=op_of(node),
-            iteration=iteration_of(node.name), chunk=0, step=0,
+            dst=np.array([f.dst]), bytes=np.array([f.size]), flow=flow, op=op_of(node),
+            iteration=iteration_of(node.name), chunk=chunk, step=0,
         )
         self.ranks[f.src].comm_spans.append((f.start, self.now))
         self.on_done(f.src, node.id)
