@@ -95,11 +95,21 @@ class SweepResult:
         return self.out / "runs" / key
 
 
+def _running(pid: str) -> bool:
+    """Whether process `pid` of this machine still runs (a killed one may linger as a zombie
+    until it is reaped: it runs no more)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] not in (["Z"], ["X"])
+
+
 def _remove_stale(runs: Path) -> None:
-    """Remove temporary run directories left by processes of this machine that no longer exist."""
+    """Remove temporary run directories left by processes of this machine that no longer run."""
     for tmp in runs.glob(".*.tmp-*"):
         pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        if pid.isdigit() and not _running(pid):
             shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -263,3 +263,24 @@ def test_features_are_added_to_runs_finished_without_them(tmp_path: Path) -> Non
     for key in second.summary["key"]:
         assert (tmp_path / "out" / "runs" / key / "features.json").is_file()
     pd.testing.assert_series_equal(first.summary["finish_ms"], second.summary["finish_ms"])
+
+
+def test_a_killed_process_left_unreaped_does_not_hold_its_temporary_run() -> None:
+    """After kill -9 of a sweep, its pool workers can linger as zombies until reaped; their
+    temporary run directories are stale all the same."""
+    from simstudy.sweep import _running
+
+    live = subprocess.Popen(["sleep", "30"])
+    dead = subprocess.Popen(["true"])
+    try:
+        deadline = time.monotonic() + 10
+        stat = Path(f"/proc/{dead.pid}/stat")
+        while time.monotonic() < deadline and stat.read_text().rpartition(")")[2].split()[0] != "Z":
+            time.sleep(0.01)
+        assert _running(str(live.pid))
+        assert not _running(str(dead.pid))  # a zombie: exited, not yet waited for
+    finally:
+        live.kill()
+        live.wait()
+        dead.wait()
+    assert not _running(str(dead.pid))
