@@ -130,6 +130,31 @@ def test_sync_server_waits_for_all_workers_async_does_not() -> None:
     assert updates and all(len(t.deps) == 1 for t in updates)
 
 
+def test_sync_replies_go_round_robin_in_slices() -> None:
+    """A rank runs one send at a time (ASTRA-SIM), so the sync server cuts each reply into
+    REPLY_SLICES slices and sends slice c to every worker before slice c + 1."""
+    from simstudy.compile.parameter_server import REPLY_SLICES
+
+    ps = {"kind": "parameter_server", "servers": 1}
+    base = {"model": toy_model([1000, 2001]), "topology": {"kind": "switch", "npus": 4},
+            "training": {"iterations": 1}}
+    sync = build_graph(scenario(parallelism={"dp": 3, "aggregation": {**ps, "mode": "sync"}}, **base))
+    sends = [t for t in sync.ranks[3].tasks if t.kind is TaskKind.SEND]
+    per_piece = REPLY_SLICES * 3
+    assert len(sends) % per_piece == 0
+    for i in range(0, len(sends), per_piece):
+        piece = sends[i:i + per_piece]
+        assert [t.peer for t in piece] == [0, 1, 2] * REPLY_SLICES  # round-robin over the workers
+        sizes = [t.size_bytes for t in piece]
+        assert max(sizes) - min(sizes) <= 1
+        pulls = [t for t in sync.ranks[0].tasks if t.kind is TaskKind.RECV
+                 and t.name.startswith(piece[0].name.replace("send_param", "pull").rsplit(".w", 1)[0])]
+        assert sum(t.size_bytes for t in pulls) == sum(sizes) // 3  # worker 0 gets its whole reply
+    # async servers answer each worker on its own: whole replies
+    asyn = build_graph(scenario(parallelism={"dp": 3, "aggregation": {**ps, "mode": "async"}}, **base))
+    assert not any(".c" in t.name for t in asyn.ranks[3].tasks if t.kind is TaskKind.SEND)
+
+
 def test_compute_time_from_flops_in_whole_microseconds() -> None:
     s = scenario(model=toy_model([10]), parallelism={"dp": 4},
                  system={"peak_tflops": 1.0, "efficiency": 0.5}, training={"batch_size_per_worker": 10})
