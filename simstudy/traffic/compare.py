@@ -14,6 +14,9 @@ measured:
   `KS_RESOLUTION` of the largest one (see `ks_distance`).
 - ``traffic_matrix:jensen_shannon``: the Jensen-Shannon distance (base 2, 0..1) between the
   two traffic matrices normalised to sum to 1, aligned on the union of their ranks.
+- ``traffic_matrix:jensen_shannon_undirected``: the same on the bytes between each pair of
+  ranks in both directions together (who talks with whom: a ring run the other way round,
+  as gloo's is against ASTRA-SIM's, is far off directed and equal undirected).
 
 A metric passes when its distance is at most its tolerance. A metric that cannot be measured
 (NaN on either side, an empty distribution, a matrix without traffic) does not pass: its row
@@ -77,6 +80,7 @@ DEFAULT_TOLERANCES: dict[str, float] = {
     "flow_size:ks": 0.30,
     # who talks to whom
     "traffic_matrix:jensen_shannon": 0.10,
+    "traffic_matrix:jensen_shannon_undirected": 0.10,
 }
 
 #: The distributions that can be compared, by name.
@@ -89,6 +93,7 @@ DISTRIBUTIONS: dict[str, Callable[[Features], Distribution]] = {
 }
 
 _MATRIX = "traffic_matrix"
+_UNDIRECTED = "jensen_shannon_undirected"
 #: Values of two samples closer than this fraction of their largest magnitude are equal for KS.
 KS_RESOLUTION = 1e-6
 
@@ -188,13 +193,15 @@ def ks_distance(real: Distribution, simulated: Distribution) -> float:
     return float(ks_2samp(a, b).statistic)
 
 
-def matrix_distance(real: TrafficMatrix, simulated: TrafficMatrix) -> float:
+def matrix_distance(real: TrafficMatrix, simulated: TrafficMatrix, *, undirected: bool = False) -> float:
     """Jensen-Shannon distance (base 2) of the byte fractions on the union of both rank sets
-    (NaN when either matrix has no traffic)."""
+    (NaN when either matrix has no traffic); `undirected` adds each pair's two directions."""
     if real.total == 0 or simulated.total == 0:
         return math.nan
     ranks = sorted(set(real.ranks) | set(simulated.ranks))
     p, q = _aligned(real, ranks), _aligned(simulated, ranks)
+    if undirected:
+        p, q = np.triu(p + p.T), np.triu(q + q.T)
     return float(jensenshannon(p.ravel(), q.ravel(), base=2))
 
 
@@ -233,7 +240,7 @@ def _compare_one(metric: str, tolerance: float, real: Features, sim: Features,
         a, b = real.matrix, sim.matrix
         note = _missing(a.total > 0, b.total > 0, "traffic")
         return _row(metric, "jensen_shannon", float(np.count_nonzero(a.bytes)), float(np.count_nonzero(b.bytes)),
-                    matrix_distance(a, b), tolerance, note)
+                    matrix_distance(a, b, undirected=how == _UNDIRECTED), tolerance, note)
     da, db = DISTRIBUTIONS[base](real), DISTRIBUTIONS[base](sim)
     note = _missing(da.count > 0, db.count > 0, "observations")
     if how == "wasserstein":
@@ -244,11 +251,13 @@ def _compare_one(metric: str, tolerance: float, real: Features, sim: Features,
 def _check_name(metric: str, scalars: Collection[str]) -> None:
     base, sep, how = metric.partition(":")
     ok = (metric in scalars if not sep else
-          (base == _MATRIX and how == "jensen_shannon") or (base in DISTRIBUTIONS and how in ("wasserstein", "ks")))
+          (base == _MATRIX and how in ("jensen_shannon", _UNDIRECTED))
+          or (base in DISTRIBUTIONS and how in ("wasserstein", "ks")))
     if not ok:
         raise ValueError(
             f"unknown metric {metric!r}: use a scalar of Features.scalars(), '<distribution>:wasserstein' or "
-            f"'<distribution>:ks' with a distribution in {sorted(DISTRIBUTIONS)}, or '{_MATRIX}:jensen_shannon'")
+            f"'<distribution>:ks' with a distribution in {sorted(DISTRIBUTIONS)}, or '{_MATRIX}:jensen_shannon'"
+            f" or '{_MATRIX}:{_UNDIRECTED}'")
 
 
 def compare(real: Features, sim: Features, *, tolerances: Mapping[str, float] | None = None,

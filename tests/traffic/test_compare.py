@@ -98,6 +98,11 @@ def test_jensen_shannon_of_matrices() -> None:
     assert matrix_distance(a, disjoint) == pytest.approx(1.0)
     reverse = TrafficMatrix((0, 1), np.array([[0, 0], [7, 0]], dtype=np.int64))
     assert matrix_distance(a, reverse) == pytest.approx(1.0)
+    assert matrix_distance(a, reverse, undirected=True) == 0.0  # the same pair, the other way round
+    ring_fwd = TrafficMatrix((0, 1, 2), np.array([[0, 4, 0], [0, 0, 4], [4, 0, 0]], dtype=np.int64))
+    assert matrix_distance(ring_fwd, TrafficMatrix((0, 1, 2), ring_fwd.bytes.T.copy())) == pytest.approx(1.0)
+    assert matrix_distance(ring_fwd, TrafficMatrix((0, 1, 2), ring_fwd.bytes.T.copy()), undirected=True) == 0.0
+    assert matrix_distance(a, disjoint, undirected=True) == pytest.approx(1.0)
     half = TrafficMatrix((0, 1, 2), np.array([[0, 5, 0], [0, 0, 5], [0, 0, 0]], dtype=np.int64))
     want = math.sqrt((np.log2(1 / 0.75) + 0.5 * np.log2(0.5 / 0.75) + 0.5 * np.log2(0.5 / 0.25)) / 2)
     assert matrix_distance(a, half) == pytest.approx(want)
