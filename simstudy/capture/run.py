@@ -172,18 +172,29 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def measured_compute(results: list[dict[str, Any]], servers: list[dict[str, Any]]) -> dict[str, Any]:
-    """`system.measured` from the workers' calibration (mean over workers)."""
+def measured_compute(results: list[dict[str, Any]], servers: list[dict[str, Any]], *,
+                     synchronous: bool = True) -> dict[str, Any]:
+    """`system.measured` from the workers' calibration passes (run in lock-step).
+
+    Synchronous jobs (DDP, sync parameter servers) go at the pace of their slowest worker: of
+    every pass, the worker whose forward + backward took longest gives the times, averaged over
+    the passes. Asynchronous ones: the mean over workers."""
     cal = [r["calibration"] for r in results if "calibration" in r]
-    layers = {name: {"forward_us": _mean([c["layers"][name]["forward_us"] for c in cal]),
-                     "backward_us": _mean([c["layers"][name]["backward_us"] for c in cal])}
+    counts = {len(c.get("passes", ())) for c in cal}
+    if synchronous and len(counts) == 1 and 0 not in counts:
+        picks = [max((c["passes"][i] for c in cal), key=lambda p: p["forward_us"] + p["backward_us"])
+                 for i in range(counts.pop())]
+    else:
+        picks = cal
+    layers = {name: {"forward_us": _mean([c["layers"][name]["forward_us"] for c in picks]),
+                     "backward_us": _mean([c["layers"][name]["backward_us"] for c in picks])}
               for name in cal[0]["layers"]}
     if servers:
         opt = _mean([s["server"]["update_us_mean"] for s in servers])
     else:
-        opt = _mean([c["optimizer_us"] for c in cal])
-    return {"forward_us": _mean([c["forward_us"] for c in cal]),
-            "backward_us": _mean([c["backward_us"] for c in cal]),
+        opt = _mean([c["optimizer_us"] for c in picks])
+    return {"forward_us": _mean([c["forward_us"] for c in picks]),
+            "backward_us": _mean([c["backward_us"] for c in picks]),
             "optimizer_us": opt, "layers": layers}
 
 
@@ -309,7 +320,9 @@ def _meta(spec: CaptureSpec, scenario: Scenario, hosts: list[Host], results: lis
         goodput = c.link.rate_mbit * 1e6 * mss / (mss + IP_TCP_HEADER + ETHERNET_HEADER)
     else:
         goodput = probe["goodput_bps"]
-    measured = measured_compute(workers, servers)
+    agg = scenario.parallelism.aggregation
+    synchronous = not isinstance(agg, ParameterServer) or agg.mode == "sync"
+    measured = measured_compute(workers, servers, synchronous=synchronous)
     sim = spec.scenario_dict(bandwidth_gbps=round(goodput / 1e9, 6), latency_ns=round(probe["rtt_s"] / 2 * 1e9, 1),
                              measured=measured)
     Scenario.model_validate(sim)  # it must be a valid scenario for `validate`

@@ -170,6 +170,7 @@ class Job:
         fwd_sum: dict[str, float] = {}
         bwd_sum: dict[str, float] = {}
         totals = {"forward_us": 0.0, "backward_us": 0.0, "optimizer_us": 0.0}
+        passes: list[dict[str, Any]] = []
         n = self.cfg["calibration"]
         for i in range(n + 1):  # the first pass is untimed: it pays one-off allocation and setup costs
             x, y = self._batch()
@@ -200,16 +201,22 @@ class Job:
             totals["forward_us"] += (t1 - t0) * 1e6 / n
             totals["backward_us"] += (t2 - t1) * 1e6 / n
             totals["optimizer_us"] += (t3 - t2) * 1e6 / n
+            bwd = clock.backward_us(t1)
             for name, v in clock.fwd.items():
                 fwd_sum[name] = fwd_sum.get(name, 0.0) + v * 1e6 / n
-            for name, v in clock.backward_us(t1).items():
+            for name, v in bwd.items():
                 bwd_sum[name] = bwd_sum.get(name, 0.0) + v / n
+            passes.append({"forward_us": (t1 - t0) * 1e6, "backward_us": (t2 - t1) * 1e6,
+                           "optimizer_us": (t3 - t2) * 1e6,
+                           "layers": {k: {"forward_us": clock.fwd.get(k, 0.0) * 1e6, "backward_us": bwd.get(k, 0.0)}
+                                      for k in self.tm.layers}})
         clock.remove()
         self.result["calibration"] = {
             **totals,
             "iterations": n,
             "layers": {k: {"forward_us": fwd_sum.get(k, 0.0), "backward_us": bwd_sum.get(k, 0.0)}
                        for k in self.tm.layers},
+            "passes": passes,
         }
 
     def _sgd(self) -> None:

@@ -57,3 +57,23 @@ def test_ps_plan_covers_every_gradient_byte_once(servers: int) -> None:
 def test_loopback_refuses_shaping() -> None:
     with pytest.raises(testbed.CaptureError, match="namespaces"), testbed.Testbed(2, "loopback", Link(rate_mbit=100)):
         pass
+
+
+def test_synchronous_jobs_take_the_slowest_worker_of_each_calibration_pass() -> None:
+    from simstudy.capture.run import measured_compute
+
+    def cal(passes: list[tuple[float, float]]) -> dict[str, object]:
+        ps = [{"forward_us": f, "backward_us": b, "optimizer_us": 1.0,
+               "layers": {"fc": {"forward_us": f, "backward_us": b}}} for f, b in passes]
+        return {"calibration": {"forward_us": sum(f for f, _ in passes) / len(passes),
+                                "backward_us": sum(b for _, b in passes) / len(passes), "optimizer_us": 1.0,
+                                "layers": {"fc": {"forward_us": sum(f for f, _ in passes) / len(passes),
+                                                  "backward_us": sum(b for _, b in passes) / len(passes)}},
+                                "passes": ps}}
+
+    workers = [cal([(10, 10), (30, 30)]), cal([(20, 20), (20, 20)])]
+    slowest = measured_compute(workers, [], synchronous=True)  # pass 1: worker 1 (40), pass 2: worker 0 (60)
+    assert (slowest["forward_us"], slowest["backward_us"]) == (25.0, 25.0)
+    assert slowest["layers"]["fc"] == {"forward_us": 25.0, "backward_us": 25.0}
+    mean = measured_compute(workers, [], synchronous=False)  # async workers do not wait for each other
+    assert (mean["forward_us"], mean["backward_us"]) == (20.0, 20.0)
