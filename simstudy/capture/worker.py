@@ -23,7 +23,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +31,7 @@ import torch
 import torch.distributed as dist
 
 from simstudy.capture.models import TrainModel, build_torch_model
-from simstudy.compile.parameter_server import REPLY_SLICES
-
-PUSH, PULL = 0, 1
-
-
-def _tag(it: int, bucket: int, server: int, n_buckets: int, servers: int, direction: int) -> int:
-    """The same tag numbering as the compiled parameter-server graph (whose sync replies are cut
-    into slices; the real server sends each reply whole, with the first slice's tag)."""
-    return (((it * n_buckets + bucket) * servers + server) * 2 + direction) * REPLY_SLICES
+from simstudy.compile.parameter_server import PULL, PUSH, tag_number
 
 
 def _wait(work: Any) -> None:
@@ -167,9 +159,6 @@ class Job:
     def calibrate(self, module: torch.nn.Module, no_sync: Callable[[], Any] | None) -> None:
         """Time forward/backward per layer and the optimizer step without communication."""
         clock = LayerClock(self.tm)
-        fwd_sum: dict[str, float] = {}
-        bwd_sum: dict[str, float] = {}
-        totals = {"forward_us": 0.0, "backward_us": 0.0, "optimizer_us": 0.0}
         passes: list[dict[str, Any]] = []
         n = self.cfg["calibration"]
         for i in range(n + 1):  # the first pass is untimed: it pays one-off allocation and setup costs
@@ -198,23 +187,20 @@ class Job:
                 p.grad = None
             if i == 0:
                 continue
-            totals["forward_us"] += (t1 - t0) * 1e6 / n
-            totals["backward_us"] += (t2 - t1) * 1e6 / n
-            totals["optimizer_us"] += (t3 - t2) * 1e6 / n
             bwd = clock.backward_us(t1)
-            for name, v in clock.fwd.items():
-                fwd_sum[name] = fwd_sum.get(name, 0.0) + v * 1e6 / n
-            for name, v in bwd.items():
-                bwd_sum[name] = bwd_sum.get(name, 0.0) + v / n
             passes.append({"forward_us": (t1 - t0) * 1e6, "backward_us": (t2 - t1) * 1e6,
                            "optimizer_us": (t3 - t2) * 1e6,
                            "layers": {k: {"forward_us": clock.fwd.get(k, 0.0) * 1e6, "backward_us": bwd.get(k, 0.0)}
                                       for k in self.tm.layers}})
         clock.remove()
+
+        def mean(values: Iterable[float]) -> float:
+            return float(sum(values)) / len(passes)
+
         self.result["calibration"] = {
-            **totals,
+            **{key: mean(p[key] for p in passes) for key in ("forward_us", "backward_us", "optimizer_us")},
             "iterations": n,
-            "layers": {k: {"forward_us": fwd_sum.get(k, 0.0), "backward_us": bwd_sum.get(k, 0.0)}
+            "layers": {k: {d: mean(p["layers"][k][d] for p in passes) for d in ("forward_us", "backward_us")}
                        for k in self.tm.layers},
             "passes": passes,
         }
@@ -308,8 +294,8 @@ class Job:
             for pc in pieces:
                 if pc["bucket"] == b_index:
                     buf = self._flat_range(pc["lo"], pc["hi"], grads=True)
-                    sends.append((dist.isend(buf, dst=pc["host"], tag=_tag(it, b_index, pc["server"], n_b, n_s, PUSH)),
-                                  buf))
+                    tag = tag_number(it, b_index, pc["server"], n_b, n_s, PUSH)
+                    sends.append((dist.isend(buf, dst=pc["host"], tag=tag), buf))
 
         handles = []
         for i, p in enumerate(self.params):
@@ -334,8 +320,8 @@ class Job:
         recvs = []
         for pc in pieces:
             buf = torch.empty(pc["hi"] - pc["lo"])
-            recvs.append((dist.irecv(buf, src=pc["host"], tag=_tag(it, pc["bucket"], pc["server"], n_b, n_s, PULL)),
-                          pc, buf))
+            tag = tag_number(it, pc["bucket"], pc["server"], n_b, n_s, PULL)
+            recvs.append((dist.irecv(buf, src=pc["host"], tag=tag), pc, buf))
         for work, _ in sends:
             _wait(work)
         for work, pc, buf in recvs:
@@ -370,7 +356,7 @@ class Job:
                 sends = []
                 for pc in mine:
                     bufs = [torch.empty(pc["hi"] - pc["lo"]) for _ in workers]
-                    works = [dist.irecv(b, src=w, tag=_tag(it, pc["bucket"], server, n_b, n_s, PUSH))
+                    works = [dist.irecv(b, src=w, tag=tag_number(it, pc["bucket"], server, n_b, n_s, PUSH))
                              for b, w in zip(bufs, workers, strict=True)]
                     for work in works:
                         _wait(work)
@@ -380,7 +366,7 @@ class Job:
                     t_update += time.perf_counter() - u0
                     updates += 1
                     out = shard[pc["lo"]].clone()
-                    sends += [(dist.isend(out, dst=w, tag=_tag(it, pc["bucket"], server, n_b, n_s, PULL)), out)
+                    sends += [(dist.isend(out, dst=w, tag=tag_number(it, pc["bucket"], server, n_b, n_s, PULL)), out)
                               for w in workers]
                 for work, _ in sends:
                     _wait(work)
@@ -401,14 +387,14 @@ class Job:
                 for it in range(first, last):
                     for pc in mine:
                         buf = torch.empty(pc["hi"] - pc["lo"])
-                        _wait(dist.irecv(buf, src=w, tag=_tag(it, pc["bucket"], server, n_b, n_s, PUSH)))
+                        _wait(dist.irecv(buf, src=w, tag=tag_number(it, pc["bucket"], server, n_b, n_s, PUSH)))
                         with lock:
                             u0 = time.perf_counter()
                             shard[pc["lo"]].add_(buf, alpha=-self.lr)
                             count["t"] += time.perf_counter() - u0
                             count["updates"] += 1
                             out = shard[pc["lo"]].clone()
-                        sends.append((dist.isend(out, dst=w, tag=_tag(it, pc["bucket"], server, n_b, n_s, PULL)),
+                        sends.append((dist.isend(out, dst=w, tag=tag_number(it, pc["bucket"], server, n_b, n_s, PULL)),
                                       out))
                 for work, _ in sends:
                     _wait(work)

@@ -70,8 +70,10 @@ def pieces(costs: list[LayerCost], buckets: list[Bucket], servers: int) -> list[
     return out
 
 
-def _tag(it: int, piece: Piece, n_buckets: int, servers: int, direction: int, part: int = 0) -> int:
-    return (((it * n_buckets + piece.bucket) * servers + piece.server) * 2 + direction) * REPLY_SLICES + part
+def tag_number(it: int, bucket: int, server: int, n_buckets: int, servers: int, direction: int, part: int = 0) -> int:
+    """The message tag of a piece's push or pull (slice `part` of a sliced reply); captured jobs
+    use the same numbering, sending each reply whole with the first slice's tag."""
+    return (((it * n_buckets + bucket) * servers + server) * 2 + direction) * REPLY_SLICES + part
 
 
 def slices(size_bytes: int, parts: int) -> list[int]:
@@ -96,7 +98,7 @@ def compile_parameter_server(scenario: Scenario) -> ExecutionGraph:
     hosts = [server_rank(agg, workers, s) for s in range(agg.servers)]
 
     def tag(it: int, piece: Piece, direction: int, part: int = 0) -> int:
-        return _tag(it, piece, len(buckets), agg.servers, direction, part)
+        return tag_number(it, piece.bucket, piece.server, len(buckets), agg.servers, direction, part)
 
     def reply_slices(piece: Piece) -> list[int]:
         remote = workers - (1 if hosts[piece.server] < workers else 0)

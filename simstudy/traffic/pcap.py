@@ -1718,14 +1718,8 @@ def retransmitted_payload(packets: pd.DataFrame) -> NDArray[np.int64]:
     data = np.flatnonzero((packets["proto"].to_numpy() == 6) & (payload > 0))
     if len(data) < 2:
         return out
-    cols = [packets[c].to_numpy()[data] for c in ("src_ip", "dst_ip", "sport", "dport")]
-    if "file" in packets:
-        cols.insert(0, packets["file"].to_numpy()[data])
-    keys = [pd.factorize(c)[0].astype(np.int64) for c in cols]
-    flow = keys[0]
-    for k in keys[1:]:
-        flow = flow * (int(k.max()) + 1) + k
-        flow = pd.factorize(flow)[0].astype(np.int64)
+    key = [c for c in ("file", "src_ip", "dst_ip", "sport", "dport") if c in packets]
+    flow = packets.iloc[data].groupby(key, sort=False, observed=True).ngroup().to_numpy(dtype=np.int64)
     order = np.lexsort((data, flow))  # by flow, then capture order
     f = flow[order]
     seq = packets["tcp_seq"].to_numpy().astype(np.int64)[data][order]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,19 +62,8 @@ def throughput_timeline(
     the `pairs` busiest rank pairs."""
     if len(table) == 0:
         return Timeline(bin_s, 0.0, {"total": np.zeros(0)})
-    start = table["t_start_s"].to_numpy()
-    end = table["t_end_s"].to_numpy()
-    nbytes = table["bytes"].to_numpy().astype(np.float64)
-    t0 = float(start.min()) if t0_s is None else t0_s
-    nbins = max(1, int(np.ceil((float(end.max()) - t0) / bin_s + 1e-9)))
-    series = {"total": _spread(start, end, nbytes, t0, bin_s, nbins) / bin_s}
     key = table["src"].astype(np.int64).to_numpy() * 1_000_000 + table["dst"].astype(np.int64).to_numpy()
-    by_pair = pd.Series(nbytes).groupby(key).sum().sort_values(ascending=False)
-    for k in by_pair.index[:pairs]:
-        sel = key == k
-        label = f"{int(k) // 1_000_000}->{int(k) % 1_000_000}"
-        series[label] = _spread(start[sel], end[sel], nbytes[sel], t0, bin_s, nbins) / bin_s
-    return Timeline(bin_s, t0, series)
+    return _busiest(table, bin_s, t0_s, key, lambda k: f"{k // 1_000_000}->{k % 1_000_000}", pairs)
 
 
 def link_timeline(
@@ -83,16 +73,22 @@ def link_timeline(
     the first transfer): 'total' over every row, and the `links` busiest links by their label."""
     if len(table) == 0 or "link" not in table.columns:
         return throughput_timeline(table, bin_s, pairs=0, t0_s=t0_s)
+    codes, labels = pd.factorize(table["link"], sort=True)
+    return _busiest(table, bin_s, t0_s, codes.astype(np.int64), lambda k: str(labels[k]), links)
+
+
+def _busiest(table: pd.DataFrame, bin_s: float, t0_s: float | None, group: NDArray[np.int64],
+             label: Callable[[int], str], top: int) -> Timeline:
+    """'total' over every row, and the `top` groups (of `group`; -1: none) with the most bytes."""
     start = table["t_start_s"].to_numpy()
     end = table["t_end_s"].to_numpy()
     nbytes = table["bytes"].to_numpy().astype(np.float64)
     t0 = float(start.min()) if t0_s is None else t0_s
     nbins = max(1, int(np.ceil((float(end.max()) - t0) / bin_s + 1e-9)))
     series = {"total": _spread(start, end, nbytes, t0, bin_s, nbins) / bin_s}
-    codes, labels = pd.factorize(table["link"], sort=True)
-    known = codes >= 0
-    by_link = pd.Series(nbytes[known]).groupby(codes[known]).sum().sort_values(ascending=False, kind="stable")
-    for k in by_link.index[:links]:
-        sel = codes == k
-        series[str(labels[k])] = _spread(start[sel], end[sel], nbytes[sel], t0, bin_s, nbins) / bin_s
+    known = group >= 0
+    ranked = pd.Series(nbytes[known]).groupby(group[known]).sum().sort_values(ascending=False, kind="stable")
+    for k in ranked.index[:top]:
+        sel = group == k
+        series[label(int(k))] = _spread(start[sel], end[sel], nbytes[sel], t0, bin_s, nbins) / bin_s
     return Timeline(bin_s, t0, series)
