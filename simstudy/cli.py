@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from simstudy import __version__
+from simstudy import __version__, layout
 
 if TYPE_CHECKING:
     from simstudy.sweep import Expansion
@@ -139,7 +139,7 @@ def _sweep(args: argparse.Namespace) -> int:
         print("\n".join(report.lines()))
     if not args.no_report:
         path = render_study(result, baseline=report)
-        print(f"  summary {result.out / 'summary.parquet'}, report {path}")
+        print(f"  summary {result.out / layout.SUMMARY}, report {path}")
     ok = result.all_ok and (report is None or report.passed)
     return EXIT_OK if ok else EXIT_FAILED
 
@@ -150,7 +150,7 @@ def _analyze(args: argparse.Namespace) -> int:
     from simstudy.traffic.sources import load_traffic
 
     source = load_traffic(args.path)
-    out = Path(args.output) if args.output else source.path / "analysis"
+    out = Path(args.output) if args.output else source.path / layout.ANALYSIS_DIR
     features = analyze(source.table, boundaries=source.boundaries)
     notes = list(source.warnings)
     if source.experiment:
@@ -163,7 +163,7 @@ def _analyze(args: argparse.Namespace) -> int:
           f"duty cycle {features.on_off.duty_cycle:.3f}, Hurst {features.hurst:.3f}")
     for w in source.warnings:
         print(f"  warning: {w}", file=sys.stderr)
-    print(f"  {out / 'features.json'}, {path}")
+    print(f"  {out / layout.FEATURES}, {path}")
     return EXIT_OK
 
 
@@ -184,7 +184,7 @@ def _validate(args: argparse.Namespace) -> int:
     from simstudy.report.traffic import render_validation
     from simstudy.validate import validate
 
-    out = Path(args.output) if args.output else Path(args.real) / "validation"
+    out = Path(args.output) if args.output else Path(args.real) / layout.VALIDATION_DIR
     try:
         v = validate(args.real, out, spec=args.spec, backend=args.backend, astra_sim=args.astra_sim,
                      tolerances=_tolerances(args.tolerance), skip=args.skip, timeout_s=args.timeout,

@@ -17,13 +17,14 @@ from pathlib import Path
 import pandas as pd
 from pydantic import ValidationError
 
+from simstudy import layout
 from simstudy.backends import RunResult, get_backend
 from simstudy.backends.rundir import run_to_dir
 from simstudy.compile import Bundle, compile_scenario
 from simstudy.spec import Scenario, SpecError, load_scenario, spec_error
 from simstudy.traffic.compare import DEFAULT_TOLERANCES, ValidationReport, compare
 from simstudy.traffic.features import Features, analyze
-from simstudy.traffic.sources import META, TrafficSource, load_traffic
+from simstudy.traffic.sources import TrafficSource, load_traffic
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def scenario_for(source: TrafficSource, spec: str | Path | None) -> Scenario:
     """The scenario to simulate: `spec`, else the `scenario` of the capture's meta.json."""
     if spec is not None:
         return load_scenario(spec)
-    meta_path = source.path / META
+    meta_path = source.path / layout.META
     data = (source.meta or {}).get("scenario")
     if data is None:
         raise SpecError(meta_path if source.meta else source.path, "scenario",
@@ -130,7 +131,8 @@ def validate(
     def prepare(d: Path) -> Bundle:
         return compile_scenario(scenario, d, source=spec).bundle
 
-    result = run_to_dir(prepare, get_backend(backend, astra_sim=astra_sim), Path(out) / "sim", timeout_s=timeout_s)
+    result = run_to_dir(prepare, get_backend(backend, astra_sim=astra_sim), Path(out) / layout.SIM_DIR,
+                        timeout_s=timeout_s)
     sim_table = comparable_sim(result.traffic, real)
     real_table = payload_view(real.table) if count == "payload" else real.table
     real_features = analyze(real_table, boundaries=real.boundaries)

@@ -17,6 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from simstudy import layout
 from simstudy.backends.base import BackendError, RankStats, RunResult
 from simstudy.backends.locate import describe_search, find_astra_sim
 from simstudy.backends.traffic_build import (
@@ -103,7 +104,7 @@ class AstraSimBackend:
         cmd = [
             str(binary),
             f"--workload-configuration={bundle.workload.resolve()}",
-            f"--system-configuration={(workdir / 'system.json').resolve()}",
+            f"--system-configuration={(workdir / layout.SYSTEM).resolve()}",
             f"--network-configuration={bundle.network.resolve()}",
             f"--remote-memory-configuration={self._memory(bundle, workdir).resolve()}",
             f"--logging-folder={(workdir / 'log').resolve()}",
@@ -116,7 +117,7 @@ class AstraSimBackend:
     def _memory(bundle: Bundle, workdir: Path) -> Path:
         if bundle.remote_memory is not None:
             return bundle.remote_memory
-        path = workdir / "remote_memory.json"
+        path = workdir / layout.REMOTE_MEMORY
         path.write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}) + "\n")
         return path
 
@@ -128,7 +129,7 @@ class AstraSimBackend:
         info = WorkloadInfo.from_bundle(bundle)
         system = dict(info.system)
         system["trace-enabled"] = 1
-        (workdir / "system.json").write_text(json.dumps(system, indent=2) + "\n")
+        (workdir / layout.SYSTEM).write_text(json.dumps(system, indent=2) + "\n")
         (workdir / "log").mkdir(exist_ok=True)
         out_path = workdir / "astra-sim.out"
         cmd = self.command(binary, bundle, workdir)

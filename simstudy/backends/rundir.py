@@ -10,26 +10,24 @@ from typing import Any
 
 import pandas as pd
 
+from simstudy import layout
 from simstudy.backends.base import Backend, RunResult
 from simstudy.compile import Bundle
 from simstudy.compile.atomic import atomic_directory
-from simstudy.traffic import read_table, write_table
-
-RUN_JSON = "run.json"
-TRAFFIC = "traffic.parquet"
+from simstudy.table import read_table, write_table
 
 
 def write_run(result: RunResult, out: Path) -> None:
     """Write run.json and traffic.parquet into `out` (traffic first: run.json marks completion)."""
     out.mkdir(parents=True, exist_ok=True)
-    write_table(result.traffic, out / TRAFFIC)
-    result.write_json(out / RUN_JSON)
+    write_table(result.traffic, out / layout.TRAFFIC)
+    result.write_json(out / layout.RUN_JSON)
 
 
 def read_run(out: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     """The summary and the traffic table of a run directory."""
-    summary = json.loads((out / RUN_JSON).read_text(encoding="utf-8"))
-    return summary, read_table(out / TRAFFIC)
+    summary = json.loads((out / layout.RUN_JSON).read_text(encoding="utf-8"))
+    return summary, read_table(out / layout.TRAFFIC)
 
 
 def copy_bundle(bundle: Bundle, out: Path) -> Bundle:
@@ -38,8 +36,8 @@ def copy_bundle(bundle: Bundle, out: Path) -> Bundle:
     out.mkdir(parents=True, exist_ok=True)
     for r in range(bundle.npus):
         shutil.copyfile(bundle.et_path(r), out / bundle.et_path(r).name)
-    names = {"network": "network.yml", "system": "system.json", "remote_memory": "remote_memory.json",
-             "comm_group": "comm_group.json", "scenario": "scenario.json"}
+    names = {"network": layout.NETWORK, "system": layout.SYSTEM, "remote_memory": layout.REMOTE_MEMORY,
+             "comm_group": layout.COMM_GROUP, "scenario": layout.SCENARIO}
     copied: dict[str, Path | None] = {}
     for key, name in names.items():
         src = getattr(bundle, key)
@@ -66,8 +64,8 @@ def run_to_dir(
     complete, so a failed run never leaves a half-written directory or destroys an old one.
     """
     with atomic_directory(out) as tmp:
-        bundle = prepare(tmp / "bundle")
-        result = backend.run(bundle, tmp / "work", timeout_s=timeout_s)
+        bundle = prepare(tmp / layout.BUNDLE_DIR)
+        result = backend.run(bundle, tmp / layout.WORK_DIR, timeout_s=timeout_s)
         write_run(result, tmp)
         if render is not None:
             render(result, tmp)

@@ -19,8 +19,7 @@ from simstudy.backends.base import BackendError
 from simstudy.backends.patterns import Pattern, chunking, collective_pattern, dimensions_pattern
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compile import Bundle
-from simstudy.traffic import make_table
-from simstudy.traffic.schema import OPS
+from simstudy.table import OPS, make_table
 
 COLLECTIVE_KIND = {
     CollectiveType.ALL_REDUCE: "all_reduce",

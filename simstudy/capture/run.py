@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from simstudy import __version__
+from simstudy import __version__, layout
 from simstudy.capture.testbed import CaptureError, Host, Testbed, is_root, require_tools
 from simstudy.compile.costs import DDP_DEFAULT_BUCKET_BYTES, ddp_buckets, layer_costs
 from simstudy.compile.parameter_server import pieces, server_rank
@@ -225,7 +225,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
             _say(progress, f"link: rtt {probe['rtt_s'] * 1e6:.0f} us, goodput {probe['goodput_bps'] / 1e6:.0f} Mbit/s")
             loopback = where == "loopback"
             for host in bed.hosts[:1] if loopback else bed.hosts:
-                name = "lo.pcap" if loopback else f"rank{host.rank}.pcap"
+                name = layout.LOOPBACK_PCAP if loopback else layout.rank_pcap(host.rank)
                 dumps.append((host, _start_tcpdump(host, tmp / name, spec, loopback)))
             strategy = "ps" if isinstance(scenario.parallelism.aggregation, ParameterServer) else "ddp"
             plan = ps_plan(scenario) if strategy == "ps" else None
@@ -247,14 +247,14 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
                                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
             _say(progress, f"training: {strategy}, {c.iterations} recorded iterations")
             _wait(procs, work, c.timeout_s)
-            _settle([tmp / ("lo.pcap" if loopback else f"rank{h.rank}.pcap") for h, _ in dumps])
+            _settle([tmp / (layout.LOOPBACK_PCAP if loopback else layout.rank_pcap(h.rank)) for h, _ in dumps])
             stats = {f"rank{h.rank}" if not loopback else "lo": _stop_tcpdump(p) for h, p in dumps}
             dumps.clear()
             shaping = {**bed.shaping(), "qdiscs": bed.qdisc_stats()}
             hosts = list(bed.hosts)
         results = [json.loads((work / f"rank{r}.json").read_text()) for r in range(spec.ranks)]
         meta = _meta(spec, scenario, hosts, results, probe, stats, shaping, where)
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        (tmp / layout.META).write_text(json.dumps(meta, indent=1))
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
             out.rename(old)

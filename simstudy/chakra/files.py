@@ -6,6 +6,8 @@ import os
 import re
 from pathlib import Path
 
+from simstudy import layout
+
 _RANK_SUFFIX = re.compile(r"\.(0|[1-9][0-9]*)\.et")
 
 
@@ -13,7 +15,7 @@ def trace_path(prefix: str | os.PathLike[str], rank: int) -> Path:
     """The trace file of `rank`: `<prefix>.<rank>.et` (the prefix is a path, not a directory)."""
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         raise ValueError(f"rank must be a non-negative int, got {rank!r}")
-    return Path(f"{os.fspath(prefix)}.{rank}.et")
+    return Path(f"{os.fspath(prefix)}.{rank}{layout.ET_SUFFIX}")
 
 
 def find_trace_files(prefix: str | os.PathLike[str]) -> list[Path]:

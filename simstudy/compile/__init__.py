@@ -16,6 +16,7 @@ from simstudy.compile.hybrid import compile_hybrid
 from simstudy.compile.parameter_server import compile_parameter_server
 from simstudy.compile.resolve import resolve
 from simstudy.compile.tensor import megatron
+from simstudy.layout import SCENARIO
 from simstudy.spec import AllReduce, Scenario, SpecError
 
 __all__ = [
@@ -90,7 +91,7 @@ def build_graph(scenario: Scenario) -> ExecutionGraph:
 def _check_target(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise CompileError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / "scenario.json").is_file():
+    if out.is_dir() and any(out.iterdir()) and not (out / SCENARIO).is_file():
         raise CompileError(f"{out}: not empty and not a simstudy bundle; refusing to overwrite it")
 
 
@@ -105,5 +106,5 @@ def compile_scenario(scenario: Scenario, out: str | Path, *, source: str | Path 
     with atomic_directory(out) as tmp:
         et_bytes = write_traces(graph, tmp / resolved.name)
         write_configs(resolved, graph.groups, tmp)
-        write_json(tmp / "scenario.json", resolved.model_dump(mode="json"))
+        write_json(tmp / SCENARIO, resolved.model_dump(mode="json"))
     return CompileResult(Bundle.from_dir(out), resolved, et_bytes, time.perf_counter() - t0)

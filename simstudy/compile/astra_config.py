@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from simstudy import layout
 from simstudy.spec import AllReduce, Dim, Scenario, topology_dims
 
 #: ASTRA-SIM's analytical network reads bandwidth in GB/s with GB = 2^30 bytes.
@@ -85,14 +86,14 @@ def write_json(path: Path, data: Any) -> None:
 def write_configs(scenario: Scenario, groups: dict[int, tuple[int, ...]], out: Path) -> dict[str, Path]:
     """Write every config file into `out`; returns name -> path."""
     paths = {
-        "network": out / "network.yml",
-        "system": out / "system.json",
-        "remote_memory": out / "remote_memory.json",
+        "network": out / layout.NETWORK,
+        "system": out / layout.SYSTEM,
+        "remote_memory": out / layout.REMOTE_MEMORY,
     }
     paths["network"].write_text(network_yaml(topology_dims(scenario.topology)), encoding="utf-8")
     write_json(paths["system"], system_config(scenario))
     write_json(paths["remote_memory"], REMOTE_MEMORY)
     if groups:
-        paths["comm_group"] = out / "comm_group.json"
+        paths["comm_group"] = out / layout.COMM_GROUP
         write_json(paths["comm_group"], {str(k): list(v) for k, v in sorted(groups.items())})
     return paths

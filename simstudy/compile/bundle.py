@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from simstudy import layout
+
 
 class BundleError(ValueError):
     """An input set that cannot be used, naming the file and what is wrong."""
@@ -66,14 +68,14 @@ class Bundle:
         d = Path(directory)
         if not d.is_dir():
             raise BundleError(f"{d}: not a directory")
-        scenario = d / "scenario.json"
+        scenario = d / layout.SCENARIO
         prefix = _prefix_from_scenario(scenario) if scenario.is_file() else _prefix_from_files(d)
-        group = d / "comm_group.json"
-        memory = d / "remote_memory.json"
+        group = d / layout.COMM_GROUP
+        memory = d / layout.REMOTE_MEMORY
         return cls(
             workload=d / prefix,
-            network=d / "network.yml",
-            system=d / "system.json",
+            network=d / layout.NETWORK,
+            system=d / layout.SYSTEM,
             remote_memory=memory if memory.is_file() else None,
             comm_group=group if group.is_file() else None,
             scenario=scenario if scenario.is_file() else None,

@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from simstudy import layout
 from simstudy.backends import RunResult
 from simstudy.traffic.timeline import Timeline, throughput_timeline
 
@@ -37,5 +38,5 @@ def render_run(result: RunResult, out: Path) -> Path:
     """timeline.png of a run directory: 1 ms throughput, total and per rank pair."""
     span = float(result.traffic["t_end_s"].max()) if len(result.traffic) else 0.0
     bin_s = 1e-3 if span > 5e-3 else max(span / 200, 1e-7)
-    return plot_timeline(throughput_timeline(result.traffic, bin_s, t0_s=0.0), out / "timeline.png",
+    return plot_timeline(throughput_timeline(result.traffic, bin_s, t0_s=0.0), out / layout.TIMELINE_PNG,
                          title=f"{result.backend}: throughput ({bin_s * 1e3:g} ms bins)")

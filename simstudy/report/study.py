@@ -14,10 +14,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from simstudy.backends.rundir import TRAFFIC
+from simstudy import layout
 from simstudy.spec import PlotSpec
 from simstudy.sweep import BaselineReport, SweepResult, label, metric_columns
-from simstudy.traffic import read_table
+from simstudy.table import read_table
 from simstudy.traffic.timeline import throughput_timeline
 
 #: Metrics shown by default, with their axis labels.
@@ -90,7 +90,7 @@ def plot_timelines(result: SweepResult, path: Path, params: list[str]) -> Path |
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(10, 1.8 * rows + 0.6), squeeze=False)
     for ax, (_, row) in zip(axes.flat, ok.iterrows(), strict=False):
-        table = read_table(result.run_dir(str(row["key"])) / TRAFFIC)
+        table = read_table(result.run_dir(str(row["key"])) / layout.TRAFFIC)
         span = float(table["t_end_s"].max()) if len(table) else 0.0
         bin_s = 1e-3 if span > 20e-3 else max(span / 200, 1e-7)
         tl = throughput_timeline(table, bin_s, pairs=0, t0_s=0.0)
@@ -149,7 +149,7 @@ def render_study(result: SweepResult, *, baseline: BaselineReport | None = None)
     """Write `plots/*.png` and `report.md` into the sweep's directory; returns report.md."""
     params = result.expansion.param_names
     summary = result.summary
-    plots = result.out / "plots"
+    plots = result.out / layout.PLOTS_DIR
     plots.mkdir(exist_ok=True)
     made: list[tuple[str, Path]] = []
     ok = summary[summary["status"] == "ok"]
@@ -161,7 +161,7 @@ def render_study(result: SweepResult, *, baseline: BaselineReport | None = None)
         if tl is not None:
             made.append(("throughput timelines", tl))
     text = _report_text(result, params, made, baseline)
-    path = result.out / "report.md"
+    path = result.out / layout.REPORT_MD
     tmp = path.with_name("report.md.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

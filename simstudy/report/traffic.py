@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 
+from simstudy import layout
 from simstudy.report.plots import plot_timeline
 from simstudy.traffic.features import Distribution, Features, TrafficMatrix
 from simstudy.validate import Validation
@@ -101,7 +102,7 @@ def _scalar_table(features: dict[str, Features]) -> list[str]:
 def render_analysis(features: Features, out: Path, *, title: str, notes: list[str] | None = None) -> Path:
     """features.json, plots/ and analysis.md of one traffic table; returns analysis.md."""
     out.mkdir(parents=True, exist_ok=True)
-    _write(out / "features.json", json.dumps(features.to_json()) + "\n")
+    _write(out / layout.FEATURES, json.dumps(features.to_json()) + "\n")
     plots = out / "plots"
     plots.mkdir(exist_ok=True)
     plot_timeline(features.timeline_1ms, plots / "timeline.png", title=f"{title}: throughput, 1 ms bins")
@@ -123,7 +124,7 @@ def render_analysis(features: Features, out: Path, *, title: str, notes: list[st
     lines += ["", "## All scalar metrics", "", *_scalar_table({title: features}), "",
               "## Plots", "", "![timeline](plots/timeline.png)", "![matrix](plots/matrix.png)",
               "![distributions](plots/distributions.png)", ""]
-    return _write(out / "analysis.md", "\n".join(lines))
+    return _write(out / layout.ANALYSIS_MD, "\n".join(lines))
 
 
 def render_validation(v: Validation, out: Path) -> Path:
@@ -147,4 +148,4 @@ def render_validation(v: Validation, out: Path) -> Path:
         lines += [f"Not measurable on either trace (left out): {', '.join(v.not_measurable)}.", ""]
     lines += ["## Side by side", "", "![throughput](plots/throughput.png)", "![matrices](plots/matrices.png)",
               "![distributions](plots/distributions.png)", "", "## Scalar metrics", "", *_scalar_table(both), ""]
-    return _write(out / "validation.md", "\n".join(lines))
+    return _write(out / layout.VALIDATION_MD, "\n".join(lines))

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
+from simstudy import layout
 from simstudy.spec import Study
 from simstudy.sweep.executors import (
     DaskExecutor,
@@ -64,7 +65,6 @@ __all__ = [
     "run_study",
 ]
 
-SUMMARY = "summary.parquet"
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class SweepResult:
         return sum(r.backend_s for r in self.records.values() if not r.cached)
 
     def run_dir(self, key: str) -> Path:
-        return self.out / "runs" / key
+        return self.out / layout.RUNS_DIR / key
 
 
 def _running(pid: str) -> bool:
@@ -136,11 +136,11 @@ def run_study(
     t0 = time.perf_counter()
     out = Path(out).resolve()
     expansion = expand(study, source)
-    runs = out / "runs"
+    runs = out / layout.RUNS_DIR
     runs.mkdir(parents=True, exist_ok=True)
     _remove_stale(runs)
-    _write_json(out / "study.json", {"source": str(source), "study": study.model_dump(mode="json")})
-    _write_json(out / "skipped.json", [{"index": s.index, "params": s.params, "reason": s.reason}
+    _write_json(out / layout.STUDY_JSON, {"source": str(source), "study": study.model_dump(mode="json")})
+    _write_json(out / layout.SKIPPED_JSON, [{"index": s.index, "params": s.params, "reason": s.reason}
                                        for s in expansion.skipped])
     records: dict[str, RunRecord] = {}
     tasks: list[RunTask] = []
@@ -166,7 +166,7 @@ def run_study(
     finally:
         bar.close()
     summary = summary_frame(expansion, records)
-    write_summary(summary, out / SUMMARY)
+    write_summary(summary, out / layout.SUMMARY)
     return SweepResult(out, expansion, records, summary, time.perf_counter() - t0)
 
 

@@ -17,15 +17,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simstudy import layout
 from simstudy.backends import BackendError, RunResult, get_backend
-from simstudy.backends.rundir import TRAFFIC, run_to_dir
+from simstudy.backends.rundir import run_to_dir
 from simstudy.compile import Bundle, CompileError, compile_scenario
 from simstudy.spec import Scenario, SpecError
-from simstudy.traffic import read_table
+from simstudy.table import read_table
 from simstudy.traffic.features import analyze
-
-RECORD = "record.json"
-FEATURES = "features.json"
 
 
 @dataclass(frozen=True)
@@ -102,7 +100,7 @@ def _write_json(path: Path, data: Any, *, indent: int | None = 1) -> None:
 
 def read_record(run_dir: Path) -> RunRecord | None:
     """The record of a finished run, or None when the run has not finished."""
-    path = run_dir / RECORD
+    path = run_dir / layout.RECORD
     if not path.is_file():
         return None
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -112,7 +110,7 @@ def read_record(run_dir: Path) -> RunRecord | None:
 
 def _add_features(metrics: dict[str, float], traffic: pd.DataFrame, out: Path) -> None:
     features = analyze(traffic)
-    _write_json(out / FEATURES, features.to_json(), indent=None)
+    _write_json(out / layout.FEATURES, features.to_json(), indent=None)
     for name, value in features.scalars().items():
         metrics.setdefault(name, float(value))
 
@@ -120,11 +118,11 @@ def _add_features(metrics: dict[str, float], traffic: pd.DataFrame, out: Path) -
 def _complete(record: RunRecord, run_dir: Path) -> RunRecord:
     """A finished run from a sweep without features, given the features this sweep asks for."""
     metrics = dict(record.metrics)
-    _add_features(metrics, read_table(run_dir / TRAFFIC), run_dir)
+    _add_features(metrics, read_table(run_dir / layout.TRAFFIC), run_dir)
     data = {"key": record.key, "metrics": metrics, "seconds": record.seconds, "features": True}
-    tmp = run_dir / (RECORD + ".tmp")
+    tmp = run_dir / (layout.RECORD + ".tmp")
     _write_json(tmp, data)
-    tmp.replace(run_dir / RECORD)
+    tmp.replace(run_dir / layout.RECORD)
     return RunRecord(record.key, "ok", metrics=metrics, cached=True, seconds=record.seconds, features=True)
 
 
@@ -150,7 +148,7 @@ def execute(task: RunTask) -> RunRecord:
         if task.features:
             _add_features(metrics, result.traffic, tmp)
         record.update(key=task.key, metrics=metrics, seconds=time.perf_counter() - t0, features=task.features)
-        _write_json(tmp / RECORD, record)
+        _write_json(tmp / layout.RECORD, record)
 
     try:
         backend = get_backend(task.backend, astra_sim=task.astra_sim, aware=task.aware, contention=task.contention)

@@ -1,6 +1,6 @@
 """Traffic tables, pcap ingest and the analysis pipeline (knows nothing of specs or backends)."""
 
-from simstudy.traffic.schema import (
+from simstudy.table import (
     OPTIONAL,
     REQUIRED,
     TrafficTableError,

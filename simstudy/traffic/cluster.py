@@ -37,9 +37,10 @@ from sklearn.cluster import KMeans
 from sklearn.decomposition import PCA
 from sklearn.metrics import silhouette_score
 
+from simstudy import layout
+from simstudy.table import read_table
 from simstudy.traffic.features import Features, analyze
 from simstudy.traffic.pcap import CAPTURE_SUFFIXES
-from simstudy.traffic.schema import read_table
 
 __all__ = [
     "FEATURES_FOR_CLUSTERING",
@@ -101,15 +102,15 @@ MIN_ITEMS_TO_CHOOSE = 3
 _CONSTANT_RTOL = 1e-12
 
 #: Files of a run or capture directory.
-FEATURES_JSON = "features.json"
-TRAFFIC = "traffic.parquet"
-SUMMARY = "summary.parquet"
+FEATURES_JSON = layout.FEATURES
+TRAFFIC = layout.TRAFFIC
+SUMMARY = layout.SUMMARY
 #: Where `simstudy analyze PATH` writes features.json by default.
-ANALYSIS = "analysis"
+ANALYSIS = layout.ANALYSIS_DIR
 #: The metadata file of a capture directory made by simstudy.
-META = "meta.json"
+META = layout.META
 #: Files that only a simulated run directory has (written by the backends and the sweep runner).
-SIM_MARKERS = ("run.json", "record.json")
+SIM_MARKERS = (layout.RUN_JSON, layout.RECORD)
 
 
 @dataclass(frozen=True)
@@ -427,7 +428,7 @@ def _sweep_items(d: Path) -> list[Item]:
             continue  # the same scenario at two points of the sweep: one run
         values = {c: _float(row[c]) for c in metrics}
         if not from_summary:
-            run = d / "runs" / key
+            run = d / layout.RUNS_DIR / key
             if not ((run / FEATURES_JSON).is_file() or (run / TRAFFIC).is_file()):
                 raise ValueError(f"{d}: the summary has no traffic features and {run} has neither "
                                  f"{FEATURES_JSON} nor {TRAFFIC}")

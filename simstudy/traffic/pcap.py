@@ -59,7 +59,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from simstudy.traffic.schema import make_table
+from simstudy.table import make_table
 
 I64 = NDArray[np.int64]
 Mask = NDArray[np.bool_]

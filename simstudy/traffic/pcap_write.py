@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simstudy.traffic.schema import check_table
+from simstudy.table import check_table
 
 HEADERS = 14 + 20 + 20
 _RECORD = np.dtype([

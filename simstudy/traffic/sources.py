@@ -25,6 +25,8 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from simstudy import layout
+from simstudy.table import read_table
 from simstudy.traffic.pcap import (
     CAPTURE_SUFFIXES,
     PcapError,
@@ -34,10 +36,9 @@ from simstudy.traffic.pcap import (
     retransmitted_payload,
     to_traffic_table,
 )
-from simstudy.traffic.schema import read_table
 
-META = "meta.json"
-RUN_TRAFFIC = "traffic.parquet"
+META = layout.META
+RUN_TRAFFIC = layout.TRAFFIC
 
 
 class SourceError(ValueError):

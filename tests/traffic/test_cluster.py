@@ -15,6 +15,7 @@ import pytest
 from simstudy.report.cluster_plot import plot_clusters, short_label
 from simstudy.spec import Study
 from simstudy.sweep import LocalExecutor, run_study
+from simstudy.table import make_table, write_table
 from simstudy.traffic.cluster import (
     FEATURES_FOR_CLUSTERING,
     LOG10_FEATURES,
@@ -25,7 +26,6 @@ from simstudy.traffic.cluster import (
     load_items,
 )
 from simstudy.traffic.features import analyze
-from simstudy.traffic.schema import make_table, write_table
 
 
 def _allreduce(period_s: float, grad_bytes: int, *, npus: int = 4, iterations: int = 20,

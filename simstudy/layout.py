@@ -1,0 +1,58 @@
+"""Every file and directory name simstudy writes or reads, in one place (layer 0: imports nothing
+of simstudy).
+
+A bundle (`simstudy compile`): `<prefix>.<rank>.et` per rank plus the ASTRA-SIM configs and the
+resolved scenario. A run directory (`simstudy run`, one per sweep point): `bundle/`, `work/`,
+run.json, traffic.parquet, timeline.png, and in sweeps features.json and record.json. A sweep
+directory: `runs/<key>/`, summary.parquet, study.json, skipped.json, report.md, plots/. A capture
+directory: one pcap per rank and meta.json. Analyses and validations write into `analysis/` and
+`validation/` below the directory they read.
+"""
+
+from __future__ import annotations
+
+# -- bundle ------------------------------------------------------------------------------------
+NETWORK = "network.yml"
+SYSTEM = "system.json"
+REMOTE_MEMORY = "remote_memory.json"
+COMM_GROUP = "comm_group.json"
+SCENARIO = "scenario.json"
+ET_SUFFIX = ".et"
+
+# -- run directory -----------------------------------------------------------------------------
+BUNDLE_DIR = "bundle"
+WORK_DIR = "work"
+RUN_JSON = "run.json"
+TRAFFIC = "traffic.parquet"
+TIMELINE_PNG = "timeline.png"
+FEATURES = "features.json"
+RECORD = "record.json"
+
+# -- sweep directory ---------------------------------------------------------------------------
+RUNS_DIR = "runs"
+SUMMARY = "summary.parquet"
+STUDY_JSON = "study.json"
+SKIPPED_JSON = "skipped.json"
+REPORT_MD = "report.md"
+PLOTS_DIR = "plots"
+
+# -- capture directory -------------------------------------------------------------------------
+META = "meta.json"
+LOOPBACK_PCAP = "lo.pcap"
+
+# -- analyses ----------------------------------------------------------------------------------
+ANALYSIS_DIR = "analysis"
+ANALYSIS_MD = "analysis.md"
+VALIDATION_DIR = "validation"
+VALIDATION_MD = "validation.md"
+SIM_DIR = "sim"
+
+
+def et_name(prefix: str, rank: int) -> str:
+    """The Chakra trace file of one rank: `<prefix>.<rank>.et`."""
+    return f"{prefix}.{rank}{ET_SUFFIX}"
+
+
+def rank_pcap(rank: int) -> str:
+    """The capture file of one rank's interface."""
+    return f"rank{rank}.pcap"
