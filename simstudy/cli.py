@@ -45,22 +45,20 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from simstudy.backends import get_backend
+    from simstudy.backends import make_backend, simulate
     from simstudy.backends.rundir import copy_bundle, run_to_dir
-    from simstudy.compile import Bundle, compile_scenario
+    from simstudy.compile import Bundle
     from simstudy.report import render_run
-    from simstudy.spec import SpecError, load_scenario
+    from simstudy.spec import BackendSpec, SpecError, load_scenario
 
     raw = [args.workload, args.network, args.system]
     if args.spec and any(raw):
         raise SpecError(None, "", "give either a scenario spec or --workload/--network/--system, not both")
+    spec = BackendSpec(name=args.backend, aware=args.aware, contention=not args.no_contention, timeout_s=args.timeout)
     if args.spec:
         scenario = load_scenario(args.spec)
-
-        def prepare(d: Path) -> Bundle:
-            return compile_scenario(scenario, d, source=args.spec).bundle
-
-        name = Path(args.spec).stem
+        out = Path(args.output) if args.output else Path("results/runs") / Path(args.spec).stem
+        result = simulate(scenario, out, spec, astra_sim=args.astra_sim, source=args.spec, render=render_run)
     else:
         if not all(raw):
             raise SpecError(None, "", "without a spec, --workload, --network and --system are all required")
@@ -74,11 +72,9 @@ def _run(args: argparse.Namespace) -> int:
         def prepare(d: Path) -> Bundle:
             return copy_bundle(given, d)
 
-        name = given.name
-    backend = get_backend(args.backend, astra_sim=args.astra_sim, aware=args.aware,
-                          contention=not args.no_contention)
-    out = Path(args.output) if args.output else Path("results/runs") / name
-    result = run_to_dir(prepare, backend, out, timeout_s=args.timeout, render=render_run)
+        out = Path(args.output) if args.output else Path("results/runs") / given.name
+        result = run_to_dir(prepare, make_backend(spec, astra_sim=args.astra_sim), out, timeout_s=args.timeout,
+                            render=render_run)
     finish = [r.finish_ns for r in result.ranks]
     exposed = [r.exposed_comm_ns for r in result.ranks]
     print(f"{result.backend} ({result.backend_version}) -> {out}/")
@@ -182,12 +178,13 @@ def _tolerances(items: Sequence[str]) -> dict[str, float]:
 
 def _validate(args: argparse.Namespace) -> int:
     from simstudy.report.traffic import render_validation
+    from simstudy.spec import BackendSpec
     from simstudy.validate import validate
 
     out = Path(args.output) if args.output else Path(args.real) / layout.VALIDATION_DIR
     try:
-        v = validate(args.real, out, spec=args.spec, backend=args.backend, astra_sim=args.astra_sim,
-                     tolerances=_tolerances(args.tolerance), skip=args.skip, timeout_s=args.timeout,
+        v = validate(args.real, out, spec=args.spec, backend=BackendSpec(name=args.backend, timeout_s=args.timeout),
+                     astra_sim=args.astra_sim, tolerances=_tolerances(args.tolerance), skip=args.skip,
                      count=args.count)
     except ValueError as exc:
         if "tolerance" in str(exc) or "metric" in str(exc):

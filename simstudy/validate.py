@@ -18,10 +18,8 @@ import pandas as pd
 from pydantic import ValidationError
 
 from simstudy import layout
-from simstudy.backends import RunResult, get_backend
-from simstudy.backends.rundir import run_to_dir
-from simstudy.compile import Bundle, compile_scenario
-from simstudy.spec import Scenario, SpecError, load_scenario, spec_error
+from simstudy.backends import RunResult, simulate
+from simstudy.spec import BackendSpec, Scenario, SpecError, load_scenario, spec_error
 from simstudy.traffic.compare import DEFAULT_TOLERANCES, ValidationReport, compare
 from simstudy.traffic.features import Features, analyze
 from simstudy.traffic.sources import TrafficSource, load_traffic
@@ -111,14 +109,14 @@ def validate(
     out: str | Path,
     *,
     spec: str | Path | None = None,
-    backend: str = "flowsim",
+    backend: BackendSpec | None = None,
     astra_sim: str | Path | None = None,
     tolerances: Mapping[str, float] | None = None,
     skip: Collection[str] = (),
-    timeout_s: float = 3600.0,
     count: str = "payload",
 ) -> Validation:
-    """Simulate the job of the capture at `real_path` into `out/sim`, analyse and compare.
+    """Simulate the job of the capture at `real_path` into `out/sim` on `backend` (default flowsim),
+    analyse and compare.
 
     `count`: "payload" compares the capture's TCP/UDP payload bytes with the simulated bytes (what
     the application sends; see `payload_view`); "ip" compares IP bytes as captured (for captures
@@ -128,11 +126,8 @@ def validate(
     real = load_traffic(real_path)
     scenario = scenario_for(real, spec)
 
-    def prepare(d: Path) -> Bundle:
-        return compile_scenario(scenario, d, source=spec).bundle
-
-    result = run_to_dir(prepare, get_backend(backend, astra_sim=astra_sim), Path(out) / layout.SIM_DIR,
-                        timeout_s=timeout_s)
+    result = simulate(scenario, Path(out) / layout.SIM_DIR, backend or BackendSpec(), astra_sim=astra_sim,
+                      source=spec)
     sim_table = comparable_sim(result.traffic, real)
     real_table = payload_view(real.table) if count == "payload" else real.table
     real_features = analyze(real_table, boundaries=real.boundaries)

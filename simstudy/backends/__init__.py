@@ -8,6 +8,8 @@ from simstudy.backends.astrasim import AstraSimBackend
 from simstudy.backends.base import Backend, BackendError, RankStats, RunResult
 from simstudy.backends.flowsim import FlowsimBackend
 from simstudy.backends.rundir import read_run, write_run
+from simstudy.backends.simulate import make_backend, simulate
+from simstudy.spec import BackendSpec
 
 __all__ = [
     "BACKENDS",
@@ -18,7 +20,9 @@ __all__ = [
     "RankStats",
     "RunResult",
     "get_backend",
+    "make_backend",
     "read_run",
+    "simulate",
     "write_run",
 ]
 
@@ -29,8 +33,6 @@ def get_backend(
     name: str, *, astra_sim: str | Path | None = None, aware: bool = False, contention: bool = True
 ) -> Backend:
     """A backend by name: `flowsim` (built in) or `astrasim` (the external binary)."""
-    if name == "flowsim":
-        return FlowsimBackend(contention=contention)
-    if name == "astrasim":
-        return AstraSimBackend(astra_sim, aware=aware)
-    raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")
+    if name not in BACKENDS:
+        raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")
+    return make_backend(BackendSpec(name=name, aware=aware, contention=contention), astra_sim=astra_sim)

@@ -17,7 +17,7 @@ from simstudy.spec.load import (
 from simstudy.spec.model import Layer, Model, ModelSpec, ZooModel
 from simstudy.spec.parallelism import AllReduce, Parallelism, ParameterServer
 from simstudy.spec.scenario import Scenario, canonical_json
-from simstudy.spec.study import BackendOptions, Baseline, PlotSpec, Study
+from simstudy.spec.study import BackendOptions, BackendSpec, Baseline, PlotSpec, Study
 from simstudy.spec.system import LayerTime, MeasuredCompute, System
 from simstudy.spec.topology import (
     BinaryTreeStar,
@@ -39,6 +39,7 @@ from simstudy.spec.training import Training
 __all__ = [
     "AllReduce",
     "BackendOptions",
+    "BackendSpec",
     "Baseline",
     "BinaryTreeStar",
     "Clique",

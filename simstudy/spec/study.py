@@ -41,6 +41,22 @@ class BackendOptions(Spec):
     timeout_s: float = Field(default=3600.0, gt=0, description="seconds before one run is abandoned")
 
 
+BackendName = Literal["flowsim", "astrasim"]
+
+
+class BackendSpec(BackendOptions):
+    """Which simulator runs a scenario, with its options: what `simulate` needs besides the scenario."""
+
+    name: BackendName = Field(default="flowsim", description="simulator: flowsim (built in) or astrasim (binary)")
+
+    @property
+    def key(self) -> str:
+        """The part of a run key that names the simulator and its result-changing options."""
+        if self.name == "flowsim":
+            return f"flowsim:contention={self.contention}"
+        return f"astrasim:aware={self.aware}"
+
+
 class Baseline(Spec):
     """How `--baseline` compares a summary with a stored one: relative tolerances per metric."""
 
@@ -84,7 +100,7 @@ class Study(Spec):
     zip: list[dict[str, list[Any]]] = Field(
         default_factory=list, description="groups of paths whose values move together (equal lengths)"
     )
-    backend: Literal["flowsim", "astrasim"] = Field(default="flowsim", description="simulator of every run")
+    backend: BackendName = Field(default="flowsim", description="simulator of every run")
     backend_options: BackendOptions = Field(default_factory=BackendOptions, description="backend options")
     analyses: list[Analysis] = Field(
         default_factory=_default_analyses,
@@ -123,6 +139,11 @@ class Study(Spec):
                     raise ValueError(f"axis {path!r} has no values")
                 seen.add(path)
         return self
+
+    @property
+    def backend_spec(self) -> BackendSpec:
+        """The backend of every run: `backend` with `backend_options`."""
+        return BackendSpec(name=self.backend, **self.backend_options.model_dump())
 
     @property
     def axis_paths(self) -> list[str]:

@@ -144,16 +144,14 @@ def run_study(
                                        for s in expansion.skipped])
     records: dict[str, RunRecord] = {}
     tasks: list[RunTask] = []
-    opts = study.backend_options
     first = {p.key: p for p in reversed(expansion.points)}
     for key in expansion.unique_keys:
         done = read_record(runs / key)
         if done is not None and (done.features or "features" not in study.analyses):
             records[key] = done
             continue
-        tasks.append(RunTask(key, first[key].scenario, str(runs / key), study.backend, contention=opts.contention,
-                             aware=opts.aware, astra_sim=str(astra_sim) if astra_sim else None,
-                             timeout_s=opts.timeout_s, features="features" in study.analyses))
+        tasks.append(RunTask(key, first[key].scenario, str(runs / key), study.backend_spec,
+                             astra_sim=str(astra_sim) if astra_sim else None, features="features" in study.analyses))
     executor = executor or LocalExecutor()
     bar = tqdm(total=len(expansion.unique_keys), initial=len(records), disable=not progress, unit="run",
                desc=study.name, dynamic_ncols=True)

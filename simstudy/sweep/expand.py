@@ -83,10 +83,7 @@ def _compact(value: Any) -> str:
 
 def backend_id(study: Study) -> str:
     """The part of a run key that names the simulator and its result-changing options."""
-    opts = study.backend_options
-    if study.backend == "flowsim":
-        return f"flowsim:contention={opts.contention}"
-    return f"astrasim:aware={opts.aware}"
+    return study.backend_spec.key
 
 
 def run_key(scenario: Scenario, backend: str) -> str:

@@ -18,10 +18,9 @@ import numpy as np
 import pandas as pd
 
 from simstudy import layout
-from simstudy.backends import BackendError, RunResult, get_backend
-from simstudy.backends.rundir import run_to_dir
-from simstudy.compile import Bundle, CompileError, compile_scenario
-from simstudy.spec import Scenario, SpecError
+from simstudy.backends import BackendError, RunResult, simulate
+from simstudy.compile import CompileError
+from simstudy.spec import BackendSpec, Scenario, SpecError
 from simstudy.table import read_table
 from simstudy.traffic.features import analyze
 
@@ -33,11 +32,8 @@ class RunTask:
     key: str
     scenario: Scenario
     run_dir: str
-    backend: str
-    contention: bool = True
-    aware: bool = False
+    backend: BackendSpec
     astra_sim: str | None = None
-    timeout_s: float = 3600.0
     features: bool = True
 
 
@@ -140,9 +136,6 @@ def execute(task: RunTask) -> RunRecord:
     scenario = task.scenario
     record: dict[str, Any] = {}
 
-    def prepare(d: Path) -> Bundle:
-        return compile_scenario(scenario, d).bundle
-
     def finish(result: RunResult, tmp: Path) -> None:
         metrics = run_metrics(result, scenario)
         if task.features:
@@ -151,8 +144,7 @@ def execute(task: RunTask) -> RunRecord:
         _write_json(tmp / layout.RECORD, record)
 
     try:
-        backend = get_backend(task.backend, astra_sim=task.astra_sim, aware=task.aware, contention=task.contention)
-        run_to_dir(prepare, backend, out, timeout_s=task.timeout_s, render=finish)
+        simulate(scenario, out, task.backend, astra_sim=task.astra_sim, render=finish)
     except (SpecError, CompileError, BackendError) as exc:
         return RunRecord(task.key, "failed", error=f"{type(exc).__name__}: {exc}", seconds=time.perf_counter() - t0)
     except Exception as exc:  # a bug must not stop the sweep: record it with where it happened
