@@ -25,6 +25,7 @@ WORK_DIR = "work"
 RUN_JSON = "run.json"
 TRAFFIC = "traffic.parquet"
 TIMELINE_PNG = "timeline.png"
+SPANS = "spans.parquet"
 FEATURES = "features.json"
 RECORD = "record.json"
 

@@ -26,6 +26,7 @@ from simstudy.backends.traffic_build import (
     build_traffic,
     busy_times,
     spans_from_trace,
+    spans_table,
 )
 from simstudy.compile import Bundle
 
@@ -176,4 +177,5 @@ class AstraSimBackend:
             traffic=traffic,
             wall_time_s=wall,
             details={"binary": binary.name, "aware": self.aware, "trace_events": len(trace)},
+            spans=spans_table(info, spans),
         )

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import pandas as pd
 
 from simstudy.compile import Bundle
@@ -27,9 +28,33 @@ class RankStats:
     exposed_comm_ns: int
 
 
+#: Columns of a run's node spans (spans.parquet): when each ET node of each rank ran.
+SPAN_COLUMNS = {"rank": "int32", "node": "int64", "name": "category", "kind": "category",
+                "start_ns": "int64", "end_ns": "int64"}
+#: The `kind` of a span, from its Chakra node type.
+SPAN_KINDS = ("compute", "collective", "send", "recv", "other")
+
+
+def make_spans(rank: Any, node: Any, name: Any, kind: Any, start_ns: Any, end_ns: Any) -> pd.DataFrame:
+    """A spans table (see `SPAN_COLUMNS`), sorted by start time then rank."""
+    table = pd.DataFrame({
+        "rank": np.asarray(rank, dtype=np.int32), "node": np.asarray(node, dtype=np.int64),
+        "name": pd.Categorical(np.asarray(name, dtype=object)),
+        "kind": pd.Categorical(np.asarray(kind, dtype=object), categories=list(SPAN_KINDS)),
+        "start_ns": np.asarray(start_ns, dtype=np.int64), "end_ns": np.asarray(end_ns, dtype=np.int64),
+    })
+    return table.sort_values(["start_ns", "rank", "node"], kind="stable").reset_index(drop=True)
+
+
+def empty_spans() -> pd.DataFrame:
+    return make_spans([], [], [], [], [], [])
+
+
 @dataclass
 class RunResult:
-    """What a backend returns: per-rank times and the TrafficTable of every transfer."""
+    """What a backend returns: per-rank times, the TrafficTable of every transfer and the span of
+    every ET node on every rank (issue to completion; for a collective, from the rank's issue
+    until the collective ends)."""
 
     backend: str
     backend_version: str
@@ -37,6 +62,7 @@ class RunResult:
     traffic: pd.DataFrame
     wall_time_s: float
     details: dict[str, Any] = field(default_factory=dict)
+    spans: pd.DataFrame = field(default_factory=empty_spans)
 
     @property
     def finish_ns(self) -> int:

@@ -18,9 +18,10 @@ from simstudy.table import read_table, write_table
 
 
 def write_run(result: RunResult, out: Path) -> None:
-    """Write run.json and traffic.parquet into `out` (traffic first: run.json marks completion)."""
+    """Write traffic.parquet, spans.parquet and run.json into `out` (run.json last: it marks completion)."""
     out.mkdir(parents=True, exist_ok=True)
     write_table(result.traffic, out / layout.TRAFFIC)
+    result.spans.to_parquet(out / layout.SPANS, index=False)
     result.write_json(out / layout.RUN_JSON)
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 import yaml
 
 from simstudy import chakra
-from simstudy.backends.base import BackendError
+from simstudy.backends.base import BackendError, empty_spans, make_spans
 from simstudy.backends.patterns import Pattern, chunking, collective_pattern, dimensions_pattern
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compile import Bundle
@@ -256,6 +256,25 @@ def spans_from_trace(trace: Sequence[TraceEvent]) -> Spans:
         elif key in issued:
             spans[key] = (issued[key], ev.tick_ns)
     return spans
+
+
+_SPAN_KIND: dict[int, str] = {NodeType.COMP_NODE: "compute", NodeType.COMM_COLL_NODE: "collective",
+                              NodeType.COMM_SEND_NODE: "send", NodeType.COMM_RECV_NODE: "recv"}
+
+
+def span_kind(node_type: int) -> str:
+    """The `kind` of a node's span (compute, collective, send, recv, other)."""
+    return _SPAN_KIND.get(int(node_type), "other")
+
+
+def spans_table(info: WorkloadInfo, spans: Spans) -> Any:
+    """The spans table of a run from its node spans (ASTRA-SIM's own timing)."""
+    by_id = [{n.id: n for n in nodes} for nodes in info.nodes]
+    rows = [(r, n, by_id[r][n].name, span_kind(by_id[r][n].type), a, b)
+            for (r, n), (a, b) in spans.items() if n in by_id[r]]
+    if not rows:
+        return empty_spans()
+    return make_spans(*zip(*rows, strict=True))
 
 
 def union_ns(intervals: list[tuple[int, int]]) -> int:

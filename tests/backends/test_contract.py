@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from simstudy import chakra
 from simstudy.backends import AstraSimBackend, Backend, BackendError, FlowsimBackend, RunResult
+from simstudy.backends.base import SPAN_COLUMNS
 from simstudy.chakra import NodeType
 from simstudy.compile import Bundle, compile_scenario
 from simstudy.spec import Scenario
@@ -159,6 +161,22 @@ def check_contract(result: RunResult, scenario: Scenario, bundle: Bundle) -> Non
     assert int(t["bytes"].sum()) == expected_bytes(scenario, bundle)
     assert set(t["op"].unique()) <= {"allreduce", "allgather", "reducescatter", "push", "pull", "p2p"}
     assert result.summary()["transfers"] == len(t)
+    check_spans(result, bundle)
+
+
+def check_spans(result: RunResult, bundle: Bundle) -> None:
+    """Every ET node of every rank ran once, inside the rank's run, and the last one ended at its finish."""
+    spans = result.spans
+    assert list(spans.columns) == list(SPAN_COLUMNS)
+    assert {c: str(spans[c].dtype) for c in spans.columns} == SPAN_COLUMNS
+    assert (spans["start_ns"] <= spans["end_ns"]).all() and (spans["start_ns"] >= 0).all()
+    for r in result.ranks:
+        nodes = chakra.read_trace(bundle.et_path(r.rank))[1]
+        mine = spans[spans["rank"] == r.rank]
+        assert sorted(mine["node"]) == sorted(n.id for n in nodes)
+        assert int(mine["end_ns"].max()) == r.finish_ns
+        compute = mine[mine["kind"] == "compute"]
+        assert int((compute["end_ns"] - compute["start_ns"]).sum()) >= r.compute_ns * 0.999
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

@@ -66,4 +66,5 @@ class FlowsimBackend:
             traffic=traffic,
             wall_time_s=time.perf_counter() - t0,
             details={"contention": self.contention, "network": net_name, "links": len(net.capacity)},
+            spans=engine.spans(),
         )

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from simstudy.backends.base import BackendError
+from simstudy.backends.base import BackendError, empty_spans, make_spans
 from simstudy.backends.flowsim.collective import CollectiveTiming, pipelined_phases, time_chunk, time_dimensions
 from simstudy.backends.flowsim.network import Network
 from simstudy.backends.patterns import chunking
@@ -35,6 +36,7 @@ from simstudy.backends.traffic_build import (
     iteration_of,
     op_of,
     send_flow,
+    span_kind,
 )
 from simstudy.chakra import CollectiveType, Node, NodeType
 
@@ -96,6 +98,8 @@ class Engine:
         self.endpoint_delay = float(self.system.get("endpoint-delay", 10))
         self.mem_bw = float(self.system.get("local-mem-bw", 1600)) or 1600.0
         self.active_chunks = max(1, int(self.system.get("active-chunks-per-dimension", 1)))
+        self.issued: dict[tuple[int, int], int] = {}
+        self.span_rows: list[tuple[int, int, int, int]] = []
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -127,6 +131,15 @@ class Engine:
     def at(self, t: int, fn: Callable[..., None], *args: Any) -> None:
         self.seq += 1
         heapq.heappush(self.events, (t, self.seq, fn, args))
+
+    def spans(self) -> pd.DataFrame:
+        """When every node of every rank ran (see `base.SPAN_COLUMNS`)."""
+        if not self.span_rows:
+            return empty_spans()
+        rank, node, start, end = (np.asarray(c, dtype=np.int64) for c in zip(*self.span_rows, strict=True))
+        names = [self.ranks[r].nodes[n].name for r, n in zip(rank.tolist(), node.tolist(), strict=True)]
+        kinds = [span_kind(self.ranks[r].nodes[n].type) for r, n in zip(rank.tolist(), node.tolist(), strict=True)]
+        return make_spans(rank, node, names, kinds, start, end)
 
     def run(self) -> None:
         for r in range(len(self.ranks)):
@@ -177,6 +190,7 @@ class Engine:
 
     def issue(self, rank: int, node: Node) -> None:
         s = self.ranks[rank]
+        self.issued[(rank, node.id)] = self.now
         cpu = bool(node.get("is_cpu_op", False))
         if node.type == NodeType.COMP_NODE or cpu:
             if node.duration_micros == 0 and int(node.get("num_ops", 0) or 0) == 0:
@@ -214,6 +228,7 @@ class Engine:
 
     def complete(self, rank: int, node_id: int) -> None:
         s = self.ranks[rank]
+        self.span_rows.append((rank, node_id, self.issued.pop((rank, node_id), self.now), self.now))
         s.left -= 1
         s.finish = max(s.finish, self.now)
         for child in s.children.get(node_id, ()):
