@@ -19,11 +19,6 @@ import pytest
 from simstudy.traffic import check_table
 from simstudy.traffic.pcap import (
     PcapError,
-    _Buf,
-    _classic_probe,
-    _walk,
-    _walk_seq,
-    _WalkSpec,
     control_from_meta,
     parse_experiment_name,
     ranks_from_meta,
@@ -31,6 +26,9 @@ from simstudy.traffic.pcap import (
     read_pcap_dir,
     to_traffic_table,
 )
+from simstudy.traffic.pcap.buffer import Buf
+from simstudy.traffic.pcap.classic import classic_probe
+from simstudy.traffic.pcap.walk import WalkSpec, walk, walk_seq
 
 # ---------------------------------------------------------------------------------------------
 # A small capture writer: real Ethernet / IP / TCP / UDP bytes built with struct.
@@ -532,9 +530,9 @@ def test_constant_stride_capture_in_tiny_chunks(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(read_pcap(path, chunk_bytes=1000).packets, whole.packets)
 
 
-def walk_spec() -> _WalkSpec:
-    return _WalkSpec(len_off=8, hdr=16, fmt="<u4", min_len=0, max_len=262144, align=1,
-                     probe=_classic_probe(10**6, "<u4"))
+def walk_spec() -> WalkSpec:
+    return WalkSpec(len_off=8, hdr=16, fmt="<u4", min_len=0, max_len=262144, align=1,
+                     probe=classic_probe(10**6, "<u4"))
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -550,9 +548,9 @@ def test_speculative_walk_equals_the_sequential_walk(seed: int) -> None:
             body = body[:at] + struct.pack("<IIII", i, 1, int(rng.integers(0, 100)), 100) + body[at + 16 :]
         out += struct.pack("<IIII", 1_700_000_000 + i, i % 10**6, incl, max(incl, 60)) + body
     data = np.frombuffer(bytes(out), dtype=np.uint8)
-    buf = _Buf(data, bytes(out))
+    buf = Buf(data, bytes(out))
     for stop in (len(out), len(out) - 5, len(out) // 3):
-        fast, slow = _walk(buf, 24, stop, walk_spec()), _walk_seq(buf, 24, stop, walk_spec())
+        fast, slow = walk(buf, 24, stop, walk_spec()), walk_seq(buf, 24, stop, walk_spec())
         np.testing.assert_array_equal(fast.offsets.array(), slow.offsets.array())
         assert (fast.next, fast.reason, fast.need) == (slow.next, slow.reason, slow.need)
 
