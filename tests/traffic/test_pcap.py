@@ -19,9 +19,7 @@ import pytest
 from simstudy.traffic import check_table
 from simstudy.traffic.pcap import (
     PcapError,
-    control_from_meta,
     parse_experiment_name,
-    ranks_from_meta,
     read_pcap,
     read_pcap_dir,
     to_traffic_table,
@@ -592,15 +590,16 @@ def test_corrupted_files_never_fail_outside_pcap_error(tmp_path: Path, kind: str
 
 
 def test_experiment_names() -> None:
-    assert parse_experiment_name("pytorch-resnet50-sgd-32-gloo-0ms") == {
+    got = parse_experiment_name("pytorch-resnet50-sgd-32-gloo-0ms")
+    assert got is not None and got.model_dump() == {
         "framework": "pytorch", "model": "resnet50", "optimizer": "sgd", "batch_size": 32, "backend": "gloo",
         "delay": "0ms", "delay_s": 0.0, "topology": None}
     got = parse_experiment_name("tensorflow-vgg16-adam-64-nccl-10ms-ring")
-    assert got is not None and got["topology"] == "ring" and got["delay_s"] == pytest.approx(0.01)
+    assert got is not None and got.topology == "ring" and got.delay_s == pytest.approx(0.01)
     got = parse_experiment_name("pytorch-resnet-50-sgd-128-nccl-2.5ms")
-    assert got is not None and (got["model"], got["batch_size"], got["delay"]) == ("resnet-50", 128, "2.5ms")
+    assert got is not None and (got.model, got.batch_size, got.delay) == ("resnet-50", 128, "2.5ms")
     got = parse_experiment_name("mxnet-bert-large-adamw-8-ps-1s-fat-tree")
-    assert got is not None and (got["model"], got["topology"], got["delay_s"]) == ("bert-large", "fat-tree", 1.0)
+    assert got is not None and (got.model, got.topology, got.delay_s) == ("bert-large", "fat-tree", 1.0)
     for bad in ("pytorch-resnet50-sgd-gloo-0ms", "results", "pytorch-resnet50-sgd-32-gloo-fast", "a--b-1-c-1ms",
                 "pytorch-resnet50-sgd-32-gloo-0ms-"):
         assert parse_experiment_name(bad) is None, bad
@@ -621,11 +620,11 @@ def test_capture_directory(tmp_path: Path) -> None:
     assert d.packets["file"].tolist() == [0, 0, 1]
     assert d.packets["src_ip"].astype(str).tolist() == [a, a, b]
     assert list(d.packets["dst_ip"].cat.categories) == [a, b, "10.0.0.250"]
-    assert d.experiment is not None and d.experiment["delay"] == "10ms" and d.experiment["topology"] == "star"
-    assert d.meta is not None and d.meta["world_size"] == 2
+    assert d.experiment is not None and d.experiment.delay == "10ms" and d.experiment.topology == "star"
+    assert d.meta is not None and d.meta.model_extra == {"world_size": 2}  # kept, not refused
     assert [r.records_read for r in d.results] == [2, 1]
-    assert ranks_from_meta(d.meta) == {f"{a}:40000": 0, f"{b}:29501": 1}
-    assert control_from_meta(d.meta) == ["10.0.0.250:29400"]
+    assert d.meta.rank_of == {f"{a}:40000": 0, f"{b}:29501": 1}
+    assert d.meta.control_keys == ["10.0.0.250:29400"]
     t = d.traffic_table()
     check_table(t)
     assert t["src"].tolist() == [0, -1, 1] and t["dst"].tolist() == [1, -1, 0]  # 10.0.0.1:40001 is not a rank

@@ -47,6 +47,7 @@ chunks), `classic` and `pcapng` (the two file formats), `reader` (`read_pcap`), 
 (capture directories) and `table` (packet table -> TrafficTable).
 """
 
+from simstudy.traffic.meta import parse_experiment_name
 from simstudy.traffic.pcap.base import (
     DEFAULT_CHUNK_BYTES,
     LINK_TYPES,
@@ -66,10 +67,6 @@ from simstudy.traffic.pcap.base import (
 from simstudy.traffic.pcap.directory import (
     CAPTURE_SUFFIXES,
     CaptureDir,
-    control_from_meta,
-    parse_experiment_name,
-    ranks_from_meta,
-    read_meta,
     read_pcap_dir,
 )
 from simstudy.traffic.pcap.reader import read_pcap
@@ -92,10 +89,7 @@ __all__ = [
     "Interface",
     "PcapError",
     "PcapResult",
-    "control_from_meta",
     "parse_experiment_name",
-    "ranks_from_meta",
-    "read_meta",
     "read_pcap",
     "read_pcap_dir",
     "retransmitted_payload",
