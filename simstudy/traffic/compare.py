@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -37,7 +37,8 @@ from numpy.typing import NDArray
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import ks_2samp, wasserstein_distance
 
-from simstudy.traffic.features import Distribution, Features, TrafficMatrix
+from simstudy.traffic.features import ANALYSES, Distribution, Features, TrafficMatrix
+from simstudy.traffic.registry import Metric
 
 __all__ = [
     "DEFAULT_TOLERANCES",
@@ -54,43 +55,21 @@ __all__ = [
 
 Kind = Literal["relative", "wasserstein", "ks", "jensen_shannon"]
 
-#: The tolerance of every compared metric (the one place they are set; see the module docstring
-#: for how each name is measured). Override any of them with `compare(..., tolerances=...)`.
-DEFAULT_TOLERANCES: dict[str, float] = {
-    # relative error of scalars
-    "bytes_per_iter_mean": 0.10,
-    "period_s": 0.10,
-    "duty_cycle": 0.20,
-    "peak_to_mean": 0.30,
-    "burst_mean_s": 0.25,
-    "idle_mean_s": 0.25,
-    "burst_bytes_mean": 0.20,
-    "throughput_mean_bps": 0.20,
-    "hurst": 0.15,
-    # distributions: Wasserstein / real mean, and Kolmogorov-Smirnov
-    "throughput_1ms:wasserstein": 0.30,
-    "throughput_1ms:ks": 0.30,
-    "burst_s:wasserstein": 0.30,
-    "burst_s:ks": 0.30,
-    "burst_bytes:wasserstein": 0.30,
-    "burst_bytes:ks": 0.30,
-    "idle_s:wasserstein": 0.30,
-    "idle_s:ks": 0.30,
-    "flow_size:wasserstein": 0.30,
-    "flow_size:ks": 0.30,
-    # who talks to whom
-    "traffic_matrix:jensen_shannon": 0.10,
-    "traffic_matrix:jensen_shannon_undirected": 0.10,
-}
+#: The tolerance of every compared metric, from the metrics each analysis of `ANALYSES` declares
+#: (see the module docstring for how each name is measured). Override any of them with
+#: `compare(..., tolerances=...)`.
+DEFAULT_TOLERANCES: dict[str, float] = {m.name: m.tolerance for a in ANALYSES for m in a.metrics}
+#: Every declared metric by name (tolerance, level, and what it says or why it may differ).
+METRICS: dict[str, Metric] = {m.name: m for a in ANALYSES for m in a.metrics}
 
-#: The distributions that can be compared, by name.
+
+def _distribution(analysis: str, get: Callable[[Any], Distribution]) -> Callable[[Features], Distribution]:
+    return lambda f: get(getattr(f, analysis))
+
+
+#: The distributions that can be compared, by name (those the analyses offer).
 DISTRIBUTIONS: dict[str, Callable[[Features], Distribution]] = {
-    "throughput_1ms": lambda f: f.on_off.rates,
-    "burst_s": lambda f: f.on_off.bursts,
-    "burst_bytes": lambda f: f.on_off.burst_bytes,
-    "idle_s": lambda f: f.on_off.idles,
-    "flow_size": lambda f: f.flows.sizes,
-}
+    name: _distribution(a.name, get) for a in ANALYSES for name, get in a.distributions.items()}
 
 _MATRIX = "traffic_matrix"
 _UNDIRECTED = "jensen_shannon_undirected"

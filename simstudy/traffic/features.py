@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -38,9 +39,11 @@ from numpy.typing import ArrayLike, NDArray
 from scipy import fft as sfft
 from scipy.signal import find_peaks
 
+from simstudy.traffic.registry import JOB, Analysis, Context, Metric
 from simstudy.traffic.timeline import Timeline, link_timeline, throughput_timeline
 
 __all__ = [
+    "ANALYSES",
     "CONTROL_OP",
     "MAX_VALUES",
     "ON_THRESHOLD",
@@ -180,14 +183,6 @@ class Distribution(_ValueEq):
     def median(self) -> float:
         return float(self.quantiles[10]) if self.count else math.nan
 
-    def to_json(self) -> dict[str, Any]:
-        return {"count": self.count, "mean": _num(self.mean), "quantiles": self.quantiles.tolist(),
-                "values": self.values.tolist()}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Distribution:
-        return cls(int(d["count"]), _unnum(d["mean"]), _floats(d["quantiles"]), _floats(d["values"]))
-
 
 @dataclass(frozen=True, eq=False)
 class TrafficMatrix(_ValueEq):
@@ -242,17 +237,6 @@ class Period(_ValueEq):
     """Median difference of consecutive iteration starts (NaN when not available)."""
     bin_s: float
 
-    _NUMBERS = ("period_s", "strength", "acf_period_s", "acf_strength", "psd_period_s", "psd_strength",
-                "iterations_period_s", "bin_s")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"method": self.method, **{k: _num(getattr(self, k)) for k in self._NUMBERS}}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Period:
-        p, s, ap, as_, pp, ps, ip, b = (_unnum(d[k]) for k in cls._NUMBERS)
-        return cls(p, str(d["method"]), s, ap, as_, pp, ps, ip, b)
-
 
 @dataclass(frozen=True, eq=False)
 class BytesPerIteration(_ValueEq):
@@ -267,15 +251,6 @@ class BytesPerIteration(_ValueEq):
     """"iteration_column": each worker's bytes / its number of distinct iterations;
     "period": each worker's bytes / iterations estimated from the period (see
     `bytes_per_iteration`)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"ranks": list(self.ranks), "per_worker": self.per_worker.tolist(), "mean": _num(self.mean),
-                "iterations": self.iterations, "method": self.method}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> BytesPerIteration:
-        return cls(tuple(int(r) for r in d["ranks"]), _floats(d["per_worker"]), _unnum(d["mean"]),
-                   int(d["iterations"]), str(d["method"]))
 
 
 @dataclass(frozen=True, eq=False)
@@ -305,20 +280,6 @@ class OnOff(_ValueEq):
     burst_bytes: Distribution
     """Bytes per burst."""
 
-    _NUMBERS = ("bin_s", "threshold", "threshold_bytes_per_s", "duty_cycle", "peak_bytes_per_s",
-                "mean_bytes_per_s", "peak_to_mean")
-    _DISTS = ("rates", "bursts", "idles", "burst_bytes")
-
-    def to_json(self) -> dict[str, Any]:
-        return {**{k: _num(getattr(self, k)) for k in self._NUMBERS},
-                **{k: getattr(self, k).to_json() for k in self._DISTS}}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> OnOff:
-        b, t, tb, duty, peak, mean, ptm = (_unnum(d[k]) for k in cls._NUMBERS)
-        r, bu, idl, bb = (Distribution.from_json(d[k]) for k in cls._DISTS)
-        return cls(b, t, tb, duty, peak, mean, ptm, r, bu, idl, bb)
-
 
 @dataclass(frozen=True, eq=False)
 class FlowStats(_ValueEq):
@@ -331,15 +292,6 @@ class FlowStats(_ValueEq):
     """Last end - first start of each flow, seconds (0 for a one-packet flow)."""
     per_pair: dict[str, int]
     """Flows per rank pair, labelled "src->dst" as in `Timeline`."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"count": self.count, "sizes": self.sizes.to_json(), "durations": self.durations.to_json(),
-                "per_pair": dict(self.per_pair)}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> FlowStats:
-        return cls(int(d["count"]), Distribution.from_json(d["sizes"]), Distribution.from_json(d["durations"]),
-                   {str(k): int(v) for k, v in d["per_pair"].items()})
 
 
 def rebin(timeline: Timeline, factor: int) -> Timeline:
@@ -393,76 +345,31 @@ class Features(_ValueEq):
     """Aggregated-variance Hurst exponent of the 1 ms throughput (NaN when too short)."""
 
     def scalars(self) -> dict[str, float]:
-        """The scalar metrics, flat (sweep summary columns, clustering features); `_bps` = bits/s."""
-        oo = self.on_off
-        return {
-            "rows": float(self.rows),
-            "rank_count": float(len(self.ranks)),
-            "total_bytes": float(self.total_bytes),
-            "duration_s": self.duration_s,
-            "period_s": self.period.period_s,
-            "period_strength": self.period.strength,
-            "iterations": float(self.bytes_per_iteration.iterations),
-            "bytes_per_iter_mean": self.bytes_per_iteration.mean,
-            "duty_cycle": oo.duty_cycle,
-            "peak_to_mean": oo.peak_to_mean,
-            "burst_count": float(oo.bursts.count),
-            "burst_mean_s": oo.bursts.mean,
-            "idle_mean_s": oo.idles.mean,
-            "burst_bytes_mean": oo.burst_bytes.mean,
-            "flow_count": float(self.flows.count),
-            "flow_size_median": self.flows.sizes.median,
-            "flow_duration_median_s": self.flows.durations.median,
-            "hurst": self.hurst,
-            "throughput_mean_bps": 8.0 * oo.mean_bytes_per_s,
-            "throughput_p99_bps": 8.0 * oo.rates.quantile(0.99),
-            "throughput_peak_bps": 8.0 * oo.peak_bytes_per_s,
-        }
+        """The scalar metrics, flat (sweep summary columns, clustering features); `_bps` = bits/s.
+        Each analysis of `ANALYSES` contributes its own, in table order."""
+        out: dict[str, float] = {}
+        for a in ANALYSES:
+            out.update({k: float(v) for k, v in a.scalars(getattr(self, a.name)).items()})
+        return out
+
+    def distributions(self) -> dict[str, Distribution]:
+        """The distributions that metrics can compare ('<name>:wasserstein', '<name>:ks')."""
+        return {name: get(getattr(self, a.name)) for a in ANALYSES for name, get in a.distributions.items()}
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN as null). Timelines longer than `MAX_VALUES` bins are stored
         rebinned to at most that many, so `from_json(f.to_json()) == f` holds exactly when every
         timeline is that short, and `to_json` of the result always equals `f.to_json()`."""
-        def tl(t: Timeline | None) -> dict[str, Any] | None:
-            return None if t is None else _timeline_to_json(t)
-
-        return {
-            "format": FORMAT,
-            "ranks": list(self.ranks),
-            "rows": self.rows,
-            "total_bytes": self.total_bytes,
-            "duration_s": _num(self.duration_s),
-            "timeline_1ms": tl(self.timeline_1ms),
-            "timeline_10ms": tl(self.timeline_10ms),
-            "link_timeline_1ms": tl(self.link_timeline_1ms),
-            "link_timeline_10ms": tl(self.link_timeline_10ms),
-            "matrix": self.matrix.to_json(),
-            "period": self.period.to_json(),
-            "bytes_per_iteration": self.bytes_per_iteration.to_json(),
-            "on_off": self.on_off.to_json(),
-            "flows": self.flows.to_json(),
-            "hurst": _num(self.hurst),
-        }
+        return {"format": FORMAT, **{a.name: a.to_json(getattr(self, a.name)) for a in ANALYSES}}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Features:
         if d.get("format") != FORMAT:
             raise ValueError(f"not a features document (format {d.get('format')!r}, expected {FORMAT!r})")
-
-        def tl(x: Mapping[str, Any] | None) -> Timeline | None:
-            return None if x is None else _timeline_from_json(x)
-
-        t1, t10 = tl(d["timeline_1ms"]), tl(d["timeline_10ms"])
-        if t1 is None or t10 is None:
-            raise ValueError("features document without its 1 ms and 10 ms timelines")
-        return cls(
-            ranks=tuple(int(r) for r in d["ranks"]), rows=int(d["rows"]), total_bytes=int(d["total_bytes"]),
-            duration_s=_unnum(d["duration_s"]), timeline_1ms=t1, timeline_10ms=t10,
-            link_timeline_1ms=tl(d["link_timeline_1ms"]), link_timeline_10ms=tl(d["link_timeline_10ms"]),
-            matrix=TrafficMatrix.from_json(d["matrix"]), period=Period.from_json(d["period"]),
-            bytes_per_iteration=BytesPerIteration.from_json(d["bytes_per_iteration"]),
-            on_off=OnOff.from_json(d["on_off"]), flows=FlowStats.from_json(d["flows"]), hurst=_unnum(d["hurst"]),
-        )
+        missing = [a.name for a in ANALYSES if a.name not in d]
+        if missing:
+            raise ValueError(f"features document without {', '.join(missing)}")
+        return cls(**{a.name: a.from_json(d[a.name]) for a in ANALYSES})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -837,34 +744,113 @@ def hurst(table: pd.DataFrame, *, bin_s: float = 1e-3) -> float:
     return _hurst(throughput_timeline(rows, bin_s, pairs=0).total)
 
 
-# --- everything ------------------------------------------------------------------------------
+# --- the table of analyses --------------------------------------------------------------------
+
+
+class _Shared(Context):
+    """The series several analyses use, each computed once."""
+
+    def __init__(self, table: pd.DataFrame, boundaries: Boundaries | None) -> None:
+        super().__init__(_BY_NAME)
+        self.table = table
+        self.boundaries = boundaries
+
+    @cached_property
+    def rows(self) -> pd.DataFrame:
+        return training_rows(self.table)
+
+    @cached_property
+    def timeline(self) -> Timeline:
+        """Total and per-pair throughput in 1 ms bins: one pass serves the period, on/off, Hurst and 10 ms."""
+        return throughput_timeline(self.rows, 1e-3)
+
+    @cached_property
+    def links(self) -> Timeline | None:
+        rows = self.rows
+        return link_timeline(rows, 1e-3, t0_s=self.timeline.t0_s) if "link" in rows.columns and len(rows) else None
+
+    @cached_property
+    def index(self) -> tuple[IntArray, IntArray, IntArray]:
+        return _rank_index(self.rows["src"].to_numpy(), self.rows["dst"].to_numpy())
+
+    @cached_property
+    def groups(self) -> pd.DataFrame | None:
+        return _iteration_groups(self.rows)
+
+
+def _duration(rows: pd.DataFrame) -> float:
+    return float(rows["t_end_s"].max() - rows["t_start_s"].min()) if len(rows) else 0.0
+
+
+def _timeline_analysis(name: str, compute: Callable[[_Shared], Timeline | None]) -> Analysis[Timeline | None]:
+    return Analysis(name, compute, Timeline | None, encode=lambda t: None if t is None else _timeline_to_json(t),
+                    decode=lambda d: None if d is None else _timeline_from_json(d))
+
+
+_TRANSPORT_SHAPE = ("1 ms bins resolve TCP's windows, a token bucket's pacing and CPU-bound senders, which a "
+                    "simulator of the job does not model")
+
+#: Every analysis `analyze` runs, in order (see `simstudy.traffic.registry.Analysis`). Each name
+#: is a field of `Features`.
+ANALYSES: tuple[Analysis[Any], ...] = (
+    Analysis("ranks", lambda c: tuple(int(r) for r in c.index[0]), tuple[int, ...],
+             scalars=lambda r: {"rank_count": len(r)}),
+    Analysis("rows", lambda c: len(c.rows), int, scalars=lambda n: {"rows": n}),
+    Analysis("total_bytes", lambda c: int(c.rows["bytes"].sum()), int, scalars=lambda b: {"total_bytes": b}),
+    Analysis("duration_s", lambda c: _duration(c.rows), float, scalars=lambda d: {"duration_s": d}),
+    _timeline_analysis("timeline_1ms", lambda c: c.timeline),
+    _timeline_analysis("timeline_10ms", lambda c: rebin(c.timeline, 10)),
+    _timeline_analysis("link_timeline_1ms", lambda c: c.links),
+    _timeline_analysis("link_timeline_10ms", lambda c: None if c.links is None else rebin(c.links, 10)),
+    Analysis("matrix", lambda c: _matrix(c.index[0], c.index[1], c.index[2], c.rows["bytes"].to_numpy()),
+             TrafficMatrix, metrics=(
+        Metric("traffic_matrix:jensen_shannon", 0.10, JOB, "who sends to whom, and how much"),
+        Metric("traffic_matrix:jensen_shannon_undirected", 0.10, JOB, "who talks with whom, either direction"),
+    )),
+    Analysis("period", lambda c: _period(c.timeline.total, 1e-3, *_starts(c.rows, c.boundaries, c.groups)), Period,
+             scalars=lambda p: {"period_s": p.period_s, "period_strength": p.strength},
+             metrics=(Metric("period_s", 0.10, JOB, "the iteration time"),)),
+    Analysis("bytes_per_iteration",
+             lambda c: _bytes_per_iteration(c.rows, c.groups, c.timeline.total, 1e-3, c.get("period").period_s),
+             BytesPerIteration, scalars=lambda b: {"iterations": b.iterations, "bytes_per_iter_mean": b.mean},
+             metrics=(Metric("bytes_per_iter_mean", 0.10, JOB, "what each worker sends per iteration"),)),
+    Analysis("on_off", lambda c: _on_off(c.timeline.total, 1e-3, ON_THRESHOLD), OnOff,
+             scalars=lambda o: {
+                 "duty_cycle": o.duty_cycle, "peak_to_mean": o.peak_to_mean, "burst_count": o.bursts.count,
+                 "burst_mean_s": o.bursts.mean, "idle_mean_s": o.idles.mean, "burst_bytes_mean": o.burst_bytes.mean,
+                 "throughput_mean_bps": 8.0 * o.mean_bytes_per_s, "throughput_p99_bps": 8.0 * o.rates.quantile(0.99),
+                 "throughput_peak_bps": 8.0 * o.peak_bytes_per_s},
+             distributions={"throughput_1ms": lambda o: o.rates, "burst_s": lambda o: o.bursts,
+                            "burst_bytes": lambda o: o.burst_bytes, "idle_s": lambda o: o.idles},
+             metrics=(
+                 Metric("duty_cycle", 0.20, JOB, "the fraction of time the network is busy"),
+                 Metric("peak_to_mean", 0.30, JOB, "how bursty the traffic is"),
+                 Metric("burst_mean_s", 0.25, JOB, "how long a burst lasts"),
+                 Metric("idle_mean_s", 0.25, JOB, "how long the network idles between bursts"),
+                 Metric("burst_bytes_mean", 0.20, JOB, "bytes per burst"),
+                 Metric("throughput_mean_bps", 0.20, JOB, "the mean throughput"),
+                 Metric("throughput_1ms:wasserstein", 0.30, JOB, "the 1 ms throughput distribution"),
+                 Metric("throughput_1ms:ks", 0.30, JOB, "the 1 ms throughput distribution"),
+                 Metric("burst_s:wasserstein", 0.30, JOB, "burst durations"),
+                 Metric("burst_s:ks", 0.30, JOB, "burst durations"),
+                 Metric("burst_bytes:wasserstein", 0.30, JOB, "bytes per burst"),
+                 Metric("burst_bytes:ks", 0.30, JOB, "bytes per burst"),
+                 Metric("idle_s:wasserstein", 0.30, JOB, "idle durations"),
+                 Metric("idle_s:ks", 0.30, JOB, "idle durations"),
+             )),
+    Analysis("flows", lambda c: _flow_stats(c.rows, *c.index), FlowStats,
+             scalars=lambda f: {"flow_count": f.count, "flow_size_median": f.sizes.median,
+                                "flow_duration_median_s": f.durations.median},
+             distributions={"flow_size": lambda f: f.sizes},
+             metrics=(Metric("flow_size:wasserstein", 0.30, JOB, "bytes per flow"),
+                      Metric("flow_size:ks", 0.30, JOB, "bytes per flow"))),
+    Analysis("hurst", lambda c: _hurst(c.timeline.total), float, scalars=lambda h: {"hurst": h},
+             metrics=(Metric("hurst", 0.15, JOB, "long-range dependence of the 1 ms throughput"),)),
+)
+_BY_NAME: dict[str, Analysis[Any]] = {a.name: a for a in ANALYSES}
 
 
 def analyze(table: pd.DataFrame, *, boundaries: Boundaries | None = None) -> Features:
-    """Every analysis of this module on the training rows of `table`, with one pass per series
-    (one 1 ms timeline serves the period, on/off, Hurst and the 10 ms timeline)."""
-    rows = training_rows(table)
-    tl1 = throughput_timeline(rows, 1e-3)
-    links1 = link_timeline(rows, 1e-3, t0_s=tl1.t0_s) if "link" in rows.columns and len(rows) else None
-    rates = tl1.total
-    src, dst = rows["src"].to_numpy(), rows["dst"].to_numpy()
-    ranks, si, di = _rank_index(src, dst)
-    groups = _iteration_groups(rows)
-    period = _period(rates, 1e-3, *_starts(rows, boundaries, groups))
-    duration = float(rows["t_end_s"].max() - rows["t_start_s"].min()) if len(rows) else 0.0
-    return Features(
-        ranks=tuple(int(r) for r in ranks),
-        rows=len(rows),
-        total_bytes=int(rows["bytes"].sum()),
-        duration_s=duration,
-        timeline_1ms=tl1,
-        timeline_10ms=rebin(tl1, 10),
-        link_timeline_1ms=links1,
-        link_timeline_10ms=None if links1 is None else rebin(links1, 10),
-        matrix=_matrix(ranks, si, di, rows["bytes"].to_numpy()),
-        period=period,
-        bytes_per_iteration=_bytes_per_iteration(rows, groups, rates, 1e-3, period.period_s),
-        on_off=_on_off(rates, 1e-3, ON_THRESHOLD),
-        flows=_flow_stats(rows, ranks, si, di),
-        hurst=_hurst(rates),
-    )
+    """Every analysis of `ANALYSES` on the training rows of `table` (shared series computed once)."""
+    ctx = _Shared(table, boundaries)
+    return Features(**{a.name: ctx.get(a.name) for a in ANALYSES})

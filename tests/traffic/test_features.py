@@ -414,3 +414,19 @@ def test_unmapped_endpoints_of_a_capture() -> None:
     assert f.matrix.bytes[1:, 0].sum() == table.loc[table["dst"] == -1, "bytes"].sum()
     assert sum(f.flows.per_pair.values()) == f.flows.count
     assert any(label.endswith("->-1") for label in f.flows.per_pair)
+
+
+def test_every_analysis_is_a_field_of_features_and_back() -> None:
+    """The table of analyses and the typed Features agree: one entry per field, in field order."""
+    import dataclasses
+
+    from simstudy.traffic.compare import DEFAULT_TOLERANCES, DISTRIBUTIONS
+    from simstudy.traffic.features import ANALYSES
+
+    assert [a.name for a in ANALYSES] == [f.name for f in dataclasses.fields(Features)]
+    f = analyze(ring_table())
+    declared = {m.name for a in ANALYSES for m in a.metrics}
+    assert declared == set(DEFAULT_TOLERANCES)
+    for name in declared:
+        base, _, how = name.partition(":")
+        assert (name in f.scalars()) if not how else (base in DISTRIBUTIONS or base == "traffic_matrix"), name
