@@ -40,6 +40,8 @@ PLOTS_DIR = "plots"
 # -- capture directory -------------------------------------------------------------------------
 META = "meta.json"
 LOOPBACK_PCAP = "lo.pcap"
+#: Files read as captures (one per host or interface; any name).
+CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap")
 
 # -- analyses ----------------------------------------------------------------------------------
 ANALYSIS_DIR = "analysis"
@@ -47,6 +49,16 @@ ANALYSIS_MD = "analysis.md"
 VALIDATION_DIR = "validation"
 VALIDATION_MD = "validation.md"
 SIM_DIR = "sim"
+#: In `analysis/plots/`.
+TIMELINE_PLOT = "timeline.png"
+MATRIX_PLOT = "matrix.png"
+DISTRIBUTIONS_PLOT = "distributions.png"
+#: In `validation/`: both analyses, and in `validation/plots/`.
+FEATURES_REAL = "features_real.json"
+FEATURES_SIM = "features_simulated.json"
+THROUGHPUT_PLOT = "throughput.png"
+PER_ITERATION_PLOT = "per_iteration.png"
+MATRICES_PLOT = "matrices.png"
 
 
 def et_name(prefix: str, rank: int) -> str:

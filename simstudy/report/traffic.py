@@ -26,6 +26,11 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
+def _image(name: str) -> str:
+    """A markdown image of `plots/<name>`."""
+    return f"![{name.rsplit('.', 1)[0]}]({layout.PLOTS_DIR}/{name})"
+
+
 def _matrix(ax: Axes, m: TrafficMatrix, title: str) -> None:
     data = m.bytes.astype(np.float64)
     im = ax.imshow(data / max(float(data.max()), 1.0), cmap="viridis", vmin=0, vmax=1)
@@ -103,11 +108,11 @@ def render_analysis(features: Features, out: Path, *, title: str, notes: list[st
     """features.json, plots/ and analysis.md of one traffic table; returns analysis.md."""
     out.mkdir(parents=True, exist_ok=True)
     _write(out / layout.FEATURES, json.dumps(features.to_json()) + "\n")
-    plots = out / "plots"
+    plots = out / layout.PLOTS_DIR
     plots.mkdir(exist_ok=True)
-    plot_timeline(features.timeline_1ms, plots / "timeline.png", title=f"{title}: throughput, 1 ms bins")
-    plot_matrices({title: features.matrix}, plots / "matrix.png")
-    plot_distributions({title: features}, plots / "distributions.png")
+    plot_timeline(features.timeline_1ms, plots / layout.TIMELINE_PLOT, title=f"{title}: throughput, 1 ms bins")
+    plot_matrices({title: features.matrix}, plots / layout.MATRIX_PLOT)
+    plot_distributions({title: features}, plots / layout.DISTRIBUTIONS_PLOT)
     p = features.period
     bpi = features.bytes_per_iteration
     lines = [f"# Traffic of `{title}`", "",
@@ -122,22 +127,22 @@ def render_analysis(features: Features, out: Path, *, title: str, notes: list[st
              f"- Hurst exponent (aggregated variance): {features.hurst:.3f}", ""]
     lines += [f"- note: {n}" for n in notes or []]
     lines += ["", "## All scalar metrics", "", *_scalar_table({title: features}), "",
-              "## Plots", "", "![timeline](plots/timeline.png)", "![matrix](plots/matrix.png)",
-              "![distributions](plots/distributions.png)", ""]
+              "## Plots", "", *(_image(name) for name in (layout.TIMELINE_PLOT, layout.MATRIX_PLOT,
+                                                          layout.DISTRIBUTIONS_PLOT)), ""]
     return _write(out / layout.ANALYSIS_MD, "\n".join(lines))
 
 
 def render_validation(v: Validation, out: Path) -> Path:
     """validation.md and side-by-side plots of a validation; returns validation.md."""
     out.mkdir(parents=True, exist_ok=True)
-    plots = out / "plots"
+    plots = out / layout.PLOTS_DIR
     plots.mkdir(exist_ok=True)
     both = {"real": v.real_features, "simulated": v.sim_features}
-    plot_throughputs(both, plots / "throughput.png")
-    plot_matrices({k: f.matrix for k, f in both.items()}, plots / "matrices.png")
-    plot_distributions(both, plots / "distributions.png")
-    for name, f in both.items():
-        _write(out / f"features_{name}.json", json.dumps(f.to_json()) + "\n")
+    plot_throughputs(both, plots / layout.THROUGHPUT_PLOT)
+    plot_matrices({k: f.matrix for k, f in both.items()}, plots / layout.MATRICES_PLOT)
+    plot_distributions(both, plots / layout.DISTRIBUTIONS_PLOT)
+    for name, f in zip((layout.FEATURES_REAL, layout.FEATURES_SIM), both.values(), strict=True):
+        _write(out / name, json.dumps(f.to_json()) + "\n")
     s = v.scenario
     lines = [f"# Validation of `{v.real.path.name}`", "",
              f"Real traffic: `{v.real.path}` ({v.real.kind}, {len(v.real.table):,} rows). Simulated: scenario "
@@ -146,6 +151,7 @@ def render_validation(v: Validation, out: Path) -> Path:
              v.report.to_markdown(), ""]
     if v.not_measurable:
         lines += [f"Not measurable on either trace (left out): {', '.join(v.not_measurable)}.", ""]
-    lines += ["## Side by side", "", "![throughput](plots/throughput.png)", "![matrices](plots/matrices.png)",
-              "![distributions](plots/distributions.png)", "", "## Scalar metrics", "", *_scalar_table(both), ""]
+    lines += ["## Side by side", "", *(_image(name) for name in (layout.THROUGHPUT_PLOT, layout.MATRICES_PLOT,
+                                                                  layout.DISTRIBUTIONS_PLOT)),
+              "", "## Scalar metrics", "", *_scalar_table(both), ""]
     return _write(out / layout.VALIDATION_MD, "\n".join(lines))

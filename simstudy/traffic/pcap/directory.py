@@ -9,13 +9,14 @@ from typing import Final
 import numpy as np
 import pandas as pd
 
+from simstudy import layout
 from simstudy.traffic.meta import CaptureMeta, Experiment, parse_experiment_name, read_meta
 from simstudy.traffic.pcap.base import DEFAULT_CHUNK_BYTES, PcapError, PcapResult
 from simstudy.traffic.pcap.reader import read_pcap
 from simstudy.traffic.pcap.table import sort_ips, to_traffic_table
 
 #: Extensions read by `read_pcap_dir`.
-CAPTURE_SUFFIXES: Final = (".pcap", ".pcapng", ".cap")
+CAPTURE_SUFFIXES: Final = layout.CAPTURE_SUFFIXES
 
 
 @dataclass(frozen=True, eq=False)
