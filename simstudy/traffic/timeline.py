@@ -92,3 +92,19 @@ def _busiest(table: pd.DataFrame, bin_s: float, t0_s: float | None, group: NDArr
         sel = group == k
         series[label(int(k))] = _spread(start[sel], end[sel], nbytes[sel], t0, bin_s, nbins) / bin_s
     return Timeline(bin_s, t0, series)
+
+
+def sender_bytes(table: pd.DataFrame, bin_s: float, t0_s: float) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Bytes per bin of `bin_s` from `t0_s` of every sender (`src`): the senders in order, and a
+    bins x senders array (transfers spread over their span, as in `throughput_timeline`)."""
+    start = table["t_start_s"].to_numpy()
+    end = table["t_end_s"].to_numpy()
+    nbytes = table["bytes"].to_numpy().astype(np.float64)
+    src = table["src"].to_numpy().astype(np.int64)
+    senders, which = np.unique(src, return_inverse=True)
+    nbins = max(1, int(np.ceil((float(end.max()) - t0_s) / bin_s + 1e-9))) if len(table) else 1
+    out = np.zeros((nbins, len(senders)))
+    for k in range(len(senders)):
+        sel = which == k
+        out[:, k] = _spread(start[sel], end[sel], nbytes[sel], t0_s, bin_s, nbins)
+    return senders, out
