@@ -26,7 +26,7 @@ import pandas as pd
 
 from simstudy import layout
 from simstudy.table import read_table
-from simstudy.traffic.meta import CaptureMeta, Experiment, MetaError
+from simstudy.traffic.meta import CaptureMeta, Experiment, MetaError, RankMap
 from simstudy.traffic.pcap import (
     CAPTURE_SUFFIXES,
     PcapError,
@@ -34,6 +34,7 @@ from simstudy.traffic.pcap import (
     retransmitted_payload,
     to_traffic_table,
 )
+from simstudy.traffic.roles import Roles, apply, classify, given, shifted
 
 META = layout.META
 RUN_TRAFFIC = layout.TRAFFIC
@@ -54,6 +55,8 @@ class TrafficSource:
     experiment: Experiment | None = None
     boundaries: dict[int, list[float]] | None = None
     warnings: list[str] = field(default_factory=list)
+    roles: Roles | None = None
+    """Who is who (captures: from --ranks, meta.json or the traffic; runs: None, found by `analyze`)."""
 
     @property
     def label(self) -> str:
@@ -76,24 +79,71 @@ def _label_iterations(table: pd.DataFrame, spans: dict[int, list[tuple[float, fl
     return out
 
 
-def load_capture(directory: Path) -> TrafficSource:
-    """A capture directory's packets as a TrafficTable aligned on its first training iteration."""
+#: Packets further than this from every other packet at either end of a capture are stray
+#: timestamps (a corrupt record, a clock that jumped), dropped with a warning.
+STRAY_GAP_S = 3600.0
+#: A capture spanning more than this (after stray packets are dropped) is refused: its 1 ms
+#: series would not fit in memory.
+MAX_SPAN_S = 86400.0
+
+
+def _drop_strays(packets: pd.DataFrame, directory: Path, warnings: list[str]) -> pd.DataFrame:
+    """Packets separated from the rest by more than STRAY_GAP_S at either end, when they are at
+    most 1% of the capture, dropped with a warning; SourceError when what is left spans more
+    than MAX_SPAN_S."""
+    t = np.sort(packets["time"].to_numpy())
+    t = t[np.isfinite(t)]
+    if len(t) < 2:
+        return packets
+    gaps = np.flatnonzero(np.diff(t) > STRAY_GAP_S)
+    few = max(1, len(t) // 100)
+    lo_i = max((g + 1 for g in gaps if g + 1 <= few), default=0)
+    hi_i = min((g + 1 for g in gaps if len(t) - (g + 1) <= few), default=len(t))
+    lo, hi = t[lo_i], t[hi_i - 1]
+    if hi - lo > MAX_SPAN_S:
+        raise SourceError(f"{directory}: the packets span {(hi - lo) / 3600:,.1f} hours (at most "
+                          f"{MAX_SPAN_S / 3600:g}): split the capture, or check its timestamps")
+    if lo_i == 0 and hi_i == len(t):
+        return packets
+    time = packets["time"].to_numpy()
+    keep = (time >= lo) & (time <= hi)
+    warnings.append(f"{directory}: {int((~keep).sum())} packet(s) more than {STRAY_GAP_S:g} s away from all "
+                    "others were left out (stray timestamps)")
+    return packets[keep].reset_index(drop=True)
+
+
+def load_capture(directory: Path, *, rank_map: RankMap | None = None) -> TrafficSource:
+    """A capture directory's packets as a TrafficTable aligned on its first training iteration.
+
+    Ranks and control endpoints come from `rank_map` (`--ranks`), else from meta.json, else
+    from the traffic itself (`simstudy.traffic.roles`): workers first, then parameter servers,
+    control endpoints marked `op == "control"` and hosts without training traffic rank -1."""
     cap = read_pcap_dir(directory)
     meta = cap.meta
-    rank_of = (meta.rank_of or None) if meta else None
-    control = (meta.control_keys or None) if meta else None
+    stated = rank_map if rank_map is not None else (meta if meta is not None and meta.ranks else None)
     iterations = {r: list(v) for r, v in meta.iterations.items()} if meta and meta.iterations else None
     warnings = list(cap.warnings)
     if meta and meta.model_extra:
         warnings.append(f"{directory / META}: keys simstudy does not read: {', '.join(sorted(meta.model_extra))}")
-    packets = cap.packets
+    packets = _drop_strays(cap.packets, directory, warnings)
     again = retransmitted_payload(packets)
     if again.any():  # payload counts what the application sent: a retransmitted byte once
         packets["payload_bytes"] -= again
         warnings.append(f"{directory}: {int(again.sum()):,} TCP payload bytes in {int(np.count_nonzero(again)):,} "
                         "packets were retransmissions; payload_bytes counts them once (bytes, on the wire, "
                         "counts them every time)")
-    table = to_traffic_table(packets, rank_of=rank_of, control=control, t0_s=0.0)
+    if stated is not None:
+        control = stated.control_keys or (meta.control_keys if meta and rank_map is not None else [])
+        table = to_traffic_table(packets, rank_of=stated.rank_of, control=control or None, t0_s=0.0)
+        source = "rank map" if rank_map is not None else "meta.json"
+        servers = rank_map.servers if rank_map is not None else sorted(meta.servers) if meta else []
+        roles = given(source, {r: [e.key for e in ends] for r, ends in stated.ranks.items()}, servers,
+                      control, table)
+    else:  # meta.json may still name the control endpoints
+        control = meta.control_keys if meta else []
+        table = to_traffic_table(packets, control=control or None, t0_s=0.0)
+        roles, renumber, control_row = classify(table, table.attrs.get("rank_labels"))
+        table = apply(table, renumber, control_row)
     if iterations and all(iterations.values()):
         table = _label_iterations(table, iterations)
         t0 = min(v[0][0] for v in iterations.values())
@@ -105,15 +155,27 @@ def load_capture(directory: Path) -> TrafficSource:
     table["t_start_s"] -= t0
     table["t_end_s"] -= t0
     table = table.reset_index(drop=True)
+    roles = shifted(roles, -t0)
     bounds = {r: [s - t0 for s, _ in v] for r, v in iterations.items()} if iterations else None
-    return TrafficSource(directory, "capture", table, meta, cap.experiment, bounds, warnings)
+    return TrafficSource(directory, "capture", table, meta, cap.experiment, bounds, warnings, roles)
 
 
-def load_traffic(path: str | Path) -> TrafficSource:
-    """Load a capture directory, a run directory, a pcap file or a traffic.parquet file."""
+def load_traffic(path: str | Path, *, rank_map: RankMap | None = None) -> TrafficSource:
+    """Load a capture directory, a run directory, a pcap file or a traffic.parquet file
+    (`rank_map`: the ranks and roles of a capture's endpoints, instead of meta.json or the traffic)."""
     path = Path(path)
+    try:
+        return _load(path, rank_map)
+    except OSError as exc:  # unreadable: permissions, a device, a file that vanished
+        raise SourceError(f"{exc.filename or path}: cannot be read: {exc.strerror or exc}") from None
+
+
+def _load(path: Path, rank_map: RankMap | None) -> TrafficSource:
     if not path.exists():
         raise SourceError(f"{path}: no such file or directory")
+    if not path.is_file() and not path.is_dir():
+        raise SourceError(f"{path}: not a directory or a regular file: expected a capture directory (pcap/pcapng "
+                          f"files), a run directory or a traffic.parquet file")
     if path.is_file():
         if path.suffix == ".parquet":
             return TrafficSource(path.parent, "run", read_table(path))
@@ -126,6 +188,10 @@ def load_traffic(path: str | Path) -> TrafficSource:
         raise SourceError(f"{path}: neither a run directory (no {RUN_TRAFFIC}) nor a capture directory "
                           f"(no {', '.join('*' + s for s in CAPTURE_SUFFIXES)} files)")
     try:
-        return load_capture(path)
+        source = load_capture(path, rank_map=rank_map)
     except (PcapError, MetaError) as exc:
         raise SourceError(str(exc)) from None
+    if len(source.table) == 0:
+        raise SourceError(f"{path}: the capture files hold no IPv4/IPv6 packets"
+                          + (f" ({'; '.join(source.warnings)})" if source.warnings else ""))
+    return source

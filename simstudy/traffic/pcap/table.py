@@ -11,7 +11,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from simstudy.table import make_table
-from simstudy.traffic.pcap.base import I64, Mask
+from simstudy.traffic.pcap.base import I64, Mask, PcapWarning
 
 
 def _ip_key(text: str) -> tuple[int, int]:
@@ -94,11 +94,13 @@ def to_traffic_table(
       of first appearance.
     - op: "control" for packets to or from an endpoint in `control` ("ip:port", or "ip" for any port
       of that host), else "tcp", "udp", or "ip" for other protocols.
+    - `attrs["rank_labels"]`: rank -> its address(es) (or "ip:port" endpoints on one address).
     """
     time = packets["time"].to_numpy(dtype=np.float64)
     timed = np.isfinite(time)
     if not timed.all():
         warnings.warn(f"{int((~timed).sum())} packets have no timestamp and are left out of the traffic table",
+                      PcapWarning,
                       stacklevel=2)
         packets = packets[timed]
         time = time[timed]
@@ -113,7 +115,7 @@ def to_traffic_table(
         op[flows.touches(cats, _control_keys(control))] = 2
     t0 = float(np.min(time)) if t0_s is None and len(time) else (t0_s or 0.0)
     rel = time - t0
-    return make_table({
+    table = make_table({
         "t_start_s": rel,
         "t_end_s": rel,
         "src": ranks[flows.src_end][flows.codes],
@@ -125,6 +127,8 @@ def to_traffic_table(
         "dport": dport.astype(np.int32),
         "payload_bytes": packets["payload_bytes"].to_numpy(dtype=np.int64),
     })
+    table.attrs["rank_labels"] = _labels(cats, flows, ranks)
+    return table
 
 
 def _categories(col: pd.Series) -> list[str]:
@@ -204,6 +208,17 @@ def _rank_lookup(cats: list[str], flows: _Flows, rank_of: Mapping[str, int] | No
         number = {s: r for r, s in enumerate(sorted((ips[e], ports[e]) for e in flows.listening()))}
         ranks = [number.get((i, p), -1) for i, p in zip(ips, ports, strict=True)]
     return np.array(ranks, dtype=np.int32)
+
+
+def _labels(cats: list[str], flows: _Flows, ranks: NDArray[np.int32]) -> dict[int, str]:
+    """What each rank is: its address, or "ip:port" when ranks number the endpoints of one address."""
+    ips, ports = flows.end_ip.tolist(), flows.end_port.tolist()
+    by_host = len(set(ips)) != 1
+    out: dict[int, set[str]] = {}
+    for r, i, p in zip(ranks.tolist(), ips, ports, strict=True):
+        if r >= 0:
+            out.setdefault(r, set()).add(cats[i] if by_host else f"{cats[i]}:{p}")
+    return {r: ", ".join(sorted(v)) for r, v in sorted(out.items())}
 
 
 def _control_keys(control: Iterable[str]) -> tuple[set[tuple[str, int]], set[str]]:

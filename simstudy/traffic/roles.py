@@ -1,0 +1,348 @@
+"""Endpoint roles found from the traffic itself: which hosts are workers, which are parameter
+servers, and which endpoints carry only control traffic (a rendezvous store, one-off
+connections, hosts that never exchange training data).
+
+The rules, applied to a TrafficTable whose ranks number the hosts (a capture read without
+metadata) or the simulated ranks:
+
+1. **Connections.** Rows are grouped into connections: both directions of a 5-tuple (by `flow`
+   and the ports when the table has `sport`/`dport`; by rank pair otherwise). A connection is a
+   *training* connection when it carries at least `TRAINING_SHARE` of the bytes of the busiest
+   one; the others are *control* connections (a store's few hundred bytes per connection,
+   barriers, keep-alives). Payload bytes are counted when the table has them.
+2. **Hosts.** A host with a training connection is a training host; one without is a control
+   host (rank -1, its traffic left out of the training metrics).
+3. **Workers and servers.** The training hosts and their training connections form a graph. When
+   it is a complete bipartite graph between fewer *servers* and at least two *workers* (every
+   worker exchanges with every server, no worker with another worker, no server with another
+   server), the servers are parameter servers. Otherwise every training host is a worker (a
+   ring, a tree, all-to-all, or two hosts: two workers of an all-reduce and a parameter server
+   with one worker look the same).
+4. **Control endpoints.** Each control connection has a service side: the (host, port) that
+   more control connections share (a store's port), or the lower port. These are reported as
+   control endpoints; their traffic is marked `op == "control"`.
+5. **Ranks.** Workers are numbered first, in host order, then servers (as simstudy's compiler
+   numbers dedicated parameter servers after the workers); control hosts get -1.
+
+`classify` returns the `Roles` with the evidence for every endpoint; `apply` renumbers a table's
+ranks and marks its control traffic. A user's `--ranks map.yaml` (or a capture's meta.json)
+replaces the classification (`Roles.source` says which).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "CONTROL",
+    "SERVER",
+    "TRAINING_SHARE",
+    "WORKER",
+    "EndpointRole",
+    "Role",
+    "Roles",
+    "apply",
+    "classify",
+    "given",
+    "shifted",
+]
+
+Role = Literal["worker", "server", "control"]
+WORKER: Role = "worker"
+SERVER: Role = "server"
+CONTROL: Role = "control"
+#: A connection carrying less than this share of the bytes of the busiest connection is control traffic.
+TRAINING_SHARE = 0.01
+
+
+@dataclass(frozen=True)
+class EndpointRole:
+    """One endpoint (a host, or a host's port for control services) and why it has its role."""
+
+    endpoint: str
+    """"10.0.0.1" (a host), "10.0.0.1:29500" (a control service), or "rank 3" (a table without addresses)."""
+    role: Role
+    rank: int
+    """Its rank in the traffic table (-1 for control endpoints)."""
+    sent_bytes: int
+    received_bytes: int
+    peers: tuple[str, ...]
+    """The endpoints it exchanges training traffic with (workers, servers) or connects with (control)."""
+    connections: int
+    first_s: float
+    last_s: float
+    """When it was first and last seen (table time): how long its connections live."""
+    evidence: str
+    """Why it has this role, in words."""
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Who is who in a traffic table (see the module docstring)."""
+
+    source: str
+    """"traffic" (classified from the table), "meta.json", "rank map" (--ranks), or "table" (ranks as given)."""
+    endpoints: tuple[EndpointRole, ...]
+    reason: str
+    """The structure found ("ring or all-reduce of 4 workers", "2 workers and 1 parameter server", ...)."""
+
+    @property
+    def workers(self) -> tuple[int, ...]:
+        return tuple(sorted(e.rank for e in self.endpoints if e.role == WORKER))
+
+    @property
+    def servers(self) -> tuple[int, ...]:
+        return tuple(sorted(e.rank for e in self.endpoints if e.role == SERVER))
+
+    @property
+    def training(self) -> tuple[int, ...]:
+        """Ranks of workers and servers."""
+        return tuple(sorted(self.workers + self.servers))
+
+    @property
+    def control(self) -> tuple[str, ...]:
+        return tuple(e.endpoint for e in self.endpoints if e.role == CONTROL)
+
+    def lines(self) -> list[str]:
+        """One line per endpoint, for reports."""
+        return [f"{e.endpoint}: {e.role}" + (f" (rank {e.rank})" if e.rank >= 0 else "") + f": {e.evidence}"
+                for e in self.endpoints]
+
+
+# ---------------------------------------------------------------------------------------------
+# connections
+
+
+@dataclass(frozen=True)
+class _Connections:
+    """Connections of a table: per connection its two ends (rank, port), bytes each way, rows, times."""
+
+    a: np.ndarray  # rank of the lower end
+    a_port: np.ndarray
+    b: np.ndarray
+    b_port: np.ndarray
+    a_to_b: np.ndarray  # bytes
+    b_to_a: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    of_row: np.ndarray  # connection of every row
+
+    @property
+    def size(self) -> np.ndarray:
+        return np.asarray(self.a_to_b + self.b_to_a)
+
+
+def _volume(table: pd.DataFrame) -> np.ndarray:
+    col = "payload_bytes" if "payload_bytes" in table.columns else "bytes"
+    return np.asarray(table[col].to_numpy(), dtype=np.float64)
+
+
+def _connections(table: pd.DataFrame) -> _Connections:
+    src = table["src"].to_numpy().astype(np.int64)
+    dst = table["dst"].to_numpy().astype(np.int64)
+    ports = "sport" in table.columns and "dport" in table.columns
+    sp = table["sport"].to_numpy().astype(np.int64) if ports else np.zeros(len(table), dtype=np.int64)
+    dp = table["dport"].to_numpy().astype(np.int64) if ports else np.zeros(len(table), dtype=np.int64)
+    forward = (src < dst) | ((src == dst) & (sp <= dp))
+    a, b = np.where(forward, src, dst), np.where(forward, dst, src)
+    ap, bp = np.where(forward, sp, dp), np.where(forward, dp, sp)
+    frame = pd.DataFrame({"a": a, "ap": ap, "b": b, "bp": bp})
+    of_row = frame.groupby(["a", "ap", "b", "bp"], sort=True).ngroup().to_numpy()
+    n = int(of_row.max()) + 1 if len(of_row) else 0
+    vol = _volume(table)
+    t = table["t_start_s"].to_numpy()
+    first = np.full(n, np.inf)
+    last = np.full(n, -np.inf)
+    np.minimum.at(first, of_row, t)
+    np.maximum.at(last, of_row, table["t_end_s"].to_numpy())
+    _, idx = np.unique(of_row, return_index=True)
+    return _Connections(
+        a[idx], ap[idx], b[idx], bp[idx],
+        np.bincount(of_row, weights=np.where(forward, vol, 0.0), minlength=n),
+        np.bincount(of_row, weights=np.where(forward, 0.0, vol), minlength=n),
+        first, last, of_row)
+
+
+# ---------------------------------------------------------------------------------------------
+# classification
+
+
+def _bipartite(hosts: list[int], edges: set[tuple[int, int]]) -> tuple[list[int], list[int]] | None:
+    """(servers, workers) when the training graph is complete bipartite with fewer servers than
+    workers and at least two workers; else None."""
+    degree = {h: sum(h in e for e in edges) for h in hosts}
+    if len(hosts) < 3:
+        return None
+    top = max(degree.values())
+    servers = [h for h in hosts if degree[h] == top]
+    workers = [h for h in hosts if degree[h] != top]
+    if not workers or len(servers) >= len(workers) or len(workers) < 2:
+        return None
+    want = {(min(s, w), max(s, w)) for s in servers for w in workers}
+    return (servers, workers) if edges == want else None
+
+
+def classify(table: pd.DataFrame, labels: Mapping[int, str] | None = None, *,
+             renumber_ranks: bool = True) -> tuple[Roles, dict[int, int], np.ndarray]:
+    """Roles of the endpoints of `table` (see the module docstring).
+
+    `labels` names the table's ranks (a capture's host addresses); default "rank N". Returns the
+    roles, the renumbering {table rank: new rank} (workers first, then servers, control hosts
+    -1), and per row whether it is control traffic. With `renumber_ranks` the roles carry the
+    new ranks (as `apply` will number the table), else the table's own."""
+    labels = dict(labels or {})
+
+    def name(rank: int) -> str:
+        return labels.get(rank, f"rank {rank}")
+
+    if len(table) == 0:
+        return Roles("traffic", (), "no traffic"), {}, np.zeros(0, dtype=np.bool_)
+    con = _connections(table)
+    size = con.size
+    already = (table["op"] == "control").to_numpy() if "op" in table.columns else np.zeros(len(table), np.bool_)
+    marked = np.zeros(len(size), dtype=np.bool_)
+    marked[np.unique(con.of_row[already])] = True  # connections the table already marks as control stay control
+    unmapped = (con.a < 0) | (con.b < 0)
+    candidates = ~marked & ~unmapped
+    busiest = float(size[candidates].max()) if candidates.any() else 0.0
+    training = candidates & (size >= TRAINING_SHARE * busiest)
+    edges = {(int(a), int(b)) for a, b, ok in zip(con.a, con.b, training, strict=True) if ok and a != b}
+    hosts = sorted({h for e in edges for h in e} | {int(a) for a, b, ok in zip(con.a, con.b, training, strict=True)
+                                                     if ok and a == b})
+    split = _bipartite(hosts, edges)
+    if split is not None:
+        servers, workers = split
+        reason = (f"{len(workers)} workers and {len(servers)} parameter server{'s' if len(servers) > 1 else ''}: "
+                  "every worker exchanges training traffic with every server and with no other worker")
+    else:
+        servers, workers = [], hosts
+        reason = (f"{len(workers)} workers exchanging training traffic with each other "
+                  f"({len(edges)} pair{'s' if len(edges) != 1 else ''}: all-reduce, ring or tree)")
+    renumber = {h: i for i, h in enumerate(workers)}
+    renumber.update({h: len(workers) + i for i, h in enumerate(servers)})
+    every = sorted(set(con.a.tolist()) | set(con.b.tolist()))
+    for h in every:
+        renumber.setdefault(h, -1)
+    control_row = ~training[con.of_row]
+    ps = bool(servers)
+
+    def rank(h: int) -> int:
+        return renumber[h] if renumber_ranks else h
+
+    entries = [_host_entry(h, rank(h), WORKER if h in workers else SERVER, con, training, name, edges, ps)
+               for h in workers + servers]
+    entries += [_host_entry(h, rank(h) if renumber_ranks else -1, CONTROL, con, training, name, edges, ps)
+                for h in every if renumber[h] < 0]
+    if "sport" in table.columns and "dport" in table.columns:  # services are ports: only captures have them
+        entries += _services(con, ~training & ~unmapped, name)
+    return Roles("traffic", tuple(entries), reason), renumber, control_row
+
+
+def _host_entry(h: int, rank: int, role: Role, con: _Connections, training: np.ndarray,
+                name: object, edges: set[tuple[int, int]], ps: bool) -> EndpointRole:
+    label = name(h)  # type: ignore[operator]
+    mine = (con.a == h) | (con.b == h)
+    sent = float(np.where(con.a == h, con.a_to_b, 0.0)[mine].sum() + np.where(con.b == h, con.b_to_a, 0.0)[mine].sum())
+    recv = float(np.where(con.a == h, con.b_to_a, 0.0)[mine].sum() + np.where(con.b == h, con.a_to_b, 0.0)[mine].sum())
+    peers = sorted({b if a == h else a for a, b in edges if h in (a, b)})
+    first = float(con.first[mine].min()) if mine.any() else math.nan
+    last = float(con.last[mine].max()) if mine.any() else math.nan
+    n_train = int((mine & training).sum())
+    if role == CONTROL:
+        evidence = (f"no training connection: {int(mine.sum())} connection(s), {sent + recv:,.0f} bytes in all, "
+                    f"each under {TRAINING_SHARE:.0%} of the busiest connection")
+    elif role == SERVER:
+        evidence = (f"exchanges training traffic with every worker ({len(peers)}) and no other server; "
+                    f"{n_train} training connection(s)")
+    else:
+        evidence = (f"{n_train} training connection(s) with {len(peers)} "
+                    f"{'server(s) and no other worker' if ps else 'other worker(s)'}")
+    return EndpointRole(label, role, rank, int(sent), int(recv), tuple(name(p) for p in peers),  # type: ignore[operator]
+                        int(mine.sum()), first, last, evidence)
+
+
+def _services(con: _Connections, control: np.ndarray, name: object) -> list[EndpointRole]:
+    """The service side of every control connection (shared by more control connections, or the lower port)."""
+    idx = np.flatnonzero(control)
+    if len(idx) == 0:
+        return []
+    ends = [((int(con.a[i]), int(con.a_port[i])), (int(con.b[i]), int(con.b_port[i]))) for i in idx]
+    shared: dict[tuple[int, int], int] = {}
+    for x, y in ends:
+        shared[x] = shared.get(x, 0) + 1
+        shared[y] = shared.get(y, 0) + 1
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (x, y) in zip(idx, ends, strict=True):
+        service = max((x, y), key=lambda e: (shared[e], -e[1]))
+        groups.setdefault(service, []).append(int(i))
+    out = []
+    for (host, port), members in sorted(groups.items()):
+        m = np.array(members)
+        into = np.where(con.a[m] == host, con.b_to_a[m], con.a_to_b[m]).sum()
+        out_b = np.where(con.a[m] == host, con.a_to_b[m], con.b_to_a[m]).sum()
+        clients = sorted({int(con.b[i]) if int(con.a[i]) == host else int(con.a[i]) for i in members})
+        label = f"{name(host)}:{port}" if port else name(host)  # type: ignore[operator]
+        life = float(con.last[m].max() - con.first[m].min())
+        out.append(EndpointRole(
+            label, CONTROL, -1, int(out_b), int(into), tuple(name(c) for c in clients), len(members),  # type: ignore[operator]
+            float(con.first[m].min()), float(con.last[m].max()),
+            f"{len(members)} connection(s) from {len(clients)} host(s), {into + out_b:,.0f} bytes over {life:.2f} s, "
+            f"each under {TRAINING_SHARE:.0%} of the busiest connection"))
+    return out
+
+
+def apply(table: pd.DataFrame, renumber: Mapping[int, int], control_row: np.ndarray) -> pd.DataFrame:
+    """`table` with ranks renumbered and the rows of control connections (and of endpoints without
+    a rank) marked `op == "control"`."""
+    out = table.copy()
+    lut_keys = np.array(sorted(renumber), dtype=np.int64)
+    lut_vals = np.array([renumber[k] for k in lut_keys], dtype=np.int64)
+    for col in ("src", "dst"):
+        v = out[col].to_numpy().astype(np.int64)
+        pos = np.searchsorted(lut_keys, v)
+        pos = np.clip(pos, 0, max(len(lut_keys) - 1, 0))
+        found = (lut_keys[pos] == v) if len(lut_keys) else np.zeros(len(v), dtype=np.bool_)
+        out[col] = np.where(found, lut_vals[pos] if len(lut_vals) else v, v).astype(np.int32)
+    control = control_row | (out["src"].to_numpy() < 0) | (out["dst"].to_numpy() < 0)
+    if control.any():
+        op = out["op"].astype("category")
+        if "control" not in op.cat.categories:
+            op = op.cat.add_categories(["control"])
+        op[control] = "control"
+        out["op"] = op
+    return out
+
+
+def given(source: str, ranks: Mapping[int, Sequence[str]], servers: Sequence[int], control: Sequence[str],
+          table: pd.DataFrame) -> Roles:
+    """Roles as a user or a capture's metadata states them (no classification): the given ranks,
+    servers among them, the rest workers, and the given control endpoints."""
+    vol = _volume(table) if len(table) else np.zeros(0)
+    src = table["src"].to_numpy() if len(table) else np.zeros(0, dtype=np.int64)
+    dst = table["dst"].to_numpy() if len(table) else np.zeros(0, dtype=np.int64)
+    t = table["t_start_s"].to_numpy() if len(table) else np.zeros(0)
+    entries = []
+    for rank in sorted(ranks):
+        mine = (src == rank) | (dst == rank)
+        role: Role = SERVER if rank in servers else WORKER
+        entries.append(EndpointRole(
+            ", ".join(ranks[rank]) or f"rank {rank}", role, rank, int(vol[src == rank].sum()),
+            int(vol[dst == rank].sum()), (), 0, float(t[mine].min()) if mine.any() else math.nan,
+            float(t[mine].max()) if mine.any() else math.nan, f"given by {source}"))
+    entries += [EndpointRole(c, CONTROL, -1, 0, 0, (), 0, math.nan, math.nan, f"given by {source}")
+                for c in control]
+    n_s = sum(1 for r in ranks if r in servers)
+    reason = f"{len(ranks) - n_s} workers and {n_s} servers, as {source} states"
+    return Roles(source, tuple(entries), reason)
+
+
+def shifted(roles: Roles, dt_s: float) -> Roles:
+    """`roles` with its times moved by `dt_s` (to a table's new time origin)."""
+    return replace(roles, endpoints=tuple(replace(e, first_s=e.first_s + dt_s, last_s=e.last_s + dt_s)
+                                          for e in roles.endpoints))
