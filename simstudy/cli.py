@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,7 @@ from simstudy import __version__, layout
 
 if TYPE_CHECKING:
     from simstudy.sweep import Expansion
+    from simstudy.traffic.meta import RankMap
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -140,23 +142,31 @@ def _sweep(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAILED
 
 
+def _rank_map(path: str | None) -> RankMap | None:
+    from simstudy.traffic.meta import load_rank_map
+
+    return load_rank_map(path) if path else None
+
+
 def _analyze(args: argparse.Namespace) -> int:
     from simstudy.report.traffic import render_analysis
     from simstudy.traffic.features import analyze
     from simstudy.traffic.sources import load_traffic
 
-    source = load_traffic(args.path)
+    source = load_traffic(args.path, rank_map=_rank_map(args.ranks))
     out = Path(args.output) if args.output else source.path / layout.ANALYSIS_DIR
-    features = analyze(source.table, boundaries=source.boundaries)
+    features = analyze(source.table, boundaries=source.boundaries, roles=source.roles)
     notes = list(source.warnings)
     if source.experiment:
         notes.append("experiment: " + ", ".join(f"{k}={v}" for k, v in source.experiment.model_dump().items()))
     path = render_analysis(features, out, title=source.label, notes=notes)
-    p, b = features.period, features.bytes_per_iteration
+    p, b, r = features.period, features.bytes_per_iteration, features.roles
     print(f"{source.kind} {source.path}: {features.rows:,} rows, {features.total_bytes / 1e6:,.3f} MB, "
           f"{len(features.ranks)} ranks, {features.duration_s * 1e3:.3f} ms")
+    print(f"  roles ({r.source}): {r.reason}; {len(r.control)} control endpoint(s)")
     print(f"  period {p.period_s * 1e3:.3f} ms ({p.method}), {b.mean / 1e6:.3f} MB per iteration per worker, "
-          f"duty cycle {features.on_off.duty_cycle:.3f}, Hurst {features.hurst:.3f}")
+          f"{b.total / 1e6:.3f} MB per iteration in all ({b.iterations} whole iterations, {b.method}), "
+          f"duty cycle per iteration {features.duty_iteration:.3f}")
     for w in source.warnings:
         print(f"  warning: {w}", file=sys.stderr)
     print(f"  {out / layout.FEATURES}, {path}")
@@ -179,13 +189,15 @@ def _tolerances(items: Sequence[str]) -> dict[str, float]:
 def _validate(args: argparse.Namespace) -> int:
     from simstudy.report.traffic import render_validation
     from simstudy.spec import BackendSpec
+    from simstudy.traffic.compare import JOB, TRANSPORT
     from simstudy.validate import validate
 
     out = Path(args.output) if args.output else Path(args.real) / layout.VALIDATION_DIR
+    judge = (JOB, TRANSPORT) if args.judge_transport else (JOB,)
     try:
         v = validate(args.real, out, spec=args.spec, backend=BackendSpec(name=args.backend, timeout_s=args.timeout),
                      astra_sim=args.astra_sim, tolerances=_tolerances(args.tolerance), skip=args.skip,
-                     count=args.count)
+                     count=args.count, rank_map=_rank_map(args.ranks), judge=judge)
     except ValueError as exc:
         if "tolerance" in str(exc) or "metric" in str(exc):
             from simstudy.spec import SpecError
@@ -274,9 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-report", action="store_true", help="skip report.md and plots")
     p.set_defaults(func=_sweep)
 
+    ranks_help = ("YAML: `ranks` (rank -> ip or ip:port), optional `servers` (ranks) and `control` (endpoints); "
+                  "replaces the roles found from the traffic or meta.json")
     p = sub.add_parser("analyze", help="analyse a capture directory (pcaps) or a run directory")
     p.add_argument("path", help="capture directory (pcap/pcapng files, meta.json) or run directory")
     p.add_argument("-o", "--output", help="where features.json, plots and analysis.md go (default PATH/analysis)")
+    p.add_argument("--ranks", metavar="MAP.yaml", help=ranks_help)
     p.set_defaults(func=_analyze)
 
     p = sub.add_parser("validate", help="simulate a captured job and compare, metric by metric")
@@ -292,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", default="payload", choices=["payload", "ip"],
                    help="capture bytes to compare: TCP/UDP payload (default; what the simulator models) or "
                         "IP bytes as captured (headers and ACKs included)")
+    p.add_argument("--ranks", metavar="MAP.yaml", help=ranks_help)
+    p.add_argument("--judge-transport", action="store_true",
+                   help="let transport-level metrics (sub-iteration bursts, 1 ms throughput) decide the verdict too")
     p.set_defaults(func=_validate)
 
     p = sub.add_parser("capture", help="run a real torch.distributed training job and record its packets (root)")
@@ -340,7 +358,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        return func(args)
+        with warnings.catch_warnings():
+            from simstudy.traffic.pcap import PcapWarning
+
+            warnings.simplefilter("ignore", PcapWarning)  # the commands print them as "warning:" lines
+            return func(args)
     except _bad_input_types() as exc:
         print(f"simstudy: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

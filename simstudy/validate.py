@@ -1,10 +1,14 @@
 """Validate a simulation against real traffic: simulate the job a capture recorded, analyse both
-tables with the same pipeline, compare metric by metric.
+tables with the same pipeline, compare metric by metric, and judge the job.
 
 The scenario comes from `--spec` or from the capture's meta.json (`scenario`, as written by
-`simstudy capture`, with the measured compute times). Time origins are aligned: the capture at
-its first training iteration (or first training packet), the simulation at the start of the
-job (or, when the capture has no iteration marks, at its first transfer).
+`simstudy capture`, with the measured compute times). A capture from elsewhere (per-host
+tcpdump files, a public dataset's experiment directory) needs only `--spec`: its endpoint roles
+and iterations are found from the traffic (or given with `--ranks`). Time origins are aligned:
+the capture at its first training iteration (or first training packet), the simulation at the
+start of the job (or, when the capture has no iteration marks, at its first transfer). The
+verdict is given on the job-level metrics; the transport-level ones are reported beside it
+(see `simstudy.traffic.compare`).
 """
 
 from __future__ import annotations
@@ -19,9 +23,13 @@ from pydantic import ValidationError
 
 from simstudy import layout
 from simstudy.backends import RunResult, simulate
-from simstudy.spec import BackendSpec, Scenario, SpecError, load_scenario, spec_error
-from simstudy.traffic.compare import DEFAULT_TOLERANCES, ValidationReport, compare
+from simstudy.compile.parameter_server import server_rank
+from simstudy.spec import BackendSpec, ParameterServer, Scenario, SpecError, load_scenario, spec_error
+from simstudy.traffic.compare import DEFAULT_TOLERANCES, JOB, ValidationReport, compare
 from simstudy.traffic.features import Features, analyze
+from simstudy.traffic.meta import RankMap
+from simstudy.traffic.registry import Level
+from simstudy.traffic.roles import Roles, given
 from simstudy.traffic.sources import TrafficSource, load_traffic
 
 
@@ -37,6 +45,10 @@ class Validation:
     sim_features: Features
     report: ValidationReport
     not_measurable: tuple[str, ...]
+
+    @property
+    def real_roles(self) -> Roles:
+        return self.real_features.roles
 
 
 def scenario_for(source: TrafficSource, spec: str | Path | None) -> Scenario:
@@ -97,6 +109,15 @@ def framing_overhead(table: pd.DataFrame) -> float:
     return float(rows["bytes"].sum()) / payload - 1.0 if payload else math.nan
 
 
+def scenario_roles(scenario: Scenario, table: pd.DataFrame) -> Roles:
+    """The roles the scenario gives its ranks: dedicated parameter servers after the workers."""
+    agg = scenario.parallelism.aggregation
+    dp = scenario.parallelism.dp
+    servers = ([server_rank(agg, dp, s) for s in range(agg.servers)]
+               if isinstance(agg, ParameterServer) and agg.placement == "dedicated" else [])
+    return given("the scenario", {r: [] for r in range(scenario.npus)}, servers, [], table)
+
+
 def _unmeasurable(real: Features, sim: Features) -> tuple[str, ...]:
     """Scalar metrics that neither trace can measure (e.g. a Hurst exponent of a short trace)."""
     r, s = real.scalars(), sim.scalars()
@@ -114,24 +135,28 @@ def validate(
     tolerances: Mapping[str, float] | None = None,
     skip: Collection[str] = (),
     count: str = "payload",
+    rank_map: RankMap | None = None,
+    judge: Collection[Level] = (JOB,),
 ) -> Validation:
     """Simulate the job of the capture at `real_path` into `out/sim` on `backend` (default flowsim),
     analyse and compare.
 
     `count`: "payload" compares the capture's TCP/UDP payload bytes with the simulated bytes (what
     the application sends; see `payload_view`); "ip" compares IP bytes as captured (for captures
-    written from simulated transfers, whose IP lengths are the transfer bytes)."""
+    written from simulated transfers, whose IP lengths are the transfer bytes). `rank_map`: the
+    capture's ranks and roles (`--ranks`), instead of meta.json or the traffic. `judge`: the
+    metric levels that decide the verdict."""
     if count not in ("payload", "ip"):
         raise ValueError(f"count must be payload or ip, not {count!r}")
-    real = load_traffic(real_path)
+    real = load_traffic(real_path, rank_map=rank_map)
     scenario = scenario_for(real, spec)
 
     result = simulate(scenario, Path(out) / layout.SIM_DIR, backend or BackendSpec(), astra_sim=astra_sim,
                       source=spec)
     sim_table = comparable_sim(result.traffic, real)
     real_table = payload_view(real.table) if count == "payload" else real.table
-    real_features = analyze(real_table, boundaries=real.boundaries)
-    sim_features = analyze(sim_table)
+    real_features = analyze(real_table, boundaries=real.boundaries, roles=real.roles)
+    sim_features = analyze(sim_table, roles=scenario_roles(scenario, sim_table))
     unmeasurable = tuple(m for m in _unmeasurable(real_features, sim_features) if m not in skip)
-    report = compare(real_features, sim_features, tolerances=tolerances, skip=(*skip, *unmeasurable))
+    report = compare(real_features, sim_features, tolerances=tolerances, skip=(*skip, *unmeasurable), judge=judge)
     return Validation(real, scenario, sim_table, result, real_features, sim_features, report, unmeasurable)

@@ -21,14 +21,23 @@ measured:
 A metric passes when its distance is at most its tolerance. A metric that cannot be measured
 (NaN on either side, an empty distribution, a matrix without traffic) does not pass: its row
 has distance NaN, `passed` False and a `note` saying why. To leave a metric out on purpose,
-name it in `skip`; the report lists what was skipped. A report without rows does not pass.
+name it in `skip`; the report lists what was skipped.
+
+**The verdict is given on the job.** Every metric declares a level (`METRICS`): *job-level*
+metrics say what the training job does (bytes per iteration, the period, who talks to whom,
+the duty cycle at the iteration's scale, connections per rank pair) and decide
+`ValidationReport.passed`; *transport-level* metrics (sub-iteration bursts and idle gaps, the
+1 ms throughput distribution, the Hurst exponent) are reported with the reason they can differ
+(a token bucket, CPU-bound endpoints, TCP) and decide nothing unless `judge` names their level
+too. A metric added by name through `tolerances` is judged. A report without judged rows does
+not pass.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -38,12 +47,15 @@ from scipy.spatial.distance import jensenshannon
 from scipy.stats import ks_2samp, wasserstein_distance
 
 from simstudy.traffic.features import ANALYSES, Distribution, Features, TrafficMatrix
-from simstudy.traffic.registry import Metric
+from simstudy.traffic.registry import JOB, TRANSPORT, Level, Metric
 
 __all__ = [
     "DEFAULT_TOLERANCES",
     "DISTRIBUTIONS",
+    "JOB",
     "KS_RESOLUTION",
+    "METRICS",
+    "TRANSPORT",
     "MetricComparison",
     "ValidationReport",
     "compare",
@@ -89,43 +101,78 @@ class MetricComparison:
     kind: Kind
     tolerance: float
     passed: bool
+    """Its distance is within its tolerance (whether or not it is judged)."""
     note: str = ""
+    """Why it could not be measured, when it could not."""
+    level: Level = JOB
+    judged: bool = True
+    """It decides the verdict (its level is judged)."""
+    why: str = ""
+    """What it says about the job (job level), or why real and simulated may differ in it (transport level)."""
 
 
 @dataclass(frozen=True)
 class ValidationReport:
-    """The comparison of a real and a simulated trace."""
+    """The comparison of a real and a simulated trace: the verdict on the judged (job-level)
+    rows, the others reported beside it."""
 
     rows: tuple[MetricComparison, ...]
     skipped: tuple[str, ...] = ()
 
     @property
+    def judged(self) -> tuple[MetricComparison, ...]:
+        return tuple(r for r in self.rows if r.judged)
+
+    @property
+    def reported(self) -> tuple[MetricComparison, ...]:
+        """Rows that are shown but do not decide the verdict (transport level by default)."""
+        return tuple(r for r in self.rows if not r.judged)
+
+    @property
     def passed(self) -> bool:
-        """Every row passes (and there is at least one)."""
-        return bool(self.rows) and all(r.passed for r in self.rows)
+        """Every judged row passes (and there is at least one)."""
+        return bool(self.judged) and all(r.passed for r in self.judged)
 
     @property
     def failures(self) -> tuple[MetricComparison, ...]:
-        return tuple(r for r in self.rows if not r.passed)
+        """Judged rows that do not pass."""
+        return tuple(r for r in self.judged if not r.passed)
+
+    @property
+    def verdict(self) -> str:
+        """"PASS", or "FAIL (k of n job-level metrics)"."""
+        if self.passed:
+            return "PASS"
+        return f"FAIL ({len(self.failures)} of {len(self.judged)} judged metrics)"
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per metric: metric, real, simulated, distance, kind, tolerance, passed, note."""
-        cols = ["metric", "real", "simulated", "distance", "kind", "tolerance", "passed", "note"]
+        """One row per metric: metric, level, judged, real, simulated, distance, kind, tolerance,
+        passed, note, why."""
+        cols = ["metric", "level", "judged", "real", "simulated", "distance", "kind", "tolerance", "passed", "note",
+                "why"]
         return pd.DataFrame([[getattr(r, c) for c in cols] for r in self.rows], columns=cols)
 
     def to_markdown(self) -> str:
-        """A markdown table (metric, real, simulated, distance, tolerance, pass), notes below."""
-        lines = ["| metric | real | simulated | distance | tolerance | pass |",
-                 "|---|---:|---:|---:|---:|:---:|"]
-        for r in self.rows:
-            mark = "yes" if r.passed else "**no**"
-            lines.append(f"| {r.metric} | {_fmt(r.real)} | {_fmt(r.simulated)} | {_fmt(r.distance)} "
-                         f"| {_fmt(r.tolerance)} | {mark} |")
+        """The judged metrics and the verdict, then the metrics reported beside it with the reason
+        they may differ, then notes."""
+        head = ["| metric | real | simulated | distance | tolerance | pass |", "|---|---:|---:|---:|---:|:---:|"]
+
+        def row(r: MetricComparison, mark: str) -> str:
+            return (f"| {r.metric} | {_fmt(r.real)} | {_fmt(r.simulated)} | {_fmt(r.distance)} "
+                    f"| {_fmt(r.tolerance)} | {mark} |")
+
+        lines = ["Judged (what the training job does):", "", *head,
+                 *(row(r, "yes" if r.passed else "**no**") for r in self.judged), "", f"**{self.verdict}**"]
+        if self.reported:
+            lines += ["", "Reported, not judged (the transport shapes these; why they can differ below):", "",
+                      "| metric | real | simulated | distance | tolerance | within |", head[1],
+                      *(row(r, "yes" if r.passed else "no") for r in self.reported)]
+            whys = dict.fromkeys(r.why for r in self.reported if r.why)
+            lines += ["", *(f"- {', '.join(r.metric for r in self.reported if r.why == w)}: {w}" for w in whys)]
         notes = [f"- {r.metric}: {r.note}" for r in self.rows if r.note]
         if self.skipped:
             notes.append(f"- skipped: {', '.join(self.skipped)}")
-        verdict = "PASS" if self.passed else f"FAIL ({len(self.failures)} of {len(self.rows)} metrics)"
-        return "\n".join([*lines, "", f"**{verdict}**", *(["", *notes] if notes else [])]) + "\n"
+        return "\n".join([*lines, *(["", *notes] if notes else [])]) + "\n"
 
 
 def _fmt(x: float) -> str:
@@ -203,6 +250,13 @@ def _row(metric: str, kind: Kind, real: float, simulated: float, distance: float
     return MetricComparison(metric, real, simulated, distance, kind, tolerance, distance <= tolerance)
 
 
+def _judge(row: MetricComparison, judge: Collection[Level]) -> MetricComparison:
+    declared = METRICS.get(row.metric)
+    level = declared.level if declared is not None else JOB
+    why = declared.why if declared is not None else "added by the caller"
+    return replace(row, level=level, judged=level in judge or declared is None, why=why)
+
+
 def _missing(real_ok: bool, sim_ok: bool, what: str) -> str:
     sides = [s for s, ok in (("real", real_ok), ("simulated", sim_ok)) if not ok]
     return f"not measurable: no {what} in the {' and '.join(sides)} trace" if sides else "not measurable"
@@ -240,11 +294,12 @@ def _check_name(metric: str, scalars: Collection[str]) -> None:
 
 
 def compare(real: Features, sim: Features, *, tolerances: Mapping[str, float] | None = None,
-            skip: Collection[str] = ()) -> ValidationReport:
+            skip: Collection[str] = (), judge: Collection[Level] = (JOB,)) -> ValidationReport:
     """Compare a real trace's features with a simulated one's (see the module docstring).
 
-    `tolerances` updates `DEFAULT_TOLERANCES` (a new name adds a metric); `skip` leaves metrics
-    out. Unknown metric names raise ValueError.
+    `tolerances` updates `DEFAULT_TOLERANCES` (a new name adds a judged metric); `skip` leaves
+    metrics out; `judge`: the levels that decide the verdict (default job level only). Unknown
+    metric names raise ValueError.
     """
     chosen = {**DEFAULT_TOLERANCES, **(tolerances or {})}
     real_scalars, sim_scalars = real.scalars(), sim.scalars()
@@ -253,6 +308,6 @@ def compare(real: Features, sim: Features, *, tolerances: Mapping[str, float] | 
     for name, tol in chosen.items():
         if not tol >= 0:
             raise ValueError(f"tolerance of {name!r} must be >= 0, got {tol}")
-    rows = tuple(_compare_one(m, tol, real, sim, real_scalars, sim_scalars)
+    rows = tuple(_judge(_compare_one(m, tol, real, sim, real_scalars, sim_scalars), judge)
                  for m, tol in chosen.items() if m not in skip)
     return ValidationReport(rows, tuple(m for m in chosen if m in skip))

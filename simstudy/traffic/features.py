@@ -39,7 +39,9 @@ from numpy.typing import ArrayLike, NDArray
 from scipy import fft as sfft
 from scipy.signal import find_peaks
 
-from simstudy.traffic.registry import JOB, Analysis, Context, Metric
+from simstudy.traffic.iterations import Candidate, Iterations, find_iterations
+from simstudy.traffic.registry import JOB, TRANSPORT, Analysis, Context, Metric
+from simstudy.traffic.roles import Roles, classify
 from simstudy.traffic.timeline import Timeline, link_timeline, throughput_timeline
 
 __all__ = [
@@ -99,8 +101,12 @@ PHASE_BINS = 64
 HURST_MIN_BINS = 100
 HURST_MIN_BLOCKS = 10
 HURST_LEVELS = 20
+#: The iteration-scale duty cycle bins the steady window in this many bins per period, and
+#: counts a bin busy above this fraction of the busiest bin.
+ITERATION_BINS = 20
+ITERATION_ON = 0.1
 #: `Features.to_json` format tag.
-FORMAT = "simstudy.features/1"
+FORMAT = "simstudy.features/2"
 
 #: Iteration start times: one list, one list per worker, or a mapping worker -> list.
 Boundaries = Sequence[float] | Sequence[Sequence[float]] | Mapping[int, Sequence[float]]
@@ -212,25 +218,38 @@ class TrafficMatrix(_ValueEq):
 
 @dataclass(frozen=True, eq=False)
 class Period(_ValueEq):
-    """The iteration period, estimated every way the data allows.
+    """The iteration period, how it was found, and where the iterations are.
 
-    `period_s` is the chosen estimate: from iteration starts (`method` "iterations" for the
-    table's `iteration` column, "boundaries" for given start times) when there are at least two
-    iterations; else the autocorrelation when its peak is clear (height >= `ACF_CLEAR_PEAK`);
-    else the periodogram; "none" (NaN) when the series is flat or too short.
+    `method`: "boundaries" (given iteration start times) or "iterations" (the table's
+    `iteration` column) when they give at least two iterations: the median of (start
+    difference / iteration-number difference) over consecutive iterations of every worker;
+    else "traffic": the period whose cycles repeat the same bytes, chosen among candidates at
+    1, 10 and 100 ms (`simstudy.traffic.iterations`); when no candidate does, the 1 ms
+    "autocorrelation" when its peak is clear (height >= `ACF_CLEAR_PEAK`), else the
+    "periodogram"; "none" (NaN) when the series is flat or too short.
     """
 
     period_s: float
     method: str
     strength: float
     """Confidence in the chosen estimate, 0..1: for iteration starts 1 - IQR/median of the
-    iteration durations; else the strength of the chosen method below."""
+    iteration durations; from the traffic 1 - the variation of bytes per cycle; else the
+    strength of the chosen method below."""
+    reason: str
+    """Why this period, in words."""
+    candidates: tuple[Candidate, ...]
+    """Every period considered from the traffic, with its verdict (empty with iteration marks)."""
+    starts_s: FloatArray
+    """Start of every whole iteration found (iteration marks: every marked start)."""
+    window_s: tuple[float, float]
+    """The steady stretch whole iterations were counted over (table time; the whole table with
+    iteration marks; NaN, NaN when no iteration was found)."""
     acf_period_s: float
-    """Lag of the first significant autocorrelation peak after lag 0 (NaN when none)."""
+    """Lag of the first significant autocorrelation peak of the 1 ms total after lag 0 (NaN when none)."""
     acf_strength: float
     """Autocorrelation at that peak (0 when none)."""
     psd_period_s: float
-    """1 / frequency of the periodogram peak (NaN when none)."""
+    """1 / frequency of the periodogram peak of the 1 ms total (NaN when none)."""
     psd_strength: float
     """Fraction of the non-DC power in that peak's main lobe."""
     iterations_period_s: float
@@ -240,17 +259,23 @@ class Period(_ValueEq):
 
 @dataclass(frozen=True, eq=False)
 class BytesPerIteration(_ValueEq):
-    """Bytes each worker (`src` rank) sends per iteration, and their mean over workers."""
+    """Bytes each worker sends per iteration, their mean over workers, and the total of all
+    training endpoints (workers and parameter servers), over whole iterations only."""
 
     ranks: tuple[int, ...]
+    """The workers (`Roles.workers`; every sender when the roles name none)."""
     per_worker: FloatArray
     mean: float
+    """Mean of `per_worker`."""
+    total: float
+    """Bytes per iteration of every training endpoint together."""
     iterations: int
-    """Iterations counted (iteration column: the most any worker has) or estimated."""
+    """Whole iterations counted (iteration column: the most any rank has)."""
     method: str
-    """"iteration_column": each worker's bytes / its number of distinct iterations;
-    "period": each worker's bytes / iterations estimated from the period (see
-    `bytes_per_iteration`)."""
+    """"iteration_column": a rank's bytes / its number of distinct iterations; "traffic": bytes
+    of the whole steady iterations found (`Period.window_s`) / their number; "period": no
+    iteration was found, bytes / iterations estimated from the period (see
+    `bytes_per_iteration`); "none"."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -323,6 +348,8 @@ def _timeline_from_json(d: Mapping[str, Any]) -> Timeline:
 class Features(_ValueEq):
     """Everything `analyze` measures on one table (training rows only)."""
 
+    roles: Roles
+    """Who is who: workers, parameter servers, control endpoints, and the evidence."""
     ranks: tuple[int, ...]
     """Every rank that sends or receives training traffic."""
     rows: int
@@ -343,6 +370,10 @@ class Features(_ValueEq):
     flows: FlowStats
     hurst: float
     """Aggregated-variance Hurst exponent of the 1 ms throughput (NaN when too short)."""
+    duty_iteration: float
+    """Fraction of the steady window the network is busy, in bins of a twentieth of the period
+    (`ITERATION_BINS`; a bin is busy above `ITERATION_ON` of the busiest one): the duty cycle a
+    person sees in a plot of whole iterations, where TCP's sub-millisecond gaps do not show."""
 
     def scalars(self) -> dict[str, float]:
         """The scalar metrics, flat (sweep summary columns, clustering features); `_bps` = bits/s.
@@ -377,12 +408,14 @@ class Features(_ValueEq):
 
 
 def training_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """The rows that are training traffic: all but `op == "control"` (the table itself when
-    there are none to drop)."""
+    """The rows that are training traffic: all but `op == "control"` and rows to or from an
+    endpoint without a rank (-1: a host a capture's roles or metadata do not count as a worker
+    or server); the table itself when there are none to drop."""
     if len(table) == 0:
         return table
-    control = (table["op"] == CONTROL_OP).to_numpy()
-    return table[~control] if control.any() else table
+    drop = ((table["op"] == CONTROL_OP).to_numpy() | (table["src"].to_numpy() < 0)
+            | (table["dst"].to_numpy() < 0))
+    return table[~drop] if drop.any() else table
 
 
 def _rank_index(src: NDArray[Any], dst: NDArray[Any]) -> tuple[IntArray, IntArray, IntArray]:
@@ -517,21 +550,34 @@ def _period_from_starts(runs: list[tuple[FloatArray, FloatArray]]) -> tuple[floa
 
 
 def _period(rates: FloatArray, bin_s: float, runs: list[tuple[FloatArray, FloatArray]] | None,
-            runs_method: str) -> Period:
+            runs_method: str, found: Iterations | None = None, window: tuple[float, float] | None = None) -> Period:
     acf_p, acf_s = _acf_period(rates, bin_s)
     psd_p, psd_s = _psd_period(rates, bin_s)
     it_p, it_s = _period_from_starts(runs) if runs else (math.nan, 0.0)
+    starts = np.sort(np.concatenate([s for _, s in runs])) if runs else np.zeros(0)
+    candidates: tuple[Candidate, ...] = found.candidates if found is not None else ()
+    win = window if window is not None else (math.nan, math.nan)
     if math.isfinite(it_p):
-        chosen = (it_p, runs_method, it_s)
+        chosen = (it_p, runs_method, it_s, f"median time between the {len(starts)} marked iteration starts")
+    elif found is not None and found.count:
+        starts, win = found.starts_s, found.window_s
+        cv = next(c.volume_cv for c in found.candidates if c.verdict == "chosen")
+        chosen = (found.period_s, "traffic", float(np.clip(1.0 - cv, 0.0, 1.0)), found.reason)
     elif math.isfinite(acf_p) and acf_s >= ACF_CLEAR_PEAK:
-        chosen = (acf_p, "autocorrelation", acf_s)
+        chosen = (acf_p, "autocorrelation", acf_s, _fallback(found, "the first clear 1 ms autocorrelation peak"))
     elif math.isfinite(psd_p):
-        chosen = (psd_p, "periodogram", psd_s)
+        chosen = (psd_p, "periodogram", psd_s, _fallback(found, "the 1 ms periodogram peak"))
     elif math.isfinite(acf_p):
-        chosen = (acf_p, "autocorrelation", acf_s)
+        chosen = (acf_p, "autocorrelation", acf_s, _fallback(found, "the first 1 ms autocorrelation peak"))
     else:
-        chosen = (math.nan, "none", 0.0)
-    return Period(chosen[0], chosen[1], chosen[2], acf_p, acf_s, psd_p, psd_s, it_p, bin_s)
+        chosen = (math.nan, "none", 0.0, "the traffic is flat or too short for a period")
+    return Period(chosen[0], chosen[1], chosen[2], chosen[3], candidates, starts, win, acf_p, acf_s, psd_p, psd_s,
+                  it_p, bin_s)
+
+
+def _fallback(found: Iterations | None, what: str) -> str:
+    why = f"{found.reason}; " if found is not None else ""
+    return f"{why}{what} (not checked against the bytes per cycle)"
 
 
 def _iteration_groups(rows: pd.DataFrame) -> pd.DataFrame | None:
@@ -563,7 +609,8 @@ def iteration_period(table: pd.DataFrame, *, bin_s: float = 1e-3, boundaries: Bo
     """
     rows = training_rows(table)
     rates = throughput_timeline(rows, bin_s, pairs=0).total
-    return _period(rates, bin_s, *_starts(rows, boundaries, _iteration_groups(rows)))
+    runs, method = _starts(rows, boundaries, _iteration_groups(rows))
+    return _period(rates, bin_s, runs, method, None if runs else find_iterations(rows))
 
 
 def _starts(rows: pd.DataFrame, boundaries: Boundaries | None,
@@ -611,22 +658,31 @@ def _iterations_in(rates: FloatArray, bin_s: float, period_s: float) -> int:
 
 
 def _bytes_per_iteration(rows: pd.DataFrame, groups: pd.DataFrame | None, rates: FloatArray, bin_s: float,
-                         period_s: float) -> BytesPerIteration:
+                         period_s: float, workers: Sequence[int] = (), found: Iterations | None = None
+                         ) -> BytesPerIteration:
     if len(rows) == 0:
-        return BytesPerIteration((), np.zeros(0), math.nan, 0, "none")
+        return BytesPerIteration((), np.zeros(0), math.nan, math.nan, 0, "none")
     if groups is not None:
         uniq, inv = np.unique(groups["src"].to_numpy(), return_inverse=True)
         counts = np.bincount(inv)
         values = np.bincount(inv, weights=groups["bytes"].to_numpy(np.float64)) / counts
-        ranks = tuple(int(r) for r in uniq)
-        return BytesPerIteration(ranks, values, float(values.mean()), int(counts.max()), "iteration_column")
-    n = _iterations_in(rates, bin_s, period_s)
-    src = rows["src"].to_numpy().astype(np.int64)
-    lo = int(src.min())
-    sent = np.bincount(src - lo, weights=rows["bytes"].to_numpy().astype(np.float64))
-    has = np.flatnonzero(np.bincount(src - lo))
-    values = sent[has] / n
-    return BytesPerIteration(tuple(int(r) + lo for r in has), values, float(values.mean()), n, "period")
+        ranks, method, n = [int(r) for r in uniq], "iteration_column", int(counts.max())
+        total = float(groups["bytes"].sum()) / n
+    elif found is not None and found.count:
+        ranks, values, n, method = list(found.senders), found.per_iteration, found.count, "traffic"
+        total = float(values.sum())
+    else:
+        n = _iterations_in(rates, bin_s, period_s)
+        src = rows["src"].to_numpy().astype(np.int64)
+        lo = int(src.min())
+        sent = np.bincount(src - lo, weights=rows["bytes"].to_numpy().astype(np.float64))
+        has = np.flatnonzero(np.bincount(src - lo))
+        ranks, values, method = [int(r) + lo for r in has], sent[has] / n, "period"
+        total = float(values.sum())
+    keep = [i for i, r in enumerate(ranks) if r in set(workers)] if workers else list(range(len(ranks)))
+    per = np.asarray(values, dtype=np.float64)[keep]
+    return BytesPerIteration(tuple(ranks[i] for i in keep), per, float(per.mean()) if len(per) else math.nan,
+                             total, n, method)
 
 
 def bytes_per_iteration(table: pd.DataFrame, *, period: Period | float) -> BytesPerIteration:
@@ -750,10 +806,11 @@ def hurst(table: pd.DataFrame, *, bin_s: float = 1e-3) -> float:
 class _Shared(Context):
     """The series several analyses use, each computed once."""
 
-    def __init__(self, table: pd.DataFrame, boundaries: Boundaries | None) -> None:
+    def __init__(self, table: pd.DataFrame, boundaries: Boundaries | None, roles: Roles | None) -> None:
         super().__init__(_BY_NAME)
         self.table = table
         self.boundaries = boundaries
+        self.given_roles = roles
 
     @cached_property
     def rows(self) -> pd.DataFrame:
@@ -761,7 +818,7 @@ class _Shared(Context):
 
     @cached_property
     def timeline(self) -> Timeline:
-        """Total and per-pair throughput in 1 ms bins: one pass serves the period, on/off, Hurst and 10 ms."""
+        """Total and per-pair throughput of all training rows in 1 ms bins (plots, 10 ms)."""
         return throughput_timeline(self.rows, 1e-3)
 
     @cached_property
@@ -770,16 +827,61 @@ class _Shared(Context):
         return link_timeline(rows, 1e-3, t0_s=self.timeline.t0_s) if "link" in rows.columns and len(rows) else None
 
     @cached_property
-    def index(self) -> tuple[IntArray, IntArray, IntArray]:
-        return _rank_index(self.rows["src"].to_numpy(), self.rows["dst"].to_numpy())
-
-    @cached_property
     def groups(self) -> pd.DataFrame | None:
         return _iteration_groups(self.rows)
+
+    @cached_property
+    def runs(self) -> tuple[list[tuple[FloatArray, FloatArray]] | None, str]:
+        return _starts(self.rows, self.boundaries, self.groups)
+
+    @cached_property
+    def found(self) -> Iterations | None:
+        """Iterations found from the traffic (None when the table marks them)."""
+        return None if self.runs[0] else find_iterations(self.rows)
+
+    @cached_property
+    def steady(self) -> pd.DataFrame:
+        """The training rows of whole steady iterations: the table's own with iteration marks,
+        else those in the window of the iterations found (all rows when none was found)."""
+        found = self.found
+        if found is None or not found.count:
+            return self.rows
+        lo, hi = found.window_s
+        t = self.rows["t_start_s"].to_numpy()
+        return self.rows[(t >= lo) & (t < hi)]
+
+    @cached_property
+    def rates(self) -> FloatArray:
+        """Total throughput of the steady rows in 1 ms bins (on/off, Hurst)."""
+        return throughput_timeline(self.steady, 1e-3, pairs=0).total
+
+    @cached_property
+    def index(self) -> tuple[IntArray, IntArray, IntArray]:
+        return _rank_index(self.steady["src"].to_numpy(), self.steady["dst"].to_numpy())
+
+
+def _roles(c: _Shared) -> Roles:
+    if c.given_roles is not None:
+        return c.given_roles
+    return classify(c.table, renumber_ranks=False)[0]
 
 
 def _duration(rows: pd.DataFrame) -> float:
     return float(rows["t_end_s"].max() - rows["t_start_s"].min()) if len(rows) else 0.0
+
+
+def _duty_iteration(c: _Shared) -> float:
+    period = c.get("period").period_s
+    rows = c.steady
+    if not (math.isfinite(period) and period > 0) or len(rows) == 0:
+        return math.nan
+    bin_s = max(1e-3, period / ITERATION_BINS)
+    rates = throughput_timeline(rows, bin_s, pairs=0).total
+    return float(np.mean(rates > ITERATION_ON * rates.max())) if rates.max() > 0 else math.nan
+
+
+def _flows_per_pair(f: FlowStats) -> float:
+    return float(np.mean(list(f.per_pair.values()))) if f.per_pair else math.nan
 
 
 def _timeline_analysis(name: str, compute: Callable[[_Shared], Timeline | None]) -> Analysis[Timeline | None]:
@@ -787,12 +889,15 @@ def _timeline_analysis(name: str, compute: Callable[[_Shared], Timeline | None])
                     decode=lambda d: None if d is None else _timeline_from_json(d))
 
 
-_TRANSPORT_SHAPE = ("1 ms bins resolve TCP's windows, a token bucket's pacing and CPU-bound senders, which a "
-                    "simulator of the job does not model")
+_SUB_ITERATION = ("shaped within an iteration by TCP's windows and retransmissions, a token bucket's pacing and "
+                  "CPU-bound endpoints, which a simulator of the job does not model")
+_TRACE_LENGTH = "depends on how many iterations each trace holds and on how a framework opens connections"
 
 #: Every analysis `analyze` runs, in order (see `simstudy.traffic.registry.Analysis`). Each name
 #: is a field of `Features`.
 ANALYSES: tuple[Analysis[Any], ...] = (
+    Analysis("roles", _roles, Roles,
+             scalars=lambda r: {"worker_count": len(r.workers), "server_count": len(r.servers)}),
     Analysis("ranks", lambda c: tuple(int(r) for r in c.index[0]), tuple[int, ...],
              scalars=lambda r: {"rank_count": len(r)}),
     Analysis("rows", lambda c: len(c.rows), int, scalars=lambda n: {"rows": n}),
@@ -802,19 +907,22 @@ ANALYSES: tuple[Analysis[Any], ...] = (
     _timeline_analysis("timeline_10ms", lambda c: rebin(c.timeline, 10)),
     _timeline_analysis("link_timeline_1ms", lambda c: c.links),
     _timeline_analysis("link_timeline_10ms", lambda c: None if c.links is None else rebin(c.links, 10)),
-    Analysis("matrix", lambda c: _matrix(c.index[0], c.index[1], c.index[2], c.rows["bytes"].to_numpy()),
+    Analysis("matrix", lambda c: _matrix(c.index[0], c.index[1], c.index[2], c.steady["bytes"].to_numpy()),
              TrafficMatrix, metrics=(
         Metric("traffic_matrix:jensen_shannon", 0.10, JOB, "who sends to whom, and how much"),
         Metric("traffic_matrix:jensen_shannon_undirected", 0.10, JOB, "who talks with whom, either direction"),
     )),
-    Analysis("period", lambda c: _period(c.timeline.total, 1e-3, *_starts(c.rows, c.boundaries, c.groups)), Period,
+    Analysis("period", lambda c: _period(c.timeline.total, 1e-3, c.runs[0], c.runs[1], c.found), Period,
              scalars=lambda p: {"period_s": p.period_s, "period_strength": p.strength},
              metrics=(Metric("period_s", 0.10, JOB, "the iteration time"),)),
     Analysis("bytes_per_iteration",
-             lambda c: _bytes_per_iteration(c.rows, c.groups, c.timeline.total, 1e-3, c.get("period").period_s),
-             BytesPerIteration, scalars=lambda b: {"iterations": b.iterations, "bytes_per_iter_mean": b.mean},
-             metrics=(Metric("bytes_per_iter_mean", 0.10, JOB, "what each worker sends per iteration"),)),
-    Analysis("on_off", lambda c: _on_off(c.timeline.total, 1e-3, ON_THRESHOLD), OnOff,
+             lambda c: _bytes_per_iteration(c.rows, c.groups, c.timeline.total, 1e-3, c.get("period").period_s,
+                                            c.get("roles").workers, c.found),
+             BytesPerIteration, scalars=lambda b: {"iterations": b.iterations, "bytes_per_iter_mean": b.mean,
+                                                   "bytes_per_iter_total": b.total},
+             metrics=(Metric("bytes_per_iter_mean", 0.10, JOB, "what each worker sends per iteration"),
+                      Metric("bytes_per_iter_total", 0.10, JOB, "what all workers and servers send per iteration"))),
+    Analysis("on_off", lambda c: _on_off(c.rates, 1e-3, ON_THRESHOLD), OnOff,
              scalars=lambda o: {
                  "duty_cycle": o.duty_cycle, "peak_to_mean": o.peak_to_mean, "burst_count": o.bursts.count,
                  "burst_mean_s": o.bursts.mean, "idle_mean_s": o.idles.mean, "burst_bytes_mean": o.burst_bytes.mean,
@@ -823,34 +931,41 @@ ANALYSES: tuple[Analysis[Any], ...] = (
              distributions={"throughput_1ms": lambda o: o.rates, "burst_s": lambda o: o.bursts,
                             "burst_bytes": lambda o: o.burst_bytes, "idle_s": lambda o: o.idles},
              metrics=(
-                 Metric("duty_cycle", 0.20, JOB, "the fraction of time the network is busy"),
-                 Metric("peak_to_mean", 0.30, JOB, "how bursty the traffic is"),
-                 Metric("burst_mean_s", 0.25, JOB, "how long a burst lasts"),
-                 Metric("idle_mean_s", 0.25, JOB, "how long the network idles between bursts"),
-                 Metric("burst_bytes_mean", 0.20, JOB, "bytes per burst"),
-                 Metric("throughput_mean_bps", 0.20, JOB, "the mean throughput"),
-                 Metric("throughput_1ms:wasserstein", 0.30, JOB, "the 1 ms throughput distribution"),
-                 Metric("throughput_1ms:ks", 0.30, JOB, "the 1 ms throughput distribution"),
-                 Metric("burst_s:wasserstein", 0.30, JOB, "burst durations"),
-                 Metric("burst_s:ks", 0.30, JOB, "burst durations"),
-                 Metric("burst_bytes:wasserstein", 0.30, JOB, "bytes per burst"),
-                 Metric("burst_bytes:ks", 0.30, JOB, "bytes per burst"),
-                 Metric("idle_s:wasserstein", 0.30, JOB, "idle durations"),
-                 Metric("idle_s:ks", 0.30, JOB, "idle durations"),
+                 Metric("throughput_mean_bps", 0.20, JOB, "bytes per second over whole iterations"),
+                 Metric("duty_cycle", 0.20, TRANSPORT, f"on/off in 1 ms bins is {_SUB_ITERATION}"),
+                 Metric("peak_to_mean", 0.30, TRANSPORT, f"the busiest 1 ms bin is {_SUB_ITERATION}"),
+                 Metric("burst_mean_s", 0.25, TRANSPORT, f"sub-iteration bursts are {_SUB_ITERATION}"),
+                 Metric("idle_mean_s", 0.25, TRANSPORT, f"sub-iteration idle gaps are {_SUB_ITERATION}"),
+                 Metric("burst_bytes_mean", 0.20, TRANSPORT, f"sub-iteration bursts are {_SUB_ITERATION}"),
+                 Metric("throughput_1ms:wasserstein", 0.30, TRANSPORT, f"1 ms throughput is {_SUB_ITERATION}"),
+                 Metric("throughput_1ms:ks", 0.30, TRANSPORT, f"1 ms throughput is {_SUB_ITERATION}"),
+                 Metric("burst_s:wasserstein", 0.30, TRANSPORT, f"sub-iteration bursts are {_SUB_ITERATION}"),
+                 Metric("burst_s:ks", 0.30, TRANSPORT, f"sub-iteration bursts are {_SUB_ITERATION}"),
+                 Metric("burst_bytes:wasserstein", 0.30, TRANSPORT, f"sub-iteration bursts are {_SUB_ITERATION}"),
+                 Metric("burst_bytes:ks", 0.30, TRANSPORT, f"sub-iteration bursts are {_SUB_ITERATION}"),
+                 Metric("idle_s:wasserstein", 0.30, TRANSPORT, f"sub-iteration idle gaps are {_SUB_ITERATION}"),
+                 Metric("idle_s:ks", 0.30, TRANSPORT, f"sub-iteration idle gaps are {_SUB_ITERATION}"),
              )),
-    Analysis("flows", lambda c: _flow_stats(c.rows, *c.index), FlowStats,
+    Analysis("flows", lambda c: _flow_stats(c.steady, *c.index), FlowStats,
              scalars=lambda f: {"flow_count": f.count, "flow_size_median": f.sizes.median,
-                                "flow_duration_median_s": f.durations.median},
+                                "flow_duration_median_s": f.durations.median, "flows_per_pair": _flows_per_pair(f)},
              distributions={"flow_size": lambda f: f.sizes},
-             metrics=(Metric("flow_size:wasserstein", 0.30, JOB, "bytes per flow"),
-                      Metric("flow_size:ks", 0.30, JOB, "bytes per flow"))),
-    Analysis("hurst", lambda c: _hurst(c.timeline.total), float, scalars=lambda h: {"hurst": h},
-             metrics=(Metric("hurst", 0.15, JOB, "long-range dependence of the 1 ms throughput"),)),
+             metrics=(Metric("flows_per_pair", 0.25, JOB, "connections between each pair of ranks"),
+                      Metric("flow_size:wasserstein", 0.30, TRANSPORT, f"bytes per flow {_TRACE_LENGTH}"),
+                      Metric("flow_size:ks", 0.30, TRANSPORT, f"bytes per flow {_TRACE_LENGTH}"))),
+    Analysis("hurst", lambda c: _hurst(c.rates), float, scalars=lambda h: {"hurst": h},
+             metrics=(Metric("hurst", 0.15, TRANSPORT, f"the Hurst exponent of 1 ms throughput is {_SUB_ITERATION}"),)),
+    Analysis("duty_iteration", _duty_iteration, float, scalars=lambda d: {"duty_cycle_iteration": d},
+             metrics=(Metric("duty_cycle_iteration", 0.20, JOB,
+                             "the fraction of each iteration the network is busy, at the iteration's scale"),)),
 )
 _BY_NAME: dict[str, Analysis[Any]] = {a.name: a for a in ANALYSES}
 
 
-def analyze(table: pd.DataFrame, *, boundaries: Boundaries | None = None) -> Features:
-    """Every analysis of `ANALYSES` on the training rows of `table` (shared series computed once)."""
-    ctx = _Shared(table, boundaries)
+def analyze(table: pd.DataFrame, *, boundaries: Boundaries | None = None, roles: Roles | None = None) -> Features:
+    """Every analysis of `ANALYSES` on the training rows of `table` (shared series computed once).
+
+    `roles`: who is who, as the table's source knows it (a capture's `TrafficSource.roles`);
+    default: classified from the table (`simstudy.traffic.roles.classify`, ranks kept)."""
+    ctx = _Shared(table, boundaries, roles)
     return Features(**{a.name: ctx.get(a.name) for a in ANALYSES})

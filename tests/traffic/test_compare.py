@@ -13,6 +13,9 @@ from simstudy.traffic import make_table
 from simstudy.traffic.compare import (
     DEFAULT_TOLERANCES,
     DISTRIBUTIONS,
+    JOB,
+    METRICS,
+    TRANSPORT,
     ValidationReport,
     compare,
     ks_distance,
@@ -137,11 +140,34 @@ def test_compare_from_features_json_gives_the_same_report(real: Features) -> Non
 def test_report_frame_and_markdown(real: Features) -> None:
     report = compare(real, analyze(ring(scale=2)))
     frame = report.to_frame()
-    assert list(frame.columns) == ["metric", "real", "simulated", "distance", "kind", "tolerance", "passed", "note"]
+    assert list(frame.columns) == ["metric", "level", "judged", "real", "simulated", "distance", "kind", "tolerance",
+                                   "passed", "note", "why"]
     assert len(frame) == len(DEFAULT_TOLERANCES) and frame["passed"].dtype == bool
     md = report.to_markdown()
-    assert md.splitlines()[0] == "| metric | real | simulated | distance | tolerance | pass |"
+    assert md.splitlines()[2] == "| metric | real | simulated | distance | tolerance | pass |"
     assert "| bytes_per_iter_mean | 1.25e+06 | 2.5e+06 | 1 | 0.1 | **no** |" in md
-    assert "FAIL" in md
+    assert "FAIL" in md and "Reported, not judged" in md
     assert "PASS" in compare(real, real).to_markdown()
     assert ValidationReport(()).to_frame().empty
+
+
+def test_the_verdict_is_on_the_job_and_the_transport_is_reported(real: Features) -> None:
+    """Twice the period, same bytes per iteration: a different job, so it fails on the job. The
+    same job paced differently within its 5 ms burst (its bytes in every other millisecond, as
+    a token bucket sends them) only moves transport-level metrics, so it passes."""
+    slow = compare(real, analyze(ring(period_s=0.04)))
+    assert not slow.passed and "period_s" in {r.metric for r in slow.failures}
+    real = analyze(ring(period_s=0.1))
+    paced = ring(period_s=0.1)
+    odd = (paced["t_start_s"] * 1e3).round().astype(int) % 100 % 2 == 1  # chunks 1 and 3 of each burst
+    paced.loc[odd, "bytes"] = 1
+    paced.loc[~odd, "bytes"] = (5 * 250_000 - 2) // 3
+    report = compare(real, analyze(paced))
+    moved = {r.metric for r in report.rows if not r.passed}
+    assert report.passed, report.to_markdown()
+    assert moved and all(r.level == TRANSPORT and not r.judged for r in report.rows if r.metric in moved)
+    assert {"burst_mean_s", "peak_to_mean"} <= moved
+    assert all(r.why for r in report.reported)
+    strict = compare(real, analyze(paced), judge=(JOB, TRANSPORT))
+    assert not strict.passed and {r.metric for r in strict.failures} == moved
+    assert METRICS["period_s"].level == JOB and METRICS["throughput_1ms:ks"].level == TRANSPORT

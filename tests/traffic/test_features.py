@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -97,7 +98,7 @@ def per_bin_table(counts: np.ndarray, bin_s: float = 1e-3) -> pd.DataFrame:
 
 def test_period_from_autocorrelation() -> None:
     p = iteration_period(ring_table(iteration_column=False))
-    assert p.method == "autocorrelation"
+    assert p.method == "traffic" and "repeat the same bytes" in p.reason
     assert p.period_s == pytest.approx(PERIOD, rel=0.02)
     assert p.acf_strength > 0.9
     assert p.psd_period_s == pytest.approx(PERIOD, rel=0.02)
@@ -107,7 +108,7 @@ def test_period_from_autocorrelation() -> None:
 def test_packet_trace_gives_the_same_period() -> None:
     transfers = iteration_period(ring_table(iteration_column=False))
     packets = iteration_period(ring_table(iteration_column=False, packets=40))
-    assert packets.method == "autocorrelation"
+    assert packets.method == "traffic"
     assert packets.period_s == pytest.approx(PERIOD, rel=0.02)
     assert packets.period_s == pytest.approx(transfers.period_s, rel=0.01)
 
@@ -159,7 +160,7 @@ def test_period_of_harder_traces(period_s: float, bursts: list[tuple[float, floa
                                  noise: int) -> None:
     table = _bursty(period_s, 40, bursts, seed=3, jitter=jitter, noise_pps=noise)
     p = iteration_period(table)
-    assert p.method == "autocorrelation"
+    assert p.method == "traffic"
     assert p.period_s == pytest.approx(period_s, rel=0.02)
     f = analyze(table)
     assert f.bytes_per_iteration.iterations == 40
@@ -220,7 +221,8 @@ def test_control_rows_are_excluded_everywhere() -> None:
     assert training_rows(without) is without
     a, b = analyze(with_control), analyze(without)
     assert a.scalars() == b.scalars()
-    assert a == b
+    assert dataclasses.replace(a, roles=b.roles) == b  # only the roles know of the control endpoint
+    assert [e.endpoint for e in a.roles.endpoints if e.role == "control"] == ["rank 7"]
 
 
 # --- on/off ----------------------------------------------------------------------------------
@@ -406,14 +408,14 @@ def test_empty_and_all_control_tables() -> None:
 
 
 def test_unmapped_endpoints_of_a_capture() -> None:
-    """Captures give rank -1 to endpoints that are not ranks; they stay a (negative) rank of their own."""
+    """Captures give rank -1 to endpoints that are not ranks: their traffic is not training traffic."""
     table = ring_table(packets=4, control=False)
     table.loc[table.index[::7], "dst"] = -1
     f = analyze(table)
-    assert f.ranks == (-1, 0, 1, 2, 3)
-    assert f.matrix.bytes[1:, 0].sum() == table.loc[table["dst"] == -1, "bytes"].sum()
+    assert f.ranks == (0, 1, 2, 3)
+    assert f.total_bytes == table.loc[table["dst"] >= 0, "bytes"].sum()
     assert sum(f.flows.per_pair.values()) == f.flows.count
-    assert any(label.endswith("->-1") for label in f.flows.per_pair)
+    assert not any(label.endswith("->-1") for label in f.flows.per_pair)
 
 
 def test_every_analysis_is_a_field_of_features_and_back() -> None:

@@ -63,6 +63,7 @@ from simstudy.traffic.pcap.base import (
     Interface,
     PcapError,
     PcapResult,
+    PcapWarning,
 )
 from simstudy.traffic.pcap.directory import (
     CAPTURE_SUFFIXES,
@@ -89,6 +90,7 @@ __all__ = [
     "Interface",
     "PcapError",
     "PcapResult",
+    "PcapWarning",
     "parse_experiment_name",
     "read_pcap",
     "read_pcap_dir",

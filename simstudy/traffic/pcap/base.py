@@ -52,6 +52,11 @@ class PcapError(ValueError):
     """A capture file that cannot be read (wrong format, unsupported link type, unknown interface)."""
 
 
+class PcapWarning(UserWarning):
+    """Part of a capture was not read (a truncated or corrupt record, a cut header); the reader
+    also lists these in `PcapResult.warnings`, which the CLI prints."""
+
+
 @dataclass(frozen=True)
 class Interface:
     """One capture interface: classic pcap has exactly one; pcapng one per Interface Description Block."""

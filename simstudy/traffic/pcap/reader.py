@@ -6,7 +6,7 @@ import struct
 import warnings
 from pathlib import Path
 
-from simstudy.traffic.pcap.base import DEFAULT_CHUNK_BYTES, PcapError, PcapResult
+from simstudy.traffic.pcap.base import DEFAULT_CHUNK_BYTES, PcapError, PcapResult, PcapWarning
 from simstudy.traffic.pcap.buffer import Mapped
 from simstudy.traffic.pcap.classic import read_classic
 from simstudy.traffic.pcap.pcapng import SHB, read_pcapng
@@ -16,9 +16,10 @@ def read_pcap(path: str | Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Pc
     """Read a pcap or pcapng file into one row per IP packet (see the module docstring).
 
     Raises PcapError (a ValueError) for a file that is neither pcap nor pcapng, an unsupported link
-    type, or a packet on an undefined interface. A truncated last record or a corrupt record header
-    ends the read with a warning (in `warnings`, and through `warnings.warn`) that says how many
-    records were read.
+    type, a packet on an undefined interface, or a file that is truncated or corrupt before its
+    first whole record. A truncated last record or a corrupt record header later on ends the read
+    with a warning (in `warnings`, and through `warnings.warn`) that says how many records were
+    read: what came before it is kept.
     """
     path = Path(path)
     if chunk_bytes < 1:
@@ -34,6 +35,9 @@ def read_pcap(path: str | Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Pc
             result = read_classic(path, mapped.buf, chunk_bytes)
     finally:
         mapped.close()
+    broken = [w for w in result.warnings if "truncated" in w or "corrupt" in w]
+    if result.records_read == 0 and broken:
+        raise PcapError(f"{broken[0]}; the file holds no whole packet record")
     for message in result.warnings:
-        warnings.warn(message, stacklevel=2)
+        warnings.warn(message, PcapWarning, stacklevel=2)
     return result
