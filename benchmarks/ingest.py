@@ -17,8 +17,10 @@ the ratios simstudy/dpkt and simstudy/tshark, and simstudy's peak memory against
 table it returns (a separate child: tracemalloc peak of numpy/Python allocations, and the growth
 of the resident set, which also counts mapped file pages). MB = 10**6 bytes, GB = 10**9 bytes.
 
-Targets (from the issue): >= 8 million packets/s on header.pcap, >= 3 GB/s on full.pcap, peak
-memory <= 2x the output table.
+Targets (from the issues): >= 8 million packets/s on header.pcap, >= 3 GB/s on full.pcap, peak
+memory <= 2x the output table; and on mixed.pcap, the realistic case (real captures interleave
+66-byte ACKs with snap-length data packets, so records have no constant stride), >= 8 million
+packets/s, and >= 4 million on the first run in a new process.
 
 Usage: python benchmarks/ingest.py [--size-mb 1024] [--dir DIR] [--repeat 3]
 """
@@ -247,7 +249,7 @@ def report(name: str, path: Path, args: argparse.Namespace) -> dict[str, float]:
           f"({mem['rss_growth'] / mem['table']:.2f}x table; counts mapped file pages too)")
     print(f"this machine: writing {mem['table'] / 1e6:,.0f} MB of new memory in a new process takes "
           f"{fresh['seconds']:.3f} s")
-    return {"pps": pps, "gbs": size / sec / 1e9, "mem": ratio}
+    return {"pps": pps, "first_pps": rows / first["wall"], "gbs": size / sec / 1e9, "mem": ratio}
 
 
 def main() -> None:
@@ -283,6 +285,11 @@ def main() -> None:
         print(f"full-size:   {f['gbs']:.2f} GB/s (target >= 3): {'PASS' if f['gbs'] >= 3 else 'FAIL'}")
         verdict = "PASS" if worst <= 2 else "FAIL"
         print(f"memory:      worst peak {worst:.2f}x the output table (target <= 2): {verdict}")
+        if "mixed header-only" in results:
+            m = results["mixed header-only"]
+            best, first = m["pps"], m["first_pps"]
+            print(f"mixed:       {best / 1e6:.2f} M packets/s (target >= 8): {'PASS' if best >= 8e6 else 'FAIL'}; "
+                  f"first run {first / 1e6:.2f} M (target >= 4): {'PASS' if first >= 4e6 else 'FAIL'}")
     finally:
         if tmp is not None:
             tmp.cleanup()

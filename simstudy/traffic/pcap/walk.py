@@ -54,12 +54,14 @@ class Walk:
     check: int = -1  # a lazy constant-stride run: every record's length should be this; the reader checks
 
 
-_LANE_RECORDS: Final = 256
+_LANE_RECORDS: Final = 64
 _MAX_LANES: Final = 16384
 _MAX_SLIDE: Final = 4096
 _SAMPLE: Final = 512
 _SEQUENTIAL_RECORD_BYTES: Final = 600
 _LANE_WINDOW: Final = 32 << 20
+#: A sliding lane looks at this many offsets at once.
+SLIDE_AHEAD: Final = 32
 
 
 def walk(buf: Buf, pos: int, stop: int, spec: WalkSpec, *, lazy: bool = False) -> Walk:
@@ -257,11 +259,15 @@ def _run_lanes(buf: Buf, pos: int, stop: int, spec: WalkSpec, lanes: int, per_la
         positions[row, live] = np.where(partial, _IDLE, cur)
         steps[row] = False
         steps[row, live] = step
-        last_slide[live[~partial & ~step]] = row
+        sliding = ~partial & ~step
+        last_slide[live[sliding]] = row
         ended = live[partial]
         exit_[ended], need[ended], state[ended] = cur[partial], np.where(header_cut, cur + head, nxt)[partial], 2
-        cur = np.where(step, nxt, cur + 1)
-        slides = np.where(step, 0, slides + 1)
+        jump = np.ones(len(cur), dtype=np.int64)
+        if SLIDE_AHEAD > 1 and sliding.any():  # jump to the first of the next offsets that may be a header
+            jump[sliding] = _next_plausible(buf, cur[sliding], pos, spec)
+        cur = np.where(step, nxt, cur + jump)
+        slides = np.where(step, 0, slides + jump)
         done = ~partial & (cur >= end_l)
         exit_[live[done]], state[live[done]] = cur[done], 1
         going = ~partial & ~done & (slides <= _MAX_SLIDE)
@@ -269,6 +275,18 @@ def _run_lanes(buf: Buf, pos: int, stop: int, spec: WalkSpec, lanes: int, per_la
             live, cur, end_l, slides = live[going], cur[going], end_l[going], slides[going]
         row += 1
     return _LaneRun(seg_end, positions[:row], steps[:row], last_slide, exit_, state, need)
+
+
+def _next_plausible(buf: Buf, at: I64, ref: int, spec: WalkSpec) -> I64:
+    """For lanes sliding from `at`: how far to the first of the next `SLIDE_AHEAD` offsets that may
+    hold a record header (`SLIDE_AHEAD` when none does). A lane that starts inside a record then
+    finds the next header in a row or two instead of one row per byte."""
+    ahead = np.arange(1, SLIDE_AHEAD + 1, dtype=np.int64)
+    where = (at[:, None] + ahead[None, :]).ravel()
+    length, plausible = spec.probe(buf, where, ref)
+    ok = (plausible & spec.valid_v(length)).reshape(len(at), SLIDE_AHEAD)
+    first = np.argmax(ok, axis=1)
+    return np.where(ok.any(axis=1), first + 1, SLIDE_AHEAD).astype(np.int64)
 
 
 def _stitch(buf: Buf, pos: int, stop: int, spec: WalkSpec, run: _LaneRun) -> Walk:
