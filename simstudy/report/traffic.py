@@ -15,7 +15,7 @@ from matplotlib.axes import Axes
 
 from simstudy import layout
 from simstudy.report.plots import plot_timeline
-from simstudy.traffic.features import Distribution, Features, TrafficMatrix
+from simstudy.traffic.features import Distribution, Features, TrafficMatrix, iteration_profile
 from simstudy.validate import Validation
 
 
@@ -96,6 +96,53 @@ def plot_throughputs(features: dict[str, Features], path: Path) -> Path:
     return path
 
 
+def plot_per_iteration(features: dict[str, Features], path: Path) -> Path:
+    """Every whole iteration of each trace laid over the others, aligned at its start (thin lines),
+    and each trace's mean iteration (thick), on one time axis: real against simulated, one
+    iteration at a time, so that the eye and the verdict look at the same thing."""
+    fig, ax = plt.subplots(figsize=(10, 3.6))
+    span = max((f.period.period_s for f in features.values() if np.isfinite(f.period.period_s)), default=np.nan)
+    for (label, f), color in zip(features.items(), ("tab:blue", "tab:orange", "tab:green"), strict=False):
+        prof = iteration_profile(f, span_s=span * 1.1 if np.isfinite(span) else None, bins=80)
+        if len(prof.curves) == 0:
+            continue
+        x = prof.offsets_s * 1e3
+        for curve in prof.curves:
+            ax.plot(x, curve * 8 / 1e6, color=color, lw=0.5, alpha=0.35, drawstyle="steps-post")
+        ax.plot(x, prof.mean * 8 / 1e6, color=color, lw=2.0, drawstyle="steps-post",
+                label=f"{label}: {len(prof.curves)} iterations, period {f.period.period_s * 1e3:.1f} ms")
+    ax.set_xlabel("time since the iteration's start (ms)")
+    ax.set_ylabel("Mbit/s (all links)")
+    ax.legend(fontsize=8)
+    ax.set_title("throughput through each iteration, aligned at iteration starts (thin: each; thick: mean)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _roles_lines(f: Features) -> list[str]:
+    r = f.roles
+    return [f"Roles ({r.source}): {r.reason}.", "", *(f"- {line}" for line in r.lines())]
+
+
+def _period_lines(f: Features) -> list[str]:
+    p = f.period
+    out = [f"Period {p.period_s * 1e3:.3f} ms ({p.method}): {p.reason}."]
+    if p.candidates:
+        out += ["", "| candidate (ms) | found by | steady cycles | bytes per cycle vary | durations vary | verdict |",
+                "|---:|---|---:|---:|---:|---|"]
+        for c in p.candidates:
+            if c.cycles >= 2 or c.verdict == "chosen":
+                out.append(f"| {c.period_s * 1e3:.4g} | {', '.join(c.found_by[:3])} | {c.cycles} | "
+                           f"{c.volume_cv:.1%} | {c.duration_cv:.1%} | {c.verdict} |")
+        hidden = sum(1 for c in p.candidates if c.cycles < 2 and c.verdict != "chosen")
+        if hidden:
+            out += ["", f"{hidden} more candidates had fewer than 2 steady cycles."]
+    return out
+
+
 def _scalar_table(features: dict[str, Features]) -> list[str]:
     names = list(next(iter(features.values())).scalars())
     head = "| metric | " + " | ".join(features) + " |"
@@ -113,6 +160,7 @@ def render_analysis(features: Features, out: Path, *, title: str, notes: list[st
     plot_timeline(features.timeline_1ms, plots / layout.TIMELINE_PLOT, title=f"{title}: throughput, 1 ms bins")
     plot_matrices({title: features.matrix}, plots / layout.MATRIX_PLOT)
     plot_distributions({title: features}, plots / layout.DISTRIBUTIONS_PLOT)
+    plot_per_iteration({title: features}, plots / layout.PER_ITERATION_PLOT)
     p = features.period
     bpi = features.bytes_per_iteration
     lines = [f"# Traffic of `{title}`", "",
@@ -120,15 +168,17 @@ def render_analysis(features: Features, out: Path, *, title: str, notes: list[st
              f"over {features.duration_s * 1e3:.3f} ms.", "",
              f"- iteration period: {p.period_s * 1e3:.3f} ms ({p.method}, strength {p.strength:.2f})",
              f"- bytes per iteration per worker: {bpi.mean / 1e6:.3f} MB (mean over {len(bpi.ranks)} workers, "
-             f"{bpi.iterations} iterations, {bpi.method})",
+             f"{bpi.iterations} whole iterations, {bpi.method}); all training endpoints: {bpi.total / 1e6:.3f} MB",
+             f"- duty cycle at the iteration's scale: {features.duty_iteration:.3f}",
              f"- on/off: duty cycle {features.on_off.duty_cycle:.3f}, peak-to-mean {features.on_off.peak_to_mean:.2f}, "
              f"{features.on_off.bursts.count} bursts",
              f"- flows: {features.flows.count}, median size {features.flows.sizes.median / 1e6:.3f} MB",
              f"- Hurst exponent (aggregated variance): {features.hurst:.3f}", ""]
     lines += [f"- note: {n}" for n in notes or []]
-    lines += ["", "## All scalar metrics", "", *_scalar_table({title: features}), "",
-              "## Plots", "", *(_image(name) for name in (layout.TIMELINE_PLOT, layout.MATRIX_PLOT,
-                                                          layout.DISTRIBUTIONS_PLOT)), ""]
+    lines += ["", "## Who is who", "", *_roles_lines(features), "", "## The iteration", "", *_period_lines(features),
+              "", "## All scalar metrics", "", *_scalar_table({title: features}), "",
+              "## Plots", "", *(_image(name) for name in (layout.TIMELINE_PLOT, layout.PER_ITERATION_PLOT,
+                                                          layout.MATRIX_PLOT, layout.DISTRIBUTIONS_PLOT)), ""]
     return _write(out / layout.ANALYSIS_MD, "\n".join(lines))
 
 
@@ -139,6 +189,7 @@ def render_validation(v: Validation, out: Path) -> Path:
     plots.mkdir(exist_ok=True)
     both = {"real": v.real_features, "simulated": v.sim_features}
     plot_throughputs(both, plots / layout.THROUGHPUT_PLOT)
+    plot_per_iteration(both, plots / layout.PER_ITERATION_PLOT)
     plot_matrices({k: f.matrix for k, f in both.items()}, plots / layout.MATRICES_PLOT)
     plot_distributions(both, plots / layout.DISTRIBUTIONS_PLOT)
     for name, f in zip((layout.FEATURES_REAL, layout.FEATURES_SIM), both.values(), strict=True):
@@ -151,7 +202,13 @@ def render_validation(v: Validation, out: Path) -> Path:
              v.report.to_markdown(), ""]
     if v.not_measurable:
         lines += [f"Not measurable on either trace (left out): {', '.join(v.not_measurable)}.", ""]
-    lines += ["## Side by side", "", *(_image(name) for name in (layout.THROUGHPUT_PLOT, layout.MATRICES_PLOT,
+    if v.real.experiment is not None:
+        e = v.real.experiment
+        lines += [f"Experiment (from the directory name): {e.framework}, {e.model}, {e.optimizer}, batch "
+                  f"{e.batch_size}, {e.backend}, delay {e.delay}" + (f", {e.topology}" if e.topology else "") + ".", ""]
+    lines += ["## One iteration at a time", "", _image(layout.PER_ITERATION_PLOT), "",
+              "## Side by side", "", *(_image(name) for name in (layout.THROUGHPUT_PLOT, layout.MATRICES_PLOT,
                                                                   layout.DISTRIBUTIONS_PLOT)),
+              "", "## The real trace", "", *_roles_lines(v.real_features), "", *_period_lines(v.real_features),
               "", "## Scalar metrics", "", *_scalar_table(both), ""]
     return _write(out / layout.VALIDATION_MD, "\n".join(lines))

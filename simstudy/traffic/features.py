@@ -55,6 +55,7 @@ __all__ = [
     "Distribution",
     "Features",
     "FlowStats",
+    "IterationProfile",
     "OnOff",
     "Period",
     "TrafficMatrix",
@@ -63,6 +64,8 @@ __all__ = [
     "flow_stats",
     "hurst",
     "iteration_period",
+    "iteration_profile",
+    "iteration_starts",
     "on_off",
     "rebin",
     "traffic_matrix",
@@ -242,8 +245,9 @@ class Period(_ValueEq):
     starts_s: FloatArray
     """Start of every whole iteration found (iteration marks: every marked start)."""
     window_s: tuple[float, float]
-    """The steady stretch whole iterations were counted over (table time; the whole table with
-    iteration marks; NaN, NaN when no iteration was found)."""
+    """Whole iterations of steady training found in the traffic (table time; NaN, NaN with
+    iteration marks, where the table holds only marked iterations, or when none was found): the
+    other analyses look only there."""
     acf_period_s: float
     """Lag of the first significant autocorrelation peak of the 1 ms total after lag 0 (NaN when none)."""
     acf_strength: float
@@ -909,7 +913,9 @@ ANALYSES: tuple[Analysis[Any], ...] = (
     _timeline_analysis("link_timeline_10ms", lambda c: None if c.links is None else rebin(c.links, 10)),
     Analysis("matrix", lambda c: _matrix(c.index[0], c.index[1], c.index[2], c.steady["bytes"].to_numpy()),
              TrafficMatrix, metrics=(
-        Metric("traffic_matrix:jensen_shannon", 0.10, JOB, "who sends to whom, and how much"),
+        Metric("traffic_matrix:jensen_shannon", 0.10, TRANSPORT,
+               "a ring all-reduce may run either way round (gloo sends to rank - 1, ASTRA-SIM to rank + 1): who "
+               "talks with whom is judged on the undirected matrix"),
         Metric("traffic_matrix:jensen_shannon_undirected", 0.10, JOB, "who talks with whom, either direction"),
     )),
     Analysis("period", lambda c: _period(c.timeline.total, 1e-3, c.runs[0], c.runs[1], c.found), Period,
@@ -960,6 +966,59 @@ ANALYSES: tuple[Analysis[Any], ...] = (
                              "the fraction of each iteration the network is busy, at the iteration's scale"),)),
 )
 _BY_NAME: dict[str, Analysis[Any]] = {a.name: a for a in ANALYSES}
+
+
+@dataclass(frozen=True, eq=False)
+class IterationProfile(_ValueEq):
+    """Throughput through each whole iteration, aligned at its start: what a person compares when
+    two traces of the same job are laid over each other one iteration at a time."""
+
+    offsets_s: FloatArray
+    """Time since the iteration's start of every bin (its left edge)."""
+    curves: FloatArray
+    """Bytes per second: iterations x bins (NaN past the trace's end)."""
+    starts_s: FloatArray
+    """Start of each iteration (table time)."""
+
+    @property
+    def mean(self) -> FloatArray:
+        """The mean curve over iterations (zeros when there are none)."""
+        if len(self.curves) == 0:
+            return np.zeros(len(self.offsets_s))
+        return np.asarray(np.nanmean(self.curves, axis=0), dtype=np.float64)
+
+
+def iteration_starts(period: Period) -> FloatArray:
+    """One start per iteration: marks of several workers within a tenth of a period are one start."""
+    s = np.sort(period.starts_s)
+    if len(s) == 0 or not math.isfinite(period.period_s):
+        return s
+    keep = np.concatenate([[True], np.diff(s) > 0.1 * period.period_s])
+    return np.asarray(s[keep], dtype=np.float64)
+
+
+def iteration_profile(f: Features, *, span_s: float | None = None, bins: int = 200) -> IterationProfile:
+    """The 1 ms timeline of `f` cut at every iteration start (`iteration_starts`) into `span_s`
+    long pieces (default: its period), averaged into `bins` bins each."""
+    starts = iteration_starts(f.period)
+    span = span_s if span_s is not None else f.period.period_s
+    tl = f.timeline_1ms
+    if len(starts) == 0 or not (math.isfinite(span) and span > 0) or "total" not in tl.series:
+        return IterationProfile(np.zeros(0), np.zeros((0, 0)), starts)
+    width = max(tl.bin_s, span / bins)
+    edges = np.arange(0.0, span + 1e-12, width)
+    rate = tl.total
+    t = tl.times_s
+    curves = np.full((len(starts), len(edges)), math.nan)
+    for k, s in enumerate(starts):
+        idx = np.floor((t - s) / width).astype(np.int64)
+        sel = (idx >= 0) & (idx < len(edges))
+        if sel.any():
+            curves[k] = np.bincount(idx[sel], weights=rate[sel], minlength=len(edges)) / np.maximum(
+                np.bincount(idx[sel], minlength=len(edges)), 1)
+            last = int(idx[sel].max())
+            curves[k, last + 1:] = math.nan
+    return IterationProfile(edges, curves, starts)
 
 
 def analyze(table: pd.DataFrame, *, boundaries: Boundaries | None = None, roles: Roles | None = None) -> Features:

@@ -152,9 +152,12 @@ class Iterations:
     """Whole iterations counted: the steady cycles, or the iterations of the whole stretch of
     traffic they lie in when its bytes are a whole number of cycles (see `counted_by`)."""
     window_s: tuple[float, float]
-    """The stretch the iterations were counted over (table time; NaN, NaN when none)."""
+    """From the first steady cycle's start to the last one's end (table time; NaN, NaN when none):
+    whole iterations of steady training, where the other analyses look."""
+    counted_s: tuple[float, float]
+    """The stretch the iterations were counted over (`window_s`, or the stretch of traffic around it)."""
     per_iteration: FloatArray
-    """Bytes per iteration of every sender (`senders`), over `window_s`."""
+    """Bytes per iteration of every sender (`senders`), over `counted_s`."""
     counted_by: str
     """"cycles": the steady cycles; "stretch": the traffic between two gaps (or the trace's
     ends) holds `count` times the steady cycles' bytes, within `STRETCH_TOLERANCE` cycles, so
@@ -410,7 +413,7 @@ def _volume_cv(volumes: FloatArray) -> float:
 def _none(reason: str, candidates: tuple[Candidate, ...] = ()) -> Iterations:
     empty = np.zeros(0)
     return Iterations(math.nan, candidates, reason, empty, empty, empty, (), np.zeros((0, 0)), 0,
-                      (math.nan, math.nan), empty, "none")
+                      (math.nan, math.nan), (math.nan, math.nan), empty, "none")
 
 
 def find_iterations(rows: pd.DataFrame) -> Iterations:
@@ -503,7 +506,8 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
     edges = t0 + cut.bounds.astype(np.float64) * BIN_S
     return Iterations(s.period_s, candidates, reason, edges[a:b], edges[a + 1:b + 1], volumes.sum(axis=1),
                       tuple(int(x) for x in senders),
-                      volumes, count, (t0 + window[0] * BIN_S, t0 + window[1] * BIN_S), per, counted_by)
+                      volumes, count, (t0 + lo * BIN_S, t0 + hi * BIN_S),
+                      (t0 + window[0] * BIN_S, t0 + window[1] * BIN_S), per, counted_by)
 
 
 def _whole_cycles(stretch: FloatArray, cycle: FloatArray) -> int:
