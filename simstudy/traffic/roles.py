@@ -8,8 +8,12 @@ metadata) or the simulated ranks:
 1. **Connections.** Rows are grouped into connections: both directions of a 5-tuple (by `flow`
    and the ports when the table has `sport`/`dport`; by rank pair otherwise). A connection is a
    *training* connection when it carries at least `TRAINING_SHARE` of the bytes of the busiest
-   one; the others are *control* connections (a store's few hundred bytes per connection,
-   barriers, keep-alives). Payload bytes are counted when the table has them.
+   one and lasts: it carries traffic in at least `LASTING_SHARE` as many of `SLICES` slices of
+   the time in which the middle 80% of the big connections' bytes flow as the most lasting one.
+   A big connection that does not last (the initial parameter broadcast) is *setup* traffic:
+   kept, but no evidence of roles.
+   The others are *control* connections (a store's few hundred bytes per connection, barriers
+   of other process groups, keep-alives). Payload bytes are counted when the table has them.
 2. **Hosts.** A host with a training connection is a training host; one without is a control
    host (rank -1, its traffic left out of the training metrics).
 3. **Workers and servers.** The training hosts and their training connections form a graph. When
@@ -59,6 +63,10 @@ SERVER: Role = "server"
 CONTROL: Role = "control"
 #: A connection carrying less than this share of the bytes of the busiest connection is control traffic.
 TRAINING_SHARE = 0.01
+#: ... and when it carries traffic in at least this share as many of `SLICES` slices of the bulk of
+#: the capture as the connection that carries traffic in most.
+LASTING_SHARE = 0.4
+SLICES = 20
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,34 @@ def _connections(table: pd.DataFrame) -> _Connections:
 # classification
 
 
+def _lasting(table: pd.DataFrame, con: _Connections, big: np.ndarray) -> np.ndarray:
+    """Connections that carry traffic through the bulk of the capture: in at least `LASTING_SHARE`
+    as many of `SLICES` equal slices of the time in which the middle 80% of the big connections'
+    bytes flow as the connection active in most of them. An initial parameter broadcast or a
+    one-off transfer is big but does not last."""
+    out = np.ones(len(big), dtype=np.bool_)
+    rows = big[con.of_row]
+    if not rows.any():
+        return out
+    t = table["t_start_s"].to_numpy()[rows]
+    w = _volume(table)[rows]
+    order = np.argsort(t, kind="stable")
+    cum = np.cumsum(w[order])
+    if cum[-1] <= 0:
+        return out
+    lo, hi = t[order][np.searchsorted(cum, [0.1 * cum[-1], 0.9 * cum[-1]])]
+    if not hi > lo:
+        return out
+    inside = (t >= lo) & (t <= hi)
+    piece = np.minimum(((t[inside] - lo) / (hi - lo) * SLICES).astype(np.int64), SLICES - 1)
+    which = con.of_row[rows][inside]
+    active = np.zeros((len(big), SLICES), dtype=np.bool_)
+    active[which, piece] = True
+    share = active[big].mean(axis=1)
+    out[big] = share >= LASTING_SHARE * share.max()
+    return out
+
+
 def _bipartite(hosts: list[int], edges: set[tuple[int, int]]) -> tuple[list[int], list[int]] | None:
     """(servers, workers) when the training graph is complete bipartite with fewer servers than
     workers and at least two workers; else None."""
@@ -211,7 +247,10 @@ def classify(table: pd.DataFrame, labels: Mapping[int, str] | None = None, *,
     unmapped = (con.a < 0) | (con.b < 0)
     candidates = ~marked & ~unmapped
     busiest = float(size[candidates].max()) if candidates.any() else 0.0
-    training = candidates & (size >= TRAINING_SHARE * busiest)
+    big = candidates & (size >= TRAINING_SHARE * busiest)
+    lasting = _lasting(table, con, big)
+    training = big & lasting
+    setup = big & ~lasting  # big but only at the edges of the capture: not evidence of roles
     edges = {(int(a), int(b)) for a, b, ok in zip(con.a, con.b, training, strict=True) if ok and a != b}
     hosts = sorted({h for e in edges for h in e} | {int(a) for a, b, ok in zip(con.a, con.b, training, strict=True)
                                                      if ok and a == b})
@@ -229,7 +268,7 @@ def classify(table: pd.DataFrame, labels: Mapping[int, str] | None = None, *,
     every = sorted(set(con.a.tolist()) | set(con.b.tolist()))
     for h in every:
         renumber.setdefault(h, -1)
-    control_row = ~training[con.of_row]
+    control_row = ~(training | setup)[con.of_row]
     ps = bool(servers)
 
     def rank(h: int) -> int:

@@ -34,6 +34,8 @@ class CaptureDir:
     experiment: Experiment | None
     meta: CaptureMeta | None
     warnings: list[str]
+    seen_twice: int = 0
+    """Packets left out because another file holds them too (see `one_copy`)."""
 
     def traffic_table(self, *, t0_s: float | None = None) -> pd.DataFrame:
         """The TrafficTable of this directory, with ranks and control endpoints from `meta.json` if present."""
@@ -60,15 +62,52 @@ def read_pcap_dir(directory: str | Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYT
         frames.append(frame)
         results.append(replace(r, packets=frame.iloc[:0]))
     meta = read_meta(directory)
+    packets, twice = one_copy(_concat_packets(frames))
     return CaptureDir(
         directory=directory,
         files=files,
-        packets=_concat_packets(frames),
+        packets=packets,
         results=tuple(results),
         experiment=parse_experiment_name(directory.resolve().name),
         meta=meta,
         warnings=[w for r in results for w in r.warnings],
+        seen_twice=twice,
     )
+
+
+#: A file whose packets carry one address in at least this share is that host's capture.
+OWN_SHARE = 0.9
+
+
+def one_copy(packets: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Each packet once, when the files are per-host captures of both directions: a packet between
+    two captured hosts is in the sender's file and in the receiver's; the receiver's copy is left
+    out (a packet from a host without a file of its own is kept where it was received). A file's
+    host is the address in at least `OWN_SHARE` of its packets; files without one are kept whole.
+    Returns the packets and how many copies were left out."""
+    if "file" not in packets.columns or len(packets) == 0:
+        return packets, 0
+    file = packets["file"].to_numpy()
+    src = packets["src_ip"].cat.codes.to_numpy()
+    dst = packets["dst_ip"].cat.codes.to_numpy()
+    own: dict[int, int] = {}
+    size = int(max(src.max(), dst.max())) + 1
+    for f in np.unique(file).tolist():
+        s, d = src[file == f], dst[file == f]
+        present = (np.bincount(s, minlength=size) + np.bincount(d, minlength=size)
+                   - np.bincount(s[s == d], minlength=size))  # packets that carry each address
+        best = int(np.argmax(present))
+        if present[best] >= OWN_SHARE * len(s):
+            own[f] = best
+    if len(own) < 2:
+        return packets, 0
+    captured = np.zeros(size, dtype=np.bool_)
+    captured[list(own.values())] = True
+    host = np.array([own.get(f, -1) for f in range(int(file.max()) + 1)])[file]
+    drop = (host >= 0) & (src != host) & captured[src]
+    if not drop.any():
+        return packets, 0
+    return packets[~drop].reset_index(drop=True), int(drop.sum())
 
 
 def _concat_packets(frames: list[pd.DataFrame]) -> pd.DataFrame:
