@@ -1,0 +1,151 @@
+"""Captures from elsewhere: real training captured here, then analysed as if it came from
+elsewhere (the pcaps only, no meta.json), against the truth the workers logged.
+
+Captures a matrix of real torch.distributed jobs with `simstudy capture` (gloo DDP and a
+parameter server; a CNN, an LSTM and a Transformer; 2 and 4 workers; 200 Mbit/s links, clean and
+with 1% loss), copies each capture's pcaps into a directory of their own, and analyses that
+directory as a new user would (`simstudy analyze DIR`: roles and iterations from the traffic).
+Prints per case the roles found, the period and the payload bytes per iteration found against
+the truth in the capture's meta.json (the median time between logged iteration starts of every
+worker: with 1% loss a TCP retransmission timeout stalls an iteration now and then, and the
+median is the iteration a person sees; the mean is kept in the JSON; payload per marked
+iteration), and the verdict of `simstudy validate --real DIR --spec S` on the bare
+directory with the capture's own scenario. Targets: period within 5% and bytes per iteration
+within 2% in every case.
+
+    sudo python benchmarks/bare_captures.py [-o results/bare] [--reuse] [--quick] [--iterations 5]
+
+`--reuse` analyses the captures already in the output directory instead of capturing again
+(rerun one case by deleting its directory). Captures are CPU-sensitive: the load average at the
+start and the end is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fidelity import MODELS, STRATEGIES, case_spec
+
+from simstudy.capture.run import capture
+from simstudy.traffic.features import analyze
+from simstudy.traffic.meta import read_meta
+from simstudy.traffic.sources import load_traffic
+from simstudy.validate import payload_view, validate
+
+LINKS: dict[str, dict[str, Any]] = {"200mbit": {"rate_mbit": 200}, "200mbit_loss1": {"rate_mbit": 200, "loss": 0.01}}
+
+
+def truth(directory: Path) -> dict[str, float]:
+    """What the capture's meta.json logged: the median (and mean) time between iteration starts of
+    every worker, and payload bytes per marked iteration (all training endpoints, and per worker)."""
+    meta = read_meta(directory)
+    assert meta is not None
+    diffs = [b[0] - a[0] for spans in meta.iterations.values() for a, b in itertools.pairwise(spans)]
+    src = load_traffic(directory)
+    t = payload_view(src.table)
+    t = t[t["op"] != "control"]
+    n = int(t["iteration"].nunique())
+    workers = sorted(meta.iterations)
+    sent = t.groupby("src")["bytes"].sum()
+    return {"period_s": statistics.median(diffs), "period_mean_s": statistics.mean(diffs),
+            "total": float(t["bytes"].sum()) / n,
+            "per_worker": float(sent.reindex(workers).fillna(0).mean()) / n, "iterations": n}
+
+
+def bare_copy(directory: Path, bare: Path) -> Path:
+    """The capture files only, in a directory of their own."""
+    shutil.rmtree(bare, ignore_errors=True)
+    bare.mkdir(parents=True)
+    for f in sorted(directory.glob("*.pcap")):
+        shutil.copy2(f, bare / f.name)
+    return bare
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("-o", "--output", default="results/bare")
+    ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="2 workers, no lossy links")
+    ap.add_argument("--reuse", action="store_true", help="analyse captures already in the output directory")
+    args = ap.parse_args()
+    out = Path(args.output)
+    workers = (2,) if args.quick else (2, 4)
+    links = ("200mbit",) if args.quick else tuple(LINKS)
+    print(f"load average at the start: {load()} (2 cores)")
+    header = (f"{'case':34s} {'roles found':16s} {'period found':>12s} {'truth':>9s} {'err':>7s}  "
+              f"{'B/iter found':>13s} {'truth':>13s} {'err':>7s}  {'n':>2s}  verdict")
+    print(header)
+    rows: list[dict[str, Any]] = []
+    for strategy, model, w, link in itertools.product(STRATEGIES, MODELS, workers, links):
+        spec = case_spec(strategy, model, w, "200mbit", args.iterations)
+        spec = spec.model_copy(update={"name": f"{strategy}_{model}_w{w}_{link}",
+                                       "capture": spec.capture.model_copy(update={"link": spec.capture.link.model_copy(
+                                           update=LINKS[link])})})
+        case = out / spec.name
+        t0 = time.monotonic()
+        try:
+            if not (args.reuse and (case / "meta.json").is_file()):
+                capture(spec, case, force=True)
+            bare = bare_copy(case, out / "bare" / spec.name)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                real = load_traffic(bare)
+                f = analyze(payload_view(real.table), boundaries=real.boundaries, roles=real.roles)
+                scenario = out / "bare" / f"{spec.name}.yaml"
+                scenario.write_text(yaml.safe_dump(read_meta(case).scenario))  # type: ignore[union-attr]
+                v = validate(bare, out / "validation" / spec.name, spec=scenario)
+            want = truth(case)
+        except Exception as exc:  # one failing case does not stop the matrix
+            print(f"{spec.name:34s} FAILED: {str(exc).splitlines()[0]}", flush=True)
+            rows.append({"case": spec.name, "error": str(exc)})
+            continue
+        r, p, b = f.roles, f.period, f.bytes_per_iteration
+        roles = f"{len(r.workers)}w" + (f"+{len(r.servers)}s" if r.servers else "") + f", {len(r.control)} ctl"
+        row = {"case": spec.name, "roles": roles, "workers": len(r.workers), "servers": len(r.servers),
+               "period_s": p.period_s, "period_truth_s": want["period_s"], "period_mean_s": want["period_mean_s"],
+               "period_err": p.period_s / want["period_s"] - 1,
+               "bytes": b.total, "bytes_truth": want["total"], "bytes_err": b.total / want["total"] - 1,
+               "per_worker": b.mean, "per_worker_truth": want["per_worker"], "iterations": b.iterations,
+               "verdict": v.report.verdict, "wall_s": time.monotonic() - t0}
+        if v.report.failures:
+            row["verdict"] += ": " + ", ".join(r.metric for r in v.report.failures)
+        rows.append(row)
+        ok = abs(row["period_err"]) <= 0.05 and abs(row["bytes_err"]) <= 0.02
+        print(f"{spec.name:34s} {roles:16s} {p.period_s * 1e3:10.1f}ms {want['period_s'] * 1e3:7.1f}ms "
+              f"{row['period_err']:+7.1%}  {b.total:13,.0f} {want['total']:13,.0f} {row['bytes_err']:+7.2%}  "
+              f"{b.iterations:2d}  {row['verdict']}{'' if ok else '   <- off target'}", flush=True)
+    done = [r for r in rows if "error" not in r]
+    period_ok = sum(abs(r["period_err"]) <= 0.05 for r in done)
+    bytes_ok = sum(abs(r["bytes_err"]) <= 0.02 for r in done)
+    passed = sum(r["verdict"].startswith("PASS") for r in done)
+    worst_p = max((abs(r["period_err"]) for r in done), default=math.nan)
+    worst_b = max((abs(r["bytes_err"]) for r in done), default=math.nan)
+    print(f"\nperiod within 5%: {period_ok}/{len(done)} (worst {worst_p:.1%}); bytes per iteration within 2%: "
+          f"{bytes_ok}/{len(done)} (worst {worst_b:.2%}); validate PASS: {passed}/{len(done)}; "
+          f"failed cases: {len(rows) - len(done)}")
+    print(f"load average at the end: {load()}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bare_captures.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
