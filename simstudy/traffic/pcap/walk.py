@@ -251,26 +251,51 @@ def _run_lanes(buf: Buf, pos: int, stop: int, spec: WalkSpec, lanes: int, per_la
             steps = np.concatenate([steps, np.empty_like(steps)])
         length, plausible = spec.probe(buf, cur, pos)
         nxt = cur + spec.hdr + length
-        header_cut = cur + head > stop
-        ok = ~header_cut & spec.valid_v(length) & plausible
-        partial = header_cut | (ok & (nxt > stop))
-        step = ok & ~partial
-        positions[row] = _IDLE
-        positions[row, live] = np.where(partial, _IDLE, cur)
-        steps[row] = False
-        steps[row, live] = step
-        sliding = ~partial & ~step
-        last_slide[live[sliding]] = row
-        ended = live[partial]
-        exit_[ended], need[ended], state[ended] = cur[partial], np.where(header_cut, cur + head, nxt)[partial], 2
-        jump = np.ones(len(cur), dtype=np.int64)
-        if SLIDE_AHEAD > 1 and sliding.any():  # jump to the first of the next offsets that may be a header
-            jump[sliding] = _next_plausible(buf, cur[sliding], pos, spec)
-        cur = np.where(step, nxt, cur + jump)
-        slides = np.where(step, 0, slides + jump)
-        done = ~partial & (cur >= end_l)
-        exit_[live[done]], state[live[done]] = cur[done], 1
-        going = ~partial & ~done & (slides <= _MAX_SLIDE)
+        ok = spec.valid_v(length) & plausible
+        # the end of the window concerns the last lanes only: look at it when some lane is near it
+        header_cut = cur + head > stop if int(cur[-1]) + head > stop else None
+        if header_cut is not None:
+            ok &= ~header_cut
+        partial = None
+        if int(nxt.max()) > stop or header_cut is not None:
+            partial = ok & (nxt > stop) if header_cut is None else header_cut | (ok & (nxt > stop))
+            if not partial.any():
+                partial = None
+        step = ok if partial is None else ok & ~partial
+        whole_row = len(live) == lanes
+        if whole_row and partial is None:
+            positions[row] = cur
+            steps[row] = step
+        else:
+            positions[row] = _IDLE
+            positions[row, live] = cur if partial is None else np.where(partial, _IDLE, cur)
+            steps[row] = False
+            steps[row, live] = step
+        sliding = ~step if partial is None else ~partial & ~step
+        any_sliding = bool(sliding.any())
+        if any_sliding:
+            last_slide[live[sliding]] = row
+        if partial is not None:
+            ended = live[partial]
+            cut = header_cut if header_cut is not None else np.zeros(len(cur), dtype=np.bool_)
+            exit_[ended], need[ended], state[ended] = cur[partial], np.where(cut, cur + head, nxt)[partial], 2
+        if any_sliding:
+            jump = np.ones(len(cur), dtype=np.int64)
+            if SLIDE_AHEAD > 1:  # jump to the first of the next offsets that may be a header
+                jump[sliding] = _next_plausible(buf, cur[sliding], pos, spec)
+            cur = np.where(step, nxt, cur + jump)
+            slides = np.where(step, 0, slides + jump)
+        else:
+            cur = nxt
+            slides[:] = 0
+        done = cur >= end_l
+        if partial is not None:
+            done &= ~partial
+        if done.any():
+            exit_[live[done]], state[live[done]] = cur[done], 1
+        going = ~done & (slides <= _MAX_SLIDE)
+        if partial is not None:
+            going &= ~partial
         if not going.all():
             live, cur, end_l, slides = live[going], cur[going], end_l[going], slides[going]
         row += 1
