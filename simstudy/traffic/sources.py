@@ -1,13 +1,17 @@
 """Where a TrafficTable comes from: a capture directory (pcaps + meta.json) or a run directory.
 
-A capture directory holds one or more pcap/pcapng files and, when simstudy made it, a
-`meta.json` with (all optional):
+A capture directory holds one or more pcap/pcapng files (one per host, or one for all) and,
+when simstudy made it, a `meta.json` (`simstudy.traffic.meta.CaptureMeta`; all optional):
 
 - `ranks`: rank -> endpoint, `{"0": "10.0.0.1:29500", ...}` (or `"ip"`, or `{"ip":..,"port":..}`)
 - `control`: endpoints of the torch.distributed store/control connection, `["10.0.0.1:29400"]`
+- `servers`: the ranks that are parameter servers
 - `iterations`: rank -> `[[start_s, end_s], ...]`, wall-clock seconds on the pcap clock; the
   table then keeps only the packets of these iterations and numbers them in an `iteration` column
 - `scenario`: the resolved scenario of the job (used by `validate`)
+
+Without `ranks` (a capture from elsewhere), or when the user gives `--ranks`, who is who comes
+from `simstudy.traffic.roles` (or the user): `TrafficSource.roles` says which and why.
 
 The time origin of a capture is its first training iteration when `iterations` is given
 (packets before it, such as the rendezvous, are dropped), else its first training packet.

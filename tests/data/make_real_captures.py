@@ -1,0 +1,67 @@
+"""Regenerate the small real captures in tests/data/real/ (needs root, tcpdump, ethtool and torch).
+
+    sudo python tests/data/make_real_captures.py
+
+Each is a real torch.distributed job captured by `simstudy capture` (a narrow CNN, 2 workers,
+200 Mbit/s links, snap length 100), kept as its pcaps only, as a capture from elsewhere would
+come, and `truth.json`: what the capture's meta.json logged (the median time between iteration
+starts, payload bytes per marked iteration, workers and servers). tests/traffic/test_real.py
+checks that `analyze` finds the roles, the period and the bytes per iteration from the pcaps
+alone. Run this only when a change is meant to move them, and say why in the commit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+
+from simstudy.capture.run import capture
+from simstudy.spec.capture import CaptureSpec
+from simstudy.traffic.meta import read_meta
+from simstudy.traffic.sources import load_traffic
+from simstudy.validate import payload_view
+
+HERE = Path(__file__).resolve().parent / "real"
+MODEL = {"zoo": "small_cnn", "options": {"width": 8}}
+JOBS = {
+    "ddp_w2": {"parallelism": {"dp": 2}},
+    "ps_w2": {"parallelism": {"dp": 2, "aggregation": {"kind": "parameter_server", "servers": 1, "mode": "sync"}}},
+}
+
+
+def main() -> None:
+    for name, job in JOBS.items():
+        spec = CaptureSpec.model_validate({
+            "name": name, "model": MODEL, **job, "training": {"batch_size_per_worker": 256},
+            "capture": {"iterations": 6, "warmup": 1, "calibration": 1, "snaplen": 100, "link": {"rate_mbit": 200}},
+        })
+        with tempfile.TemporaryDirectory() as tmp:
+            cap = Path(tmp) / name
+            capture(spec, cap)
+            shutil.copytree(cap, Path(tempfile.gettempdir()) / f"real-{name}", dirs_exist_ok=True)  # for a look
+            meta = read_meta(cap)
+            assert meta is not None
+            diffs = [b[0] - a[0] for spans in meta.iterations.values() for a, b in itertools.pairwise(spans)]
+            table = payload_view(load_traffic(cap).table)
+            table = table[table["op"] != "control"]
+            n = int(table["iteration"].nunique())
+            out = HERE / name
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir(parents=True)
+            for f in sorted(cap.glob("*.pcap")):
+                shutil.copy2(f, out / f.name)
+            truth = {"period_s": statistics.median(diffs), "payload_per_iteration": float(table["bytes"].sum()) / n,
+                     "workers": spec.parallelism.dp, "servers": spec.ranks - spec.parallelism.dp,
+                     "iterations_marked": n,
+                     "starts_s": {str(r): [s for s, _ in spans] for r, spans in meta.iterations.items()}}
+            (out / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+            sizes = ", ".join(f"{f.name} {f.stat().st_size:,} B" for f in sorted(out.glob("*.pcap")))
+            print(f"{name}: {sizes}; {truth}")
+
+
+if __name__ == "__main__":
+    main()
