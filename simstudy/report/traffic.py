@@ -134,10 +134,10 @@ def _period_lines(f: Features) -> list[str]:
         out += ["", "| candidate (ms) | found by | steady cycles | bytes per cycle vary | durations vary | verdict |",
                 "|---:|---|---:|---:|---:|---|"]
         for c in p.candidates:
-            if c.cycles >= 2 or c.verdict == "chosen":
+            if c.cycles >= 2 or c.verdict.startswith("chosen"):
                 out.append(f"| {c.period_s * 1e3:.4g} | {', '.join(c.found_by[:3])} | {c.cycles} | "
                            f"{c.volume_cv:.1%} | {c.duration_cv:.1%} | {c.verdict} |")
-        hidden = sum(1 for c in p.candidates if c.cycles < 2 and c.verdict != "chosen")
+        hidden = sum(1 for c in p.candidates if c.cycles < 2 and not c.verdict.startswith("chosen"))
         if hidden:
             out += ["", f"{hidden} more candidates had fewer than 2 steady cycles."]
     return out

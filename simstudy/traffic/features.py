@@ -8,7 +8,12 @@ features) and round-trips through JSON (`features.json`), so that `compare` need
 Conventions, stated once:
 
 - Training traffic only. Rows whose `op` is ``"control"`` (heartbeats, rendezvous, capture
-  bookkeeping) are dropped before any metric (`training_rows`).
+  bookkeeping) and rows to or from an endpoint without a rank (-1) are dropped before any
+  metric (`training_rows`).
+- Whole iterations only. Without iteration marks, the iterations are found from the traffic
+  (`simstudy.traffic.iterations`), and every metric but the timelines (which show the whole
+  trace) looks at the steady window of whole iterations (`Period.window_s`): setup traffic and
+  partial iterations at either end do not count.
 - Throughput series are bytes per second, as in `Timeline`. Scalar names ending in ``_bps``
   are **bits** per second (network convention, like `bandwidth_gbps` in the specs).
 - The timeline starts at the first training transfer (not at time zero), so that a capture and
@@ -20,8 +25,8 @@ Conventions, stated once:
   from features.json.
 - A flow is one (`flow`, `src`, `dst`) triple: a directional 5-tuple in a capture, one
   collective chunk between two ranks in a simulation.
-- Ranks are what the table says, including the -1 a capture gives endpoints that are not
-  ranks (their traffic is kept, as a rank of its own).
+- Ranks are what the table says; `Features.roles` says which are workers and which parameter
+  servers (given by the source, or found from the table by `simstudy.traffic.roles`).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from scipy.signal import find_peaks
 
 from simstudy.traffic.iterations import Candidate, Iterations, find_iterations
 from simstudy.traffic.registry import JOB, TRANSPORT, Analysis, Context, Metric
-from simstudy.traffic.roles import Roles, classify
+from simstudy.traffic.roles import Roles, classify, with_iterations
 from simstudy.traffic.timeline import Timeline, link_timeline, throughput_timeline
 
 __all__ = [
@@ -565,7 +570,7 @@ def _period(rates: FloatArray, bin_s: float, runs: list[tuple[FloatArray, FloatA
         chosen = (it_p, runs_method, it_s, f"median time between the {len(starts)} marked iteration starts")
     elif found is not None and found.count:
         starts, win = found.starts_s, found.window_s
-        cv = next(c.volume_cv for c in found.candidates if c.verdict == "chosen")
+        cv = next(c.volume_cv for c in found.candidates if c.verdict.startswith("chosen"))
         chosen = (found.period_s, "traffic", float(np.clip(1.0 - cv, 0.0, 1.0)), found.reason)
     elif math.isfinite(acf_p) and acf_s >= ACF_CLEAR_PEAK:
         chosen = (acf_p, "autocorrelation", acf_s, _fallback(found, "the first clear 1 ms autocorrelation peak"))
@@ -865,9 +870,11 @@ class _Shared(Context):
 
 
 def _roles(c: _Shared) -> Roles:
-    if c.given_roles is not None:
-        return c.given_roles
-    return classify(c.table, renumber_ranks=False)[0]
+    roles = c.given_roles if c.given_roles is not None else classify(c.table, renumber_ranks=False)[0]
+    found = c.found
+    if found is not None and found.count:  # periodicity evidence: bytes in every whole iteration
+        roles = with_iterations(roles, found.senders, found.sender_bytes)
+    return roles
 
 
 def _duration(rows: pd.DataFrame) -> float:

@@ -11,27 +11,46 @@ the iteration: **a true iteration period repeats the same bytes per cycle**, sen
    sum over senders of each sender's rate over its own peak (so that a parameter server's
    saturated link and its workers' short pushes count alike).
 2. Candidates: peaks of the autocorrelation and of the periodogram of the activity and of the
-   total, in 1 ms, 10 ms and 100 ms bins (`SCALES_S`), from 2 bins to a third of the trace;
-   candidates within `MERGE_TOLERANCE` of each other are one.
-3. Cycles of a candidate T: boundaries where the activity is lowest, each searched within
-   +-`SNAP` x T of one period after the previous one (so that jitter does not accumulate),
-   the first one in the quietest phase of the activity folded at T; after a gap longer than
-   a period the next boundary is the onset of the next traffic. The trace's first and last
-   byte also bound a cycle (for its bytes, not its duration).
+   total, in 1 ms, 10 ms and 100 ms bins (`SCALES_S`), from 2 bins to a third of the trace, and
+   their `HARMONICS` (the iteration may show only as a multiple or a sub-multiple); candidates
+   within `MERGE_TOLERANCE` of each other are one.
+3. Cycles of a candidate T: common boundaries where the activity is lowest, each searched
+   within +-`SNAP` x T of one period after the previous one (so that jitter does not
+   accumulate), the first in the quietest phase of the activity folded at T; after a gap longer
+   than the search window the next boundary is the onset of the next traffic. The trace's first
+   and last byte also bound a cycle. Each sender's bytes per cycle are cut at its own quietest
+   point within +-`SNAP`/2 periods of each common boundary, so that a burst that straddles the
+   common boundary is not split. The cut is made again at the period it measures when the seed
+   was off (a peak of a coarse series).
 4. Steady cycles: the longest run of consecutive cycles whose bytes are within
    `STEADY_TOLERANCE` of the typical cycle (the value most cycles agree with); two neighbours
    that are off only because a boundary fell between them count as steady together. Setup
    traffic (the initial parameter broadcast, a rendezvous) and partial iterations at either
    end of the capture fall outside.
-5. A candidate is *strong* when it has at least `MIN_CYCLES` steady cycles and every sender's
-   bytes per cycle vary by at most `MAX_VOLUME_CV` over them (bytes-weighted mean of the
-   coefficients of variation). Pacing periods fail this (their cycles hold a burst or a
-   compute gap), and so do sub-multiples of the iteration (alternate cycles differ) and
-   non-integer multiples (boundaries only fall in the quiet gaps, so their cycles hold one or
-   two iterations).
-6. The iteration is the longest strong candidate that is not a whole multiple (up to
-   `MAX_MULTIPLE`) of a shorter strong one. Its period is the median duration of its steady
-   cycles bounded by real boundaries on both sides.
+5. A candidate is *strong* when it has at least `MIN_CYCLES` steady cycles holding at least
+   `MIN_COVERAGE` of the bytes, every sender's bytes per cycle vary by at most `MAX_VOLUME_CV`
+   over them (bytes-weighted mean of the coefficients of variation) and the cycles' durations
+   by at most `MAX_DURATION_CV`. Pacing periods fail this (their cycles hold a burst or a
+   compute gap, and few bytes), and so do sub-multiples of the iteration (alternate cycles
+   differ) and non-integer multiples (boundaries fall in the quiet gaps, so their cycles hold
+   one or two iterations).
+6. The iteration is the strong candidate whose cycles repeat the same bytes most exactly (at a
+   tie: the most steady cycles, the most regular, the shortest); a whole multiple of a shorter
+   strong candidate that repeats its bytes as well (within `VOLUME_CV_NOISE`) gives way to it,
+   and a candidate that repeats its bytes exactly (`EXACT_CV`) but whose alternate cycles differ
+   in length by `ALTERNATION` gives way to its double (a ring all-reduce of two workers moves
+   the same bytes in its reduce-scatter and its all-gather, but only one half holds the compute
+   gap). Its period is the slope of the steady run's found boundaries against their cycle number.
+   When no candidate is strong, the one that comes closest among those with `MIN_CYCLES` steady
+   cycles holding `MIN_COVERAGE` of the bytes is chosen and said to be weak; when none has
+   those, no iteration is found (never a pacing period).
+7. Whole iterations: the stretch of traffic between gaps longer than a period that holds the
+   steady run counts `count` iterations when the senders whose cycles are cut cleanly agree that
+   it holds a whole number of their cycles (a parameter server's link that never pauses is cut
+   less cleanly than its workers'); its bytes divided by that are the bytes per iteration, and
+   boundaries inside it do not matter. A sender whose stretch holds a quarter of a cycle more
+   than that (the initial broadcast) counts its typical cycle (the median, when most of its
+   cycles agree with it) instead. Otherwise the steady cycles are counted.
 
 `Candidate` records every candidate with what rejected it, and `Iterations.reason` says why the
 chosen one won, so that a person can check the choice against the plot.
@@ -85,10 +104,19 @@ HARMONICS = (0.5, 1 / 3, 2.0)
 #: Fewest steady cycles a strong candidate has.
 MIN_CYCLES = 3
 #: Smallest share of the training bytes a strong candidate's steady cycles hold.
-MIN_COVERAGE = 0.5
+MIN_COVERAGE = 0.3
 #: Differences in `Candidate.volume_cv` smaller than this are noise: a whole multiple of a
 #: period repeats its bytes as exactly as the period itself, and the shorter one is chosen.
 VOLUME_CV_NOISE = 0.02
+#: A strong candidate whose alternate cycles differ in mean length by this much is half the
+#: iteration when its double repeats the bytes as exactly.
+ALTERNATION = 0.1
+#: Bytes per cycle that vary less than this repeat exactly (cycles cut in silent gaps).
+EXACT_CV = 0.01
+#: ... and when the difference is this many times its standard error (the cycles' jitter).
+ALTERNATION_SIGNIFICANCE = 3.0
+#: Senders whose even and odd cycles differ in bytes by this much (and significantly) alternate.
+ALTERNATION_BYTES = 0.03
 #: Coefficients of variation closer than this are a tie.
 TIE = 0.005
 #: Largest coefficient of variation of a sender's bytes per cycle for a strong candidate.
@@ -106,7 +134,9 @@ MULTIPLE_TOLERANCE = 0.06
 STRETCH_TOLERANCE = 0.05
 STRETCH_CLEAN_SHARE = 0.25
 SETUP_SHARE = 0.25
-CLEAN_CV = 0.03
+#: A sender's typical cycle is known when this share of its steady cycles is within CLEAN_CYCLE of it.
+CLEAN_SHARE = 0.5
+CLEAN_CYCLE = 0.02
 #: Bin width of the series the cycles are cut from, seconds.
 BIN_S = 1e-3
 
@@ -396,6 +426,43 @@ def _duration_cv(cut: _Cut) -> float:
     return float(d.std() / d.mean()) if len(d) >= 2 else 0.0
 
 
+def _alternates(cut: _Cut, volume_cv: float) -> str:
+    """Why the steady cycles of a cut look like halves of the iteration (empty when they do not):
+    an exact repeat of bytes whose even and odd cycles differ in length (`_alternation`), or
+    senders holding most of the bytes whose even and odd cycles differ in bytes by at least
+    `ALTERNATION_BYTES`, each beyond `ALTERNATION_SIGNIFICANCE` standard errors."""
+    a, b = cut.run
+    v = cut.volumes[a:b]
+    if len(v) >= 6:
+        even, odd = v[0::2], v[1::2]
+        diff = np.abs(even.mean(axis=0) - odd.mean(axis=0))
+        se = np.sqrt(even.var(axis=0, ddof=1) / len(even) + odd.var(axis=0, ddof=1) / len(odd))
+        mean = v.mean(axis=0)
+        differ = (diff >= ALTERNATION_BYTES * mean) & (diff > ALTERNATION_SIGNIFICANCE * se) & (mean > 0)
+        if mean.sum() > 0 and mean[differ].sum() >= 0.5 * mean.sum():
+            return (f"senders holding {mean[differ].sum() / mean.sum():.0%} of the bytes send "
+                    f"{float(np.median(diff[differ] / mean[differ])):.0%} more in one than in the other")
+    length = _alternation(cut) if volume_cv <= EXACT_CV else 0.0
+    return f"in length by {length:.0%}" if length >= ALTERNATION else ""
+
+
+def _alternation(cut: _Cut) -> float:
+    """How much the even and the odd whole steady cycles differ in mean length, relative (0 with
+    fewer than 4): a sub-multiple of the iteration alternates between the half with the compute
+    gap and the half without."""
+    a, b = cut.run
+    whole = cut.real[a:b] & cut.real[a + 1:b + 1]
+    d = np.diff(cut.bounds)[a:b].astype(np.float64)
+    if whole.sum() < 4 or not whole.all():
+        return 0.0
+    even, odd = d[0::2], d[1::2]
+    diff = abs(even.mean() - odd.mean())
+    noise = math.sqrt(even.var(ddof=1) / len(even) + odd.var(ddof=1) / len(odd))
+    if diff < ALTERNATION_SIGNIFICANCE * noise:  # no more than the cycles' own jitter
+        return 0.0
+    return float(diff / d.mean())
+
+
 def _volume_cv(volumes: FloatArray) -> float:
     """Bytes-weighted mean over senders of the coefficient of variation of bytes per cycle."""
     if len(volumes) < 2:
@@ -456,10 +523,16 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
             verdicts[i] = f"cycle durations vary {s.duration_cv:.0%} (at most {MAX_DURATION_CV:.0%})"
         else:
             strong.append(i)
-    if not strong:
-        candidates = tuple(Candidate(p, src, acf, stats[i].cycles, stats[i].volume_cv, stats[i].duration_cv,
-                                     verdicts[i]) for i, (p, src, acf) in enumerate(merged))
-        return _none("no candidate repeats the same bytes per cycle", candidates)
+    weak = False
+    if not strong:  # the most regular candidate that holds the bulk of the bytes, said to be weak
+        strong = [i for i, s in enumerate(stats) if s.cycles >= MIN_CYCLES and s.coverage >= MIN_COVERAGE
+                  and math.isfinite(s.period_s)]
+        weak = True
+        if not strong:
+            candidates = tuple(Candidate(p, src, acf, stats[i].cycles, stats[i].volume_cv, stats[i].duration_cv,
+                                         verdicts[i]) for i, (p, src, acf) in enumerate(merged))
+            return _none("no candidate has steady cycles that hold the bulk of the bytes: no iteration found",
+                         candidates)
     # the most exact repeat of bytes; at a tie, the most steady cycles, the most regular, the shortest
     best = min(strong, key=lambda i: (round(stats[i].volume_cv / TIE), -stats[i].cycles,
                                       round(stats[i].duration_cv / TIE), stats[i].period_s))
@@ -470,18 +543,29 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
             verdicts[best] = f"{round(k)} x {stats[i].period_s * 1e3:.4g} ms, which repeats its bytes as well"
             best = i
             break
+    # a candidate whose alternate cycles differ (in length, or in what its senders send) is half the iteration
+    why = _alternates(cuts[best], stats[best].volume_cv)
+    if why:
+        for i in strong:
+            k = stats[i].period_s / stats[best].period_s
+            if abs(k / 2 - 1) <= MULTIPLE_TOLERANCE:
+                verdicts[best] = f"half of {stats[i].period_s * 1e3:.4g} ms: its alternate cycles differ ({why})"
+                best = i
+                break
     for i in strong:
         if i != best and i not in verdicts:
             same = abs(stats[i].period_s / stats[best].period_s - 1) <= MERGE_TOLERANCE
             verdicts[i] = ("the same cycles" if same else
                            f"bytes per cycle vary {stats[i].volume_cv:.1%} (chosen: {stats[best].volume_cv:.1%})")
-    verdicts[best] = "chosen"
+    verdicts[best] = "chosen" if not weak else "chosen, weak"
     candidates = tuple(Candidate(p, src, acf, stats[i].cycles, stats[i].volume_cv, stats[i].duration_cv, verdicts[i])
                        for i, (p, src, acf) in enumerate(merged))
     cut, s = cuts[best], stats[best]
     a, b = cut.run
     volumes = cut.volumes[a:b]
-    reason = (f"the period whose cycles repeat the same bytes most exactly: {b - a} steady cycles holding "
+    reason = ("no candidate repeats its bytes within the limits; the one that comes closest: " if weak else
+              "the period whose cycles repeat the same bytes most exactly: ")
+    reason += (f"{b - a} steady cycles holding "
               f"{s.coverage:.0%} of the bytes, each sender's bytes per cycle vary {s.volume_cv:.1%}; "
               f"period = slope of its {s.boundaries} boundaries against their cycle number")
     lo, hi = int(cut.bounds[a]), int(cut.bounds[b])
@@ -492,11 +576,11 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
     cycle = np.median(volumes, axis=0)  # a sender's typical cycle, whatever one mis-cut cycle holds
     n = _whole_cycles(stretch, cycle)
     if n >= b - a:
-        # a sender whose cycles repeat cleanly but whose stretch holds a quarter of a cycle more or
-        # less than n of them sent setup traffic too (the initial parameter broadcast): its cycle
-        # is its bytes per iteration
-        spread = volumes.std(axis=0) / np.where(cycle > 0, cycle, 1.0)
-        setup = (np.abs(stretch - n * cycle) > SETUP_SHARE * cycle) & (spread <= CLEAN_CV)
+        # a sender most of whose cycles agree (so that its typical cycle is known) but whose stretch
+        # holds a quarter of a cycle more or less than n of them sent setup traffic too (the
+        # initial parameter broadcast): its typical cycle is its bytes per iteration
+        agree = (np.abs(volumes / np.where(cycle > 0, cycle, 1.0) - 1) <= CLEAN_CYCLE).mean(axis=0)
+        setup = (np.abs(stretch - n * cycle) > SETUP_SHARE * cycle) & (agree >= CLEAN_SHARE)
         per = np.where(setup, cycle, stretch / n)
         count, window, counted_by = n, (s_lo, s_hi + 1), "stretch"
         reason += (f"; bytes per iteration = the bytes of the stretch of traffic the cycles lie in / {n} (the "

@@ -55,6 +55,7 @@ __all__ = [
     "classify",
     "given",
     "shifted",
+    "with_iterations",
 ]
 
 Role = Literal["worker", "server", "control"]
@@ -88,6 +89,12 @@ class EndpointRole:
     """When it was first and last seen (table time): how long its connections live."""
     evidence: str
     """Why it has this role, in words."""
+    bytes_per_iteration: float = math.nan
+    """What it sends per whole steady iteration (NaN until the iterations are known)."""
+    iterations_active: int = 0
+    """In how many of the steady iterations it sent at least a tenth of its typical iteration:
+    a worker or server sends in every one, a rendezvous store in none."""
+    iterations_seen: int = 0
 
 
 @dataclass(frozen=True)
@@ -385,3 +392,25 @@ def shifted(roles: Roles, dt_s: float) -> Roles:
     """`roles` with its times moved by `dt_s` (to a table's new time origin)."""
     return replace(roles, endpoints=tuple(replace(e, first_s=e.first_s + dt_s, last_s=e.last_s + dt_s)
                                           for e in roles.endpoints))
+
+
+def with_iterations(roles: Roles, senders: Sequence[int], per_cycle: np.ndarray) -> Roles:
+    """`roles` with each ranked endpoint's bytes per steady iteration and in how many of them it
+    sent (`per_cycle`: cycles x `senders`), the periodicity evidence of its role."""
+    if per_cycle.size == 0:
+        return roles
+    col = {int(s): k for k, s in enumerate(senders)}
+    out = []
+    for e in roles.endpoints:
+        k = col.get(e.rank) if e.rank >= 0 else None
+        if k is None:
+            out.append(replace(e, iterations_seen=len(per_cycle)))
+            continue
+        v = per_cycle[:, k]
+        typical = float(np.median(v))
+        active = int(np.count_nonzero(v >= 0.1 * typical)) if typical > 0 else 0
+        out.append(replace(e, bytes_per_iteration=float(v.mean()), iterations_active=active,
+                           iterations_seen=len(v),
+                           evidence=f"{e.evidence}; sends {v.mean():,.0f} bytes per iteration, in {active} of "
+                                    f"{len(v)} whole iterations"))
+    return replace(roles, endpoints=tuple(out))
