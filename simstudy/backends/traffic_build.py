@@ -268,10 +268,19 @@ def span_kind(node_type: int) -> str:
 
 
 def spans_table(info: WorkloadInfo, spans: Spans) -> Any:
-    """The spans table of a run from its node spans (ASTRA-SIM's own timing)."""
-    by_id = [{n.id: n for n in nodes} for nodes in info.nodes]
-    rows = [(r, n, by_id[r][n].name, span_kind(by_id[r][n].type), a, b)
-            for (r, n), (a, b) in spans.items() if n in by_id[r]]
+    """The spans table of a run from its node spans (ASTRA-SIM's own timing). ASTRA-SIM logs no
+    issue or callback for nodes it skips (compute nodes without duration or work): they get an
+    empty span when their last dependency ended."""
+    rows: list[tuple[int, int, str, str, int, int]] = []
+    for r, nodes in enumerate(info.nodes):
+        end: dict[int, int] = {}
+        for n in sorted(nodes, key=lambda n: n.id):
+            span = spans.get((r, n.id))
+            if span is None:
+                t = max((end.get(d, 0) for d in (*n.data_deps, *n.ctrl_deps)), default=0)
+                span = (t, t)
+            end[n.id] = span[1]
+            rows.append((r, n.id, n.name, span_kind(n.type), span[0], span[1]))
     if not rows:
         return empty_spans()
     return make_spans(*zip(*rows, strict=True))
