@@ -27,6 +27,7 @@ from typing import Any
 
 from simstudy.capture.run import capture
 from simstudy.spec.capture import CaptureSpec
+from simstudy.traffic.meta import read_meta
 from simstudy.traffic.sources import load_traffic
 from simstudy.validate import validate
 
@@ -61,7 +62,8 @@ def send_rate(path: Path) -> float:
     """How fast the busiest sender of each recorded iteration moved its payload while it was
     sending (payload bytes / time from its first to its last payload packet; gaps included), as a
     fraction of the link goodput the simulation used; the median over iterations."""
-    meta = json.loads((path / "meta.json").read_text())
+    meta = read_meta(path)
+    goodput = meta.link.goodput_bps if meta and meta.link else None
     t = load_traffic(path).table
     t = t[(t["op"] != "control") & (t["payload_bytes"] > 0) & (t["iteration"] >= 0)]
     rates = []
@@ -71,7 +73,7 @@ def send_rate(path: Path) -> float:
         top = g.loc[g["b"].idxmax()]
         if top["t1"] > top["t0"]:
             rates.append(top["b"] * 8 / (top["t1"] - top["t0"]))
-    return float(statistics.median(rates)) / meta["link"]["goodput_bps"] if rates else float("nan")
+    return float(statistics.median(rates)) / goodput if rates and goodput else float("nan")
 
 
 def main() -> int:

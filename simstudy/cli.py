@@ -150,7 +150,7 @@ def _analyze(args: argparse.Namespace) -> int:
     features = analyze(source.table, boundaries=source.boundaries)
     notes = list(source.warnings)
     if source.experiment:
-        notes.append("experiment: " + ", ".join(f"{k}={v}" for k, v in source.experiment.items()))
+        notes.append("experiment: " + ", ".join(f"{k}={v}" for k, v in source.experiment.model_dump().items()))
     path = render_analysis(features, out, title=source.label, notes=notes)
     p, b = features.period, features.bytes_per_iteration
     print(f"{source.kind} {source.path}: {features.rows:,} rows, {features.total_bytes / 1e6:,.3f} MB, "
@@ -209,10 +209,10 @@ def _capture(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path("captures") / spec.name
     result = capture(spec, out, force=args.force, source=args.spec, progress=None if args.quiet else print)
     meta = result.meta
-    its = [b - a for spans in meta["iterations"].values() for a, b in spans]
-    print(f"captured {len(meta['ranks'])} ranks, {len(its) // max(len(meta['iterations']), 1)} iterations "
+    its = meta.iteration_durations_s()
+    print(f"captured {len(meta.ranks)} ranks, {len(its) // max(len(meta.iterations), 1)} iterations "
           f"(mean {sum(its) / max(len(its), 1) * 1e3:.1f} ms) in {result.wall_s:.1f} s -> {result.out}")
-    for name, stats in meta["tcpdump"].items():
+    for name, stats in meta.tcpdump.items():
         dropped = stats.get("packets dropped by kernel", 0)
         if dropped:
             print(f"  warning: tcpdump {name} dropped {dropped} packets", file=sys.stderr)
@@ -317,11 +317,12 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
     from simstudy.compile import BundleError, CompileError
     from simstudy.spec import SpecError
     from simstudy.sweep import SweepError
+    from simstudy.traffic.meta import MetaError
     from simstudy.traffic.pcap import PcapError
     from simstudy.traffic.sources import SourceError
 
     return (SpecError, CompileError, BundleError, ChakraFormatError, SweepError, PcapError, SourceError,
-            FileNotFoundError)
+            MetaError, FileNotFoundError)
 
 
 def _failure_types() -> tuple[type[BaseException], ...]:

@@ -44,7 +44,7 @@ def scenario_for(source: TrafficSource, spec: str | Path | None) -> Scenario:
     if spec is not None:
         return load_scenario(spec)
     meta_path = source.path / layout.META
-    data = (source.meta or {}).get("scenario")
+    data = source.meta.scenario if source.meta else None
     if data is None:
         raise SpecError(meta_path if source.meta else source.path, "scenario",
                         "no scenario recorded with this capture; give one with --spec")

@@ -28,6 +28,7 @@ from simstudy.compile.parameter_server import pieces, server_rank
 from simstudy.compile.resolve import resolve
 from simstudy.spec import ParameterServer, Scenario
 from simstudy.spec.capture import CaptureSpec
+from simstudy.traffic.meta import CaptureMeta, write_meta
 
 #: IPv4 (20) + TCP with timestamps (32) header bytes of every segment; Ethernet adds 14 on the wire.
 IP_TCP_HEADER = 52
@@ -38,7 +39,7 @@ PROBE_PORT = 29499
 @dataclass(frozen=True)
 class CaptureResult:
     out: Path
-    meta: dict[str, Any]
+    meta: CaptureMeta
     wall_s: float
 
 
@@ -254,7 +255,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
             hosts = list(bed.hosts)
         results = [json.loads((work / f"rank{r}.json").read_text()) for r in range(spec.ranks)]
         meta = _meta(spec, scenario, hosts, results, probe, stats, shaping, where)
-        (tmp / layout.META).write_text(json.dumps(meta, indent=1))
+        write_meta(meta, tmp / layout.META)
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
             out.rename(old)
@@ -311,7 +312,7 @@ def _wait(procs: list[subprocess.Popen[bytes]], work: Path, timeout_s: float) ->
 
 def _meta(spec: CaptureSpec, scenario: Scenario, hosts: list[Host], results: list[dict[str, Any]],
           probe: dict[str, float], stats: dict[str, dict[str, int]], shaping: dict[str, object],
-          where: str) -> dict[str, Any]:
+          where: str) -> CaptureMeta:
     c = spec.capture
     workers = [r for r in results if r.get("role") == "worker"]
     servers = [r for r in results if r.get("role") == "server"]
@@ -334,7 +335,7 @@ def _meta(spec: CaptureSpec, scenario: Scenario, hosts: list[Host], results: lis
         control = [f"127.0.0.1:{c.port}"]
     import torch
 
-    return {
+    return CaptureMeta.model_validate({
         "simstudy": __version__,
         "torch": torch.__version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -342,16 +343,16 @@ def _meta(spec: CaptureSpec, scenario: Scenario, hosts: list[Host], results: lis
         "scenario": sim,
         "ranks": ranks,
         "control": control,
-        "iterations": {str(r["rank"]): r["iterations"] for r in workers},
-        "steps": {str(r["rank"]): r["steps"] for r in workers},
-        "compute": {str(r["rank"]): r["calibration"] for r in workers},
-        "servers": {str(r["rank"]): r["server"] for r in servers},
+        "iterations": {r["rank"]: r["iterations"] for r in workers},
+        "steps": {r["rank"]: r["steps"] for r in workers},
+        "compute": {r["rank"]: r["calibration"] for r in workers},
+        "servers": {r["rank"]: r["server"] for r in servers},
         "link": {**shaping, "probe": probe, "goodput_bps": goodput},
         "wire": {"mss": mss, "header_bytes": IP_TCP_HEADER} if mss else None,
         "tcpdump": stats,
         "buckets": None if scenario.parallelism.aggregation.kind != "allreduce" else [
             b.size_bytes for b in ddp_buckets(layer_costs(scenario, scenario.resolved_model),
                                               scenario.parallelism.bucket_size_bytes)],
-        "ddp_buckets": {str(r["rank"]): r["ddp_buckets"] for r in workers if "ddp_buckets" in r},
+        "ddp_buckets": {r["rank"]: r["ddp_buckets"] for r in workers if "ddp_buckets" in r},
         "strategy": "ps" if servers else "ddp",
-    }
+    })

@@ -17,21 +17,19 @@ A run directory holds `traffic.parquet` (simulated; its time origin is the start
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from simstudy import layout
 from simstudy.table import read_table
+from simstudy.traffic.meta import CaptureMeta, Experiment, MetaError
 from simstudy.traffic.pcap import (
     CAPTURE_SUFFIXES,
     PcapError,
-    control_from_meta,
-    ranks_from_meta,
     read_pcap_dir,
     retransmitted_payload,
     to_traffic_table,
@@ -52,29 +50,14 @@ class TrafficSource:
     path: Path
     kind: Literal["capture", "run"]
     table: pd.DataFrame
-    meta: dict[str, Any] | None = None
-    experiment: dict[str, Any] | None = None
+    meta: CaptureMeta | None = None
+    experiment: Experiment | None = None
     boundaries: dict[int, list[float]] | None = None
     warnings: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
         return self.path.name
-
-
-def _iterations(meta: Mapping[str, Any], path: Path) -> dict[int, list[tuple[float, float]]] | None:
-    its = meta.get("iterations")
-    if its is None:
-        return None
-    if not isinstance(its, Mapping):
-        raise SourceError(f"{path}: iterations: expected a mapping rank -> [[start_s, end_s], ...]")
-    out: dict[int, list[tuple[float, float]]] = {}
-    for rank, spans in its.items():
-        try:
-            out[int(rank)] = [(float(s[0]), float(s[1]) if len(s) > 1 else math.nan) for s in spans]
-        except (TypeError, ValueError, IndexError):
-            raise SourceError(f"{path}: iterations.{rank}: expected [[start_s, end_s], ...]") from None
-    return out
 
 
 def _label_iterations(table: pd.DataFrame, spans: dict[int, list[tuple[float, float]]]) -> pd.DataFrame:
@@ -97,13 +80,12 @@ def load_capture(directory: Path) -> TrafficSource:
     """A capture directory's packets as a TrafficTable aligned on its first training iteration."""
     cap = read_pcap_dir(directory)
     meta = cap.meta
-    try:
-        rank_of = (ranks_from_meta(meta) or None) if meta else None
-        control = (control_from_meta(meta) or None) if meta else None
-    except PcapError as exc:
-        raise SourceError(f"{directory / META}: {str(exc).removeprefix('meta.json: ')}") from None
-    iterations = _iterations(meta, directory / META) if meta else None
+    rank_of = (meta.rank_of or None) if meta else None
+    control = (meta.control_keys or None) if meta else None
+    iterations = {r: list(v) for r, v in meta.iterations.items()} if meta and meta.iterations else None
     warnings = list(cap.warnings)
+    if meta and meta.model_extra:
+        warnings.append(f"{directory / META}: keys simstudy does not read: {', '.join(sorted(meta.model_extra))}")
     packets = cap.packets
     again = retransmitted_payload(packets)
     if again.any():  # payload counts what the application sent: a retransmitted byte once
@@ -145,5 +127,5 @@ def load_traffic(path: str | Path) -> TrafficSource:
                           f"(no {', '.join('*' + s for s in CAPTURE_SUFFIXES)} files)")
     try:
         return load_capture(path)
-    except PcapError as exc:
+    except (PcapError, MetaError) as exc:
         raise SourceError(str(exc)) from None

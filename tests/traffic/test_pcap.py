@@ -19,18 +19,14 @@ import pytest
 from simstudy.traffic import check_table
 from simstudy.traffic.pcap import (
     PcapError,
-    _Buf,
-    _classic_probe,
-    _walk,
-    _walk_seq,
-    _WalkSpec,
-    control_from_meta,
     parse_experiment_name,
-    ranks_from_meta,
     read_pcap,
     read_pcap_dir,
     to_traffic_table,
 )
+from simstudy.traffic.pcap.buffer import Buf
+from simstudy.traffic.pcap.classic import classic_probe
+from simstudy.traffic.pcap.walk import WalkSpec, walk, walk_seq
 
 # ---------------------------------------------------------------------------------------------
 # A small capture writer: real Ethernet / IP / TCP / UDP bytes built with struct.
@@ -532,9 +528,9 @@ def test_constant_stride_capture_in_tiny_chunks(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(read_pcap(path, chunk_bytes=1000).packets, whole.packets)
 
 
-def walk_spec() -> _WalkSpec:
-    return _WalkSpec(len_off=8, hdr=16, fmt="<u4", min_len=0, max_len=262144, align=1,
-                     probe=_classic_probe(10**6, "<u4"))
+def walk_spec() -> WalkSpec:
+    return WalkSpec(len_off=8, hdr=16, fmt="<u4", min_len=0, max_len=262144, align=1,
+                     probe=classic_probe(10**6, "<u4"))
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -550,9 +546,9 @@ def test_speculative_walk_equals_the_sequential_walk(seed: int) -> None:
             body = body[:at] + struct.pack("<IIII", i, 1, int(rng.integers(0, 100)), 100) + body[at + 16 :]
         out += struct.pack("<IIII", 1_700_000_000 + i, i % 10**6, incl, max(incl, 60)) + body
     data = np.frombuffer(bytes(out), dtype=np.uint8)
-    buf = _Buf(data, bytes(out))
+    buf = Buf(data, bytes(out))
     for stop in (len(out), len(out) - 5, len(out) // 3):
-        fast, slow = _walk(buf, 24, stop, walk_spec()), _walk_seq(buf, 24, stop, walk_spec())
+        fast, slow = walk(buf, 24, stop, walk_spec()), walk_seq(buf, 24, stop, walk_spec())
         np.testing.assert_array_equal(fast.offsets.array(), slow.offsets.array())
         assert (fast.next, fast.reason, fast.need) == (slow.next, slow.reason, slow.need)
 
@@ -594,15 +590,16 @@ def test_corrupted_files_never_fail_outside_pcap_error(tmp_path: Path, kind: str
 
 
 def test_experiment_names() -> None:
-    assert parse_experiment_name("pytorch-resnet50-sgd-32-gloo-0ms") == {
+    got = parse_experiment_name("pytorch-resnet50-sgd-32-gloo-0ms")
+    assert got is not None and got.model_dump() == {
         "framework": "pytorch", "model": "resnet50", "optimizer": "sgd", "batch_size": 32, "backend": "gloo",
         "delay": "0ms", "delay_s": 0.0, "topology": None}
     got = parse_experiment_name("tensorflow-vgg16-adam-64-nccl-10ms-ring")
-    assert got is not None and got["topology"] == "ring" and got["delay_s"] == pytest.approx(0.01)
+    assert got is not None and got.topology == "ring" and got.delay_s == pytest.approx(0.01)
     got = parse_experiment_name("pytorch-resnet-50-sgd-128-nccl-2.5ms")
-    assert got is not None and (got["model"], got["batch_size"], got["delay"]) == ("resnet-50", 128, "2.5ms")
+    assert got is not None and (got.model, got.batch_size, got.delay) == ("resnet-50", 128, "2.5ms")
     got = parse_experiment_name("mxnet-bert-large-adamw-8-ps-1s-fat-tree")
-    assert got is not None and (got["model"], got["topology"], got["delay_s"]) == ("bert-large", "fat-tree", 1.0)
+    assert got is not None and (got.model, got.topology, got.delay_s) == ("bert-large", "fat-tree", 1.0)
     for bad in ("pytorch-resnet50-sgd-gloo-0ms", "results", "pytorch-resnet50-sgd-32-gloo-fast", "a--b-1-c-1ms",
                 "pytorch-resnet50-sgd-32-gloo-0ms-"):
         assert parse_experiment_name(bad) is None, bad
@@ -623,11 +620,11 @@ def test_capture_directory(tmp_path: Path) -> None:
     assert d.packets["file"].tolist() == [0, 0, 1]
     assert d.packets["src_ip"].astype(str).tolist() == [a, a, b]
     assert list(d.packets["dst_ip"].cat.categories) == [a, b, "10.0.0.250"]
-    assert d.experiment is not None and d.experiment["delay"] == "10ms" and d.experiment["topology"] == "star"
-    assert d.meta is not None and d.meta["world_size"] == 2
+    assert d.experiment is not None and d.experiment.delay == "10ms" and d.experiment.topology == "star"
+    assert d.meta is not None and d.meta.model_extra == {"world_size": 2}  # kept, not refused
     assert [r.records_read for r in d.results] == [2, 1]
-    assert ranks_from_meta(d.meta) == {f"{a}:40000": 0, f"{b}:29501": 1}
-    assert control_from_meta(d.meta) == ["10.0.0.250:29400"]
+    assert d.meta.rank_of == {f"{a}:40000": 0, f"{b}:29501": 1}
+    assert d.meta.control_keys == ["10.0.0.250:29400"]
     t = d.traffic_table()
     check_table(t)
     assert t["src"].tolist() == [0, -1, 1] and t["dst"].tolist() == [1, -1, 0]  # 10.0.0.1:40001 is not a rank

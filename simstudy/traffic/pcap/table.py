@@ -1,0 +1,218 @@
+"""From a packet table to a TrafficTable: flows, ranks of endpoints, control traffic, retransmissions."""
+
+from __future__ import annotations
+
+import ipaddress
+import warnings
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from simstudy.table import make_table
+from simstudy.traffic.pcap.base import I64, Mask
+
+
+def _ip_key(text: str) -> tuple[int, int]:
+    a = ipaddress.ip_address(text)
+    return (a.version, int(a))
+
+
+def sort_ips(ips: Iterable[str]) -> list[str]:
+    return sorted(ips, key=_ip_key)
+
+
+
+
+def _endpoint(text: str) -> tuple[str, int | None]:
+    """'ip', 'ip:port' or '[ipv6]:port' -> (normalised ip, port or None)."""
+    text = text.strip()
+    try:
+        return str(ipaddress.ip_address(text)), None
+    except ValueError:
+        pass
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"not an endpoint (ip, ip:port or [ipv6]:port): {text!r}")
+    return str(ipaddress.ip_address(host.strip("[]"))), int(port)
+
+
+
+
+def retransmitted_payload(packets: pd.DataFrame) -> NDArray[np.int64]:
+    """Per packet, how many of its TCP payload bytes its flow already carried earlier in the same
+    file (a retransmission, whole or in part); 0 for new data and for everything but TCP.
+
+    Flows are (file, src ip, dst ip, sport, dport), in capture order; sequence numbers are
+    unwrapped through their 32-bit wrap. A capture that starts mid-flow counts from its first
+    packet. Needs the `tcp_seq` column of `read_pcap`."""
+    n = len(packets)
+    out = np.zeros(n, dtype=np.int64)
+    payload = packets["payload_bytes"].to_numpy(dtype=np.int64)
+    data = np.flatnonzero((packets["proto"].to_numpy() == 6) & (payload > 0))
+    if len(data) < 2:
+        return out
+    key = [c for c in ("file", "src_ip", "dst_ip", "sport", "dport") if c in packets]
+    flow = packets.iloc[data].groupby(key, sort=False, observed=True).ngroup().to_numpy(dtype=np.int64)
+    order = np.lexsort((data, flow))  # by flow, then capture order
+    f = flow[order]
+    seq = packets["tcp_seq"].to_numpy().astype(np.int64)[data][order]
+    size = payload[data][order]
+    first = np.r_[True, f[1:] != f[:-1]]
+    step = np.r_[0, ((seq[1:] - seq[:-1] + 2**31) % 2**32) - 2**31]  # signed 32-bit differences
+    step[first] = 0
+    rel = np.cumsum(step)  # sequence position within the flow (plus a constant per flow)
+    end = rel + size
+    # the highest sequence number each flow carried before this packet (none before a flow's first)
+    seen = pd.Series(end).groupby(f).cummax().to_numpy()
+    before = np.r_[rel[0], seen[:-1]]
+    before[first] = rel[first]
+    again = np.clip(np.minimum(end, before) - rel, 0, size)
+    out[data[order]] = again
+    return out
+
+
+def to_traffic_table(
+    packets: pd.DataFrame,
+    *,
+    rank_of: Mapping[str, int] | None = None,
+    control: Iterable[str] | None = None,
+    t0_s: float | None = None,
+) -> pd.DataFrame:
+    """Build a checked TrafficTable (one row per packet, start == end) from a packet table.
+
+    - times: `time - t0_s`, t0_s defaulting to the earliest packet; rows without a time (pcapng
+      simple packet blocks) are dropped with a warning; rows keep their input order.
+    - bytes: `ip_bytes`; optional columns `sport`, `dport`, `payload_bytes` are kept.
+    - src/dst ranks: with `rank_of` ("ip:port" or "ip" -> rank), an endpoint is looked up as
+      ip:port first, then ip. Without it, ranks number the distinct IPs (sources and destinations)
+      in numeric order; when all packets share one IP (a loopback capture), ranks number instead the
+      distinct (ip, port) endpoints that are the lower-port side of some packet (the listening side,
+      in (ip, port) order). Endpoints that are not mapped get rank -1.
+    - flow: one id per directional 5-tuple (src ip, dst ip, sport, dport, proto), numbered in order
+      of first appearance.
+    - op: "control" for packets to or from an endpoint in `control` ("ip:port", or "ip" for any port
+      of that host), else "tcp", "udp", or "ip" for other protocols.
+    """
+    time = packets["time"].to_numpy(dtype=np.float64)
+    timed = np.isfinite(time)
+    if not timed.all():
+        warnings.warn(f"{int((~timed).sum())} packets have no timestamp and are left out of the traffic table",
+                      stacklevel=2)
+        packets = packets[timed]
+        time = time[timed]
+    cats = sort_ips(set(_categories(packets["src_ip"])) | set(_categories(packets["dst_ip"])))
+    sport = packets["sport"].to_numpy(dtype=np.int64)
+    dport = packets["dport"].to_numpy(dtype=np.int64)
+    flows = _Flows(_codes(packets["src_ip"], cats), _codes(packets["dst_ip"], cats), sport, dport,
+                   packets["proto"].to_numpy(dtype=np.int64), len(cats))
+    ranks = _rank_lookup(cats, flows, rank_of)  # per endpoint
+    op = np.where(flows.proto == 6, 0, np.where(flows.proto == 17, 1, 3)).astype(np.int8)  # per flow
+    if control is not None:
+        op[flows.touches(cats, _control_keys(control))] = 2
+    t0 = float(np.min(time)) if t0_s is None and len(time) else (t0_s or 0.0)
+    rel = time - t0
+    return make_table({
+        "t_start_s": rel,
+        "t_end_s": rel,
+        "src": ranks[flows.src_end][flows.codes],
+        "dst": ranks[flows.dst_end][flows.codes],
+        "bytes": packets["ip_bytes"].to_numpy(dtype=np.int64),
+        "flow": flows.codes,
+        "op": pd.Categorical.from_codes(op[flows.codes], categories=["tcp", "udp", "control", "ip"]),
+        "sport": sport.astype(np.int32),
+        "dport": dport.astype(np.int32),
+        "payload_bytes": packets["payload_bytes"].to_numpy(dtype=np.int64),
+    })
+
+
+def _categories(col: pd.Series) -> list[str]:
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return [str(c) for c in col.cat.categories]
+    return [str(c) for c in pd.unique(col.astype(str))]
+
+
+def _codes(col: pd.Series, cats: list[str]) -> I64:
+    """Codes of `col` in `cats` (int64)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        own = [str(c) for c in col.cat.categories]
+        index = {c: i for i, c in enumerate(cats)}
+        lut = np.array([index[c] for c in own], dtype=np.int64)
+        codes = col.cat.codes.to_numpy(dtype=np.int64)
+        out: I64 = lut[codes] if len(lut) else codes
+        return out
+    return np.asarray(pd.Categorical(col.astype(str), categories=cats).codes, dtype=np.int64)
+
+
+class _Flows:
+    """Directional 5-tuples: `codes` numbers each packet's flow in order of first appearance; per flow,
+    the source and destination IP codes, ports and protocol, and the source/destination endpoint
+    (index into `end_ip`/`end_port`, the distinct (ip, port) endpoints)."""
+
+    def __init__(self, src_ip: I64, dst_ip: I64, sport: I64, dport: I64, proto: I64, n_ips: int) -> None:
+        ports = (sport << 24) | (dport << 8) | proto  # < 2**40
+        if n_ips <= 2048:  # the (src, dst) pair < 2**22 fits beside 40 bits: one key per packet
+            codes, keys = pd.factorize((src_ip * n_ips + dst_ip) << 40 | ports)
+            keys = np.asarray(keys, dtype=np.int64)
+            pair, ports_f = keys >> 40, keys & ((1 << 40) - 1)
+            self.src, self.dst = pair // max(n_ips, 1), pair % max(n_ips, 1)
+        else:
+            frame = pd.DataFrame({"a": src_ip, "b": dst_ip, "p": ports})
+            codes = frame.groupby(["a", "b", "p"], sort=False).ngroup().to_numpy(dtype=np.int64)
+            _, first = np.unique(codes, return_index=True)
+            self.src, self.dst, ports_f = src_ip[first], dst_ip[first], ports[first]
+        self.codes: I64 = np.asarray(codes, dtype=np.int64)
+        self.sport, self.dport, self.proto = ports_f >> 24, (ports_f >> 8) & 0xFFFF, ports_f & 0xFF
+        ends, uniq = pd.factorize(np.concatenate([self.src * 65536 + self.sport, self.dst * 65536 + self.dport]))
+        self.src_end, self.dst_end = ends[: len(self.src)], ends[len(self.src) :]
+        self.end_ip = np.asarray(uniq, dtype=np.int64) // 65536
+        self.end_port = np.asarray(uniq, dtype=np.int64) % 65536
+
+    def touches(self, cats: list[str], endpoints: tuple[set[tuple[str, int]], set[str]]) -> Mask:
+        """Flows with an endpoint among `endpoints` ((ip, port) pairs, and hosts meaning any port)."""
+        pairs, hosts = endpoints
+        hit = np.array([(cats[i], p) in pairs or cats[i] in hosts
+                        for i, p in zip(self.end_ip.tolist(), self.end_port.tolist(), strict=True)], dtype=np.bool_)
+        if not len(hit):
+            return np.zeros(len(self.src), dtype=np.bool_)
+        found: Mask = hit[self.src_end] | hit[self.dst_end]
+        return found
+
+    def listening(self) -> set[int]:
+        """Endpoints that are the lower-port side of some flow."""
+        return set(np.unique(np.where(self.sport < self.dport, self.src_end, self.dst_end)).tolist())
+
+
+def _rank_lookup(cats: list[str], flows: _Flows, rank_of: Mapping[str, int] | None) -> NDArray[np.int32]:
+    """Rank of each distinct endpoint (-1 when unmapped)."""
+    ips, ports = flows.end_ip.tolist(), flows.end_port.tolist()
+    if rank_of is not None:
+        by_port: dict[tuple[str, int], int] = {}
+        by_ip: dict[str, int] = {}
+        for key, rank in rank_of.items():
+            ip, port = _endpoint(str(key))
+            if port is None:
+                by_ip[ip] = int(rank)
+            else:
+                by_port[(ip, port)] = int(rank)
+        ranks = [by_port.get((cats[i], p), by_ip.get(cats[i], -1)) for i, p in zip(ips, ports, strict=True)]
+    elif len(set(ips)) != 1:
+        order = {ip: r for r, ip in enumerate(sorted(set(ips)))}  # cats are sorted numerically, so codes are too
+        ranks = [order[i] for i in ips]
+    else:
+        number = {s: r for r, s in enumerate(sorted((ips[e], ports[e]) for e in flows.listening()))}
+        ranks = [number.get((i, p), -1) for i, p in zip(ips, ports, strict=True)]
+    return np.array(ranks, dtype=np.int32)
+
+
+def _control_keys(control: Iterable[str]) -> tuple[set[tuple[str, int]], set[str]]:
+    """Control endpoints as (ip, port) pairs, and control hosts given without a port."""
+    pairs, hosts = set(), set()
+    for text in control:
+        ip, port = _endpoint(text)
+        if port is None:
+            hosts.add(ip)
+        else:
+            pairs.add((ip, port))
+    return pairs, hosts
