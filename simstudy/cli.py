@@ -184,6 +184,27 @@ def _tolerances(items: Sequence[str]) -> dict[str, float]:
     return out
 
 
+class _StageBar:
+    """A tqdm bar over the stages of a long command: each message is a stage (its description)."""
+
+    def __init__(self, total: int, *, enabled: bool = True) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, disable=not enabled, unit="step", dynamic_ncols=True, leave=True,
+                        bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} [{elapsed}]")
+        self.first = True
+
+    def __call__(self, text: str) -> None:
+        if not self.first:
+            self.bar.update(1)
+        self.first = False
+        self.bar.set_description_str(text[:70])
+
+    def close(self) -> None:
+        self.bar.update(self.bar.total - self.bar.n)
+        self.bar.close()
+
+
 def _validate(args: argparse.Namespace) -> int:
     from simstudy.report.traffic import render_validation
     from simstudy.spec import BackendSpec
@@ -191,9 +212,13 @@ def _validate(args: argparse.Namespace) -> int:
 
     out = Path(args.output) if args.output else Path(args.real) / layout.VALIDATION_DIR
     try:
-        v = validate(args.real, out, spec=args.spec, backend=BackendSpec(name=args.backend, timeout_s=args.timeout),
-                     astra_sim=args.astra_sim, tolerances=_tolerances(args.tolerance), skip=args.skip,
-                     count=args.count)
+        bar = _StageBar(4, enabled=not args.quiet)
+        try:
+            v = validate(args.real, out, spec=args.spec,
+                         backend=BackendSpec(name=args.backend, timeout_s=args.timeout), astra_sim=args.astra_sim,
+                         tolerances=_tolerances(args.tolerance), skip=args.skip, count=args.count, progress=bar)
+        finally:
+            bar.close()
     except ValueError as exc:
         if "tolerance" in str(exc) or "metric" in str(exc):
             from simstudy.spec import SpecError
@@ -215,7 +240,11 @@ def _capture(args: argparse.Namespace) -> int:
 
     spec = load_spec(CaptureSpec, args.spec)
     out = Path(args.output) if args.output else Path("captures") / spec.name
-    result = capture(spec, out, force=args.force, source=args.spec, progress=None if args.quiet else print)
+    bar = _StageBar(5, enabled=not args.quiet)
+    try:
+        result = capture(spec, out, force=args.force, source=args.spec, progress=bar)
+    finally:
+        bar.close()
     meta = result.meta
     its = meta.iteration_durations_s()
     print(f"captured {len(meta.ranks)} ranks, {len(its) // max(len(meta.iterations), 1)} iterations "
@@ -308,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a tolerance, e.g. period_s=0.05 (repeatable)")
     p.add_argument("--skip", action="append", default=[], metavar="METRIC", help="leave a metric out (repeatable)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before the simulation is abandoned")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--count", default="payload", choices=["payload", "ip"],
                    help="capture bytes to compare: TCP/UDP payload (default; what the simulator models) or "
                         "IP bytes as captured (headers and ACKs included)")
