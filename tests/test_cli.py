@@ -25,7 +25,7 @@ def test_compile_example_bundle(repo: Path, tmp_path: Path) -> None:
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(
         [f"resnet50_dp8_ring.{r}.et" for r in range(8)]
-        + ["network.yml", "system.json", "remote_memory.json", "scenario.json"]
+        + ["network.yml", "system.json", "remote_memory.json", "scenario.json", "topology.json"]
     )
     meta, nodes = chakra.read_trace(out / "resnet50_dp8_ring.3.et")
     assert meta.version == "0.0.4"
@@ -176,3 +176,29 @@ def test_sweep_misspelled_axis_exits_2_naming_file_and_axis(tmp_path: Path) -> N
         assert res.stderr.count("\n") == 1
         assert f"{study}: axes.topolgy.npus: 'topolgy.npus' is not a field of the scenario" in res.stderr
     assert not (tmp_path / "out" / "summary.parquet").exists()
+
+
+def test_run_and_sweep_take_a_congestion_mode(repo: Path, tmp_path: Path) -> None:
+    """`--congestion` picks flowsim's network model on `run` and on `sweep` (overriding the study's
+    backend_options); on a switch, the aware model stores and forwards every message twice."""
+    import json
+
+    finish = {}
+    for mode in ("unaware", "aware"):
+        out = tmp_path / mode
+        res = simstudy("run", "specs/examples/lstm_dp4_switch.yaml", "--congestion", mode, "-o", str(out), cwd=repo)
+        assert res.returncode == 0, res.stderr
+        summary = json.loads((out / "run.json").read_text())
+        assert summary["details"]["congestion"] == mode
+        finish[mode] = summary["finish_ns"]
+    assert finish["aware"] > finish["unaware"]
+    study = tmp_path / "study.yaml"
+    study.write_text("name: c\nbase: {model: small_cnn, topology: {kind: switch, npus: 4}, "
+                     "training: {batch_size_per_worker: 4, iterations: 1}}\n"
+                     "axes: {topology.bandwidth_gbps: [10, 100]}\nanalyses: []\n"
+                     "backend_options: {contention: true}\n")
+    res = simstudy("sweep", str(study), "-o", str(tmp_path / "sw"), "--quiet", "--no-report", "--congestion", "aware",
+                   cwd=repo)
+    assert res.returncode == 0, res.stdout + res.stderr
+    records = [json.loads(p.read_text()) for p in (tmp_path / "sw" / "runs").glob("*/run.json")]
+    assert len(records) == 2 and {r["details"]["congestion"] for r in records} == {"aware"}

@@ -121,15 +121,20 @@ def _combinations(study: Study) -> list[list[tuple[str, Any]]]:
 
 
 def override(study: Study, source: str | Path, *, backend: str | None = None, aware: bool | None = None,
-             sets: Sequence[str] = ()) -> Study:
-    """The study with command-line overrides: another backend (its key goes into every run key, so
-    the results of both backends live side by side) and base values (`PATH=VALUE`, VALUE parsed as
+             congestion: str | None = None, sets: Sequence[str] = ()) -> Study:
+    """The study with command-line overrides: another backend or congestion mode (part of every run
+    key, so the results of both live side by side) and base values (`PATH=VALUE`, VALUE parsed as
     YAML, PATH a scenario field). Errors name the study file and the override."""
     update: dict[str, Any] = {}
     if backend is not None:
         update["backend"] = backend
+    options: dict[str, Any] = {}
     if aware is not None:
-        update["backend_options"] = {**study.backend_options.model_dump(), "aware": aware}
+        options["aware"] = aware
+    if congestion is not None:
+        options["congestion"] = congestion
+    if options:
+        update["backend_options"] = {**study.backend_options.model_dump(), **options}
     if sets:
         base = copy.deepcopy(study.base)
         for item in sets:
