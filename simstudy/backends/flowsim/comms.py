@@ -310,6 +310,15 @@ class Comms:
         plan = self.full_planner.plan(kind, act.members, act.plan.size, act.plan.group)
         self.detailed[act.links] += 1
 
+        rows: list[tuple[int, int, int, int, int, int, int]] = []
+        offsets = [ph.step_offset for ph in plan.phases]
+
+        def flush() -> None:
+            if rows:
+                cols = [np.asarray(c, dtype=np.int64) for c in zip(*rows, strict=True)]
+                rows.clear()
+                self.emit(kind, ctx, *cols)
+
         def rank_done(rank: int, t: int) -> None:
             if rank not in act.reported and (len(act.report) == len(act.members) or rank in act.report):
                 act.reported.add(rank)
@@ -317,11 +326,13 @@ class Comms:
             if len(act.reported) == len(act.report) and not act.finished:
                 act.finished = True
                 self.detailed[act.links] -= 1
+                flush()
 
         def message(msg: Msg) -> None:
             _, c, p, st = msg.ctx
-            self.emit(kind, ctx, msg.t_send, msg.t_arrive, msg.src, msg.dst, msg.size, c,
-                      plan.phases[p].step_offset + st)
+            rows.append((msg.t_send, msg.t_arrive, msg.src, msg.dst, msg.size, c, offsets[p] + st))
+            if len(rows) >= 65536:
+                flush()
 
         run = CollectiveRun(plan, sched, self.model, self.route, rank_done, message)
         if start:

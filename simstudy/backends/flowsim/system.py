@@ -58,6 +58,9 @@ class PhaseProgram:
     step_offset: int
     symmetry: str | None
     dim: int
+    #: ASTRA-SIM's direct (AllToAll) all-reduce: each message received in step 0 lets the rank send
+    #: one message of step 1 once all of step 0 has arrived, as its MemBus events fire
+    gated: bool = False
 
 
 @dataclass
@@ -85,7 +88,7 @@ class CollectivePlan:
 
 def _program(pattern: Pattern, sim: IntArray, local: dict[int, int] | None, n_sim: int, *, kind: str, queue: int,
              delay: int, proc: dict[int, int], mem_bw: float, offset: int, symmetry: str | None, dim: int,
-             steps: int) -> PhaseProgram:
+             steps: int, gated: bool = False, position: dict[int, int] | None = None) -> PhaseProgram:
     """The CSR program of a pattern for the simulated ranks `sim` (global ids)."""
     if local is None:  # lane: the pattern holds rank 0's transfers only
         src_local = np.zeros(len(pattern.src), dtype=np.int64)
@@ -98,11 +101,18 @@ def _program(pattern: Pattern, sim: IntArray, local: dict[int, int] | None, n_si
         dst_local = lut[pattern.dst]
         inc = np.bincount(pattern.step * n_sim + dst_local, minlength=steps * n_sim).reshape(steps, n_sim)
     key = pattern.step * n_sim + src_local
-    order = np.argsort(key, kind="stable")
+    if gated and position is not None:
+        # ASTRA-SIM's AllToAll sends to its peers in ring order from the next one: rank +1, +2, ...
+        n = len(position)
+        pos = np.vectorize(position.__getitem__, otypes=[np.int64])
+        rot = (pos(pattern.dst) - pos(pattern.src)) % n if len(pattern.src) else np.zeros(0, dtype=np.int64)
+        order = np.lexsort((rot, key))
+    else:
+        order = np.argsort(key, kind="stable")
     ptr = np.searchsorted(key[order], np.arange(steps * n_sim + 1))
     proc_ns = tuple(3 * math.floor(proc[s] / mem_bw) if s in proc else 0 for s in range(steps))
     return PhaseProgram(kind, queue, delay, steps, ptr.astype(np.int64), pattern.dst[order], pattern.nbytes[order],
-                        inc.astype(np.int64), proc_ns, offset, symmetry, dim)
+                        inc.astype(np.int64), proc_ns, offset, symmetry, dim, gated)
 
 
 class Planner:
@@ -177,9 +187,14 @@ class Planner:
             if steps == 0:
                 continue
             symmetry = algo.symmetry_of(ph.kind) if lane else None
+            gated = ph.kind == "all_reduce" and algo.name == "direct" and steps == 2
+            position = None
+            if gated:
+                position = {int(r): j for j, r in enumerate(line.tolist())} if ph.dim < 0 else {
+                    r: (r // stride) % n for r in range(info.npus)}
             phases.append(_program(pattern, sim, local, len(sim), kind=ph.kind, queue=queue, delay=delay,
                                    proc=algo.processing(ph.kind, n, ph.size), mem_bw=self.mem_bw, offset=offset,
-                                   symmetry=symmetry, dim=ph.dim, steps=steps))
+                                   symmetry=symmetry, dim=ph.dim, steps=steps, gated=gated, position=position))
             offset += steps
         return CollectivePlan(kind, members, chunks, chunk_bytes, self.active, phases, lane, size, group)
 
@@ -247,6 +262,8 @@ class CollectiveRun:
         self.sent = [[False] * plan.chunks for _ in range(n)]
         self.arrived: dict[tuple[int, int, int, int], int] = defaultdict(int)
         self.left = [plan.chunks] * n
+        self.free: dict[tuple[int, int], int] = defaultdict(int)  # gated phases: MemBus events fired
+        self.queued: dict[tuple[int, int], list[int]] = {}  # gated phases: step-1 messages not yet sent
         self.done = 0
 
     def start(self) -> None:
@@ -304,7 +321,45 @@ class CollectiveRun:
         self.arrived[(i, c, p, st)] += 1
         if self.on_message is not None:
             self.on_message(msg)
+        ph = self.plan.phases[p]
+        if ph.gated and st == 0:
+            s = self.sched
+            s.at(s.now + ph.delay_ns + ph.proc_ns[0], self._general, i, c, p)
+            return
         if self.phase[i][c] == p and self.step[i][c] == st and self.sent[i][c]:
+            self._check(i, c)
+
+    def _general(self, i: int, c: int, p: int) -> None:
+        """A received step-0 message of a gated phase has been reduced: one more message of step 1
+        may go, once every step-0 message has arrived (ASTRA-SIM's AllToAll all-reduce)."""
+        self.free[(i, c)] += 1
+        if self.phase[i][c] != p or (not self.sent[i][c] and self.step[i][c] == 0):
+            return
+        key = (i, c)
+        if self.step[i][c] == 0:
+            if self.arrived.get((i, c, p, 0), 0) < self.need[p][0][i]:
+                return
+            self.arrived.pop((i, c, p, 0), None)
+            ptr = self.csr[p][0]
+            k = self.n + i
+            self.queued[key] = list(range(ptr[k], ptr[k + 1]))
+            self.step[i][c] = 1
+            self.sent[i][c] = False
+        queued = self.queued.get(key)
+        if not queued or self.step[i][c] != 1:
+            return
+        release = min(self.free[key], len(queued))
+        self.free[key] -= release
+        _, dsts, sizes = self.csr[p]
+        src = self.plan.members[i]
+        for j in queued[:release]:
+            keys, mult, latency, alone = self.route(src, dsts[j], sizes[j])
+            self.net.send(Msg(src, dsts[j], sizes[j], keys, mult, latency, alone, self._arrive, (i, c, p, 1)))
+        del queued[:release]
+        if not queued:
+            del self.queued[key]
+            self.free.pop(key, None)
+            self.sent[i][c] = True
             self._check(i, c)
 
     def _local(self, rank: int) -> int:
@@ -317,6 +372,8 @@ class CollectiveRun:
         p = self.phase[i][c]
         st = self.step[i][c]
         ph = self.plan.phases[p]
+        if ph.gated and st == 0:
+            return  # step 1 goes out as the step-0 messages are reduced (`_general`)
         need = self.need[p][st][i]
         key = (i, c, p, st)
         if self.arrived.get(key, 0) < need:
