@@ -179,6 +179,7 @@ class Activity:
     starts: list[int] | None = None
     run: CollectiveRun | None = None
     report: tuple[int, ...] = ()
+    turn: int = 0
 
 
 class Comms:
@@ -201,6 +202,8 @@ class Comms:
         self.lane_planner = planner or Planner(info, lanes=True)
         self.full_planner = Planner(info, lanes=False)
         self.timings: dict[int, Timing] = {}
+        self.tree_turn = 0
+        self._turn = 0
         self._plan_links: dict[int, IntArray] = {}
         self._lanes: dict[tuple[str, ...], Lanes] = {}
         self.shared = mode != "unaware"
@@ -216,9 +219,9 @@ class Comms:
         """Start a collective that every member issued now; `done(rank, t)` is called as each
         member finishes (only for the members in `report`, when given)."""
         start = self.sched.now
-        plan = self.lane_planner.plan(kind, members, size, group)
+        plan = self._plan(kind, members, size, group)
         act = Activity(self._links(plan), True, start, plan, None, members, ctx=(kind, done, ctx),
-                       report=members if report is None else report)
+                       report=members if report is None else report, turn=self._turn)
         if self.shared and not self._isolated(act.links):
             self._detailed(act)
             return
@@ -247,9 +250,9 @@ class Comms:
                   done: Callable[[int, int], None], ctx: Any) -> Activity:
         """Start a collective that only the members `joined` have issued (by now): as ASTRA-SIM
         does, they start sending, and each other member starts when it issues it (`join`)."""
-        plan = self.lane_planner.plan(kind, members, size, group)
+        plan = self._plan(kind, members, size, group)
         act = Activity(self._links(plan), False, self.sched.now, plan, None, members,
-                       ctx=(kind, done, ctx), starts=[], report=members)
+                       ctx=(kind, done, ctx), starts=[], report=members, turn=self._turn)
         self.stats["staggered"] += 1
         if self.shared:
             self._expand_overlapping(act.links)
@@ -263,6 +266,16 @@ class Comms:
         """A member of a staggered collective issues it now."""
         assert act.run is not None
         act.run.start_rank(act.run.index(rank))
+
+    def _plan(self, kind: str, members: tuple[int, ...], size: int, group: bool) -> CollectivePlan:
+        """The (lane) plan of a collective starting now; the double binary tree's two trees are
+        used in turn, chunk after chunk, across collectives (ASTRA-SIM's DoubleBinaryTreeTopology)."""
+        turn = self.tree_turn
+        plan = self.lane_planner.plan(kind, members, size, group, turn)
+        if plan.odd_phases is not None:
+            self.tree_turn += plan.chunks
+        self._turn = turn
+        return plan
 
     def _fast_done(self, act: Activity, rank: int) -> None:
         if not act.fast or rank in act.reported:
@@ -307,7 +320,7 @@ class Comms:
     def _run_detailed(self, act: Activity, sched: Scheduler, *, start: bool = True) -> CollectiveRun:
         assert act.plan is not None
         kind, done, ctx = act.ctx
-        plan = self.full_planner.plan(kind, act.members, act.plan.size, act.plan.group)
+        plan = self.full_planner.plan(kind, act.members, act.plan.size, act.plan.group, act.turn)
         self.detailed[act.links] += 1
 
         rows: list[tuple[int, int, int, int, int, int, int]] = []

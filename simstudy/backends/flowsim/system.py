@@ -76,6 +76,8 @@ class CollectivePlan:
     lane: bool  # simulated for member 0 alone (members are every rank, in order, and symmetric)
     size: int = 0
     group: bool = False
+    #: the phases of odd chunks when they differ (the double binary tree uses its two trees in turn)
+    odd_phases: list[PhaseProgram] | None = None
 
     @property
     def sim_ranks(self) -> int:
@@ -128,14 +130,19 @@ class Planner:
         self.native = info.topology.routing.kind == "dimension_order"
         self.cache: dict[tuple[object, ...], CollectivePlan] = {}
 
-    def plan(self, kind: str, members: tuple[int, ...], size: int, group: bool) -> CollectivePlan:
+    def plan(self, kind: str, members: tuple[int, ...], size: int, group: bool, turn: int = 0) -> CollectivePlan:
         """The plan of a collective of `size` bytes over `members` (`group`: a communicator group
-        smaller than the job, which ASTRA-SIM runs as one ring in the group file's order)."""
-        key = (kind, members, size, group)
+        smaller than the job, which ASTRA-SIM runs as one ring in the group file's order). `turn`
+        is which of the double binary tree's two trees its first chunk uses."""
+        key = (kind, members, size, group, turn % 2)
         found = self.cache.get(key)
         if found is None:
-            found = self.cache[key] = self._plan(kind, members, size, group)
+            found = self.cache[key] = self._plan(kind, members, size, group, turn % 2)
         return found
+
+    def uses_trees(self, kind: str, members: tuple[int, ...], group: bool) -> bool:
+        """Whether a collective runs ASTRA-SIM's double binary tree (whose two trees alternate)."""
+        return any(algo == "doubleBinaryTree" for _, algo, *_ in self._phases(kind, members, 1 << 20, group))
 
     def _phases(self, kind: str, members: tuple[int, ...], chunk: int, group: bool) -> list[tuple[Phase, str, int,
                                                                                                  bool, int]]:
@@ -156,13 +163,21 @@ class Planner:
             out.append((ph, algo, ph.dim, backwards, self.endpoint_delay))
         return out
 
-    def _plan(self, kind: str, members: tuple[int, ...], size: int, group: bool) -> CollectivePlan:
+    def _plan(self, kind: str, members: tuple[int, ...], size: int, group: bool, turn: int) -> CollectivePlan:
         info = self.info
         chunk_bytes, chunks = chunking(size, info.chunks, kind, info.npus)
         spec = self._phases(kind, members, chunk_bytes, group)
-        dim_sizes = info.dim_sizes()
         lane = self.lanes and self.native and not group and members == tuple(range(info.npus)) and all(
             self._symmetric(ph, algo) for ph, algo, *_ in spec)
+        phases = self._programs(spec, members, lane, turn)
+        odd = self._programs(spec, members, lane, turn + 1) if any(a == "doubleBinaryTree" for _, a, *_ in spec) \
+            else None
+        return CollectivePlan(kind, members, chunks, chunk_bytes, self.active, phases, lane, size, group, odd)
+
+    def _programs(self, spec: list[tuple[Phase, str, int, bool, int]], members: tuple[int, ...], lane: bool,
+                  turn: int) -> list[PhaseProgram]:
+        info = self.info
+        dim_sizes = info.dim_sizes()
         phases: list[PhaseProgram] = []
         offset = 0
         m = np.asarray(members, dtype=np.int64)
@@ -180,9 +195,9 @@ class Planner:
             if lane:
                 pattern = algo.pattern(ph.kind, line, ph.size, only=0, reverse=backwards)
             elif ph.dim < 0:
-                pattern = algo.pattern(ph.kind, line, ph.size, reverse=backwards)
+                pattern = algo.pattern(ph.kind, line, ph.size, reverse=backwards, variant=turn)
             else:
-                pattern = _all_lines(algo_name, ph, dim_sizes, backwards)
+                pattern = _all_lines(algo_name, ph, dim_sizes, backwards, turn)
             steps = pattern.steps
             if steps == 0:
                 continue
@@ -196,7 +211,7 @@ class Planner:
                                    proc=algo.processing(ph.kind, n, ph.size), mem_bw=self.mem_bw, offset=offset,
                                    symmetry=symmetry, dim=ph.dim, steps=steps, gated=gated, position=position))
             offset += steps
-        return CollectivePlan(kind, members, chunks, chunk_bytes, self.active, phases, lane, size, group)
+        return phases
 
     def _symmetric(self, ph: Phase, algo_name: str) -> bool:
         """Whether every rank of a phase does what rank 0 does, mapped by a symmetry of the network."""
@@ -215,13 +230,13 @@ class Planner:
         return False
 
 
-def _all_lines(algo_name: str, phase: Phase, dim_sizes: list[int], backwards: bool) -> Pattern:
+def _all_lines(algo_name: str, phase: Phase, dim_sizes: list[int], backwards: bool, turn: int = 0) -> Pattern:
     """A phase's transfers on every line of its dimension."""
     stride = int(np.prod(dim_sizes[: phase.dim], dtype=np.int64))
     n = dim_sizes[phase.dim]
     total = int(np.prod(dim_sizes, dtype=np.int64))
     algo = algorithm(algo_name)
-    parts = [algo.pattern(phase.kind, [s + j * stride for j in range(n)], phase.size, reverse=backwards)
+    parts = [algo.pattern(phase.kind, [s + j * stride for j in range(n)], phase.size, reverse=backwards, variant=turn)
              for s in range(total) if (s // stride) % n == 0]
     cols = [np.concatenate([getattr(p, f) for p in parts]) for f in ("step", "src", "dst", "nbytes")]
     return Pattern(*cols)
@@ -246,8 +261,13 @@ class CollectiveRun:
         self.plan = plan
         self.n = plan.sim_ranks
         self.lane = plan.lane
-        self.csr = [(ph.out_ptr.tolist(), ph.out_dst.tolist(), ph.out_bytes.tolist()) for ph in plan.phases]
-        self.need = [ph.in_count.tolist() for ph in plan.phases]
+        self.progs = [plan.phases, plan.odd_phases or plan.phases]
+        csr = [[(ph.out_ptr.tolist(), ph.out_dst.tolist(), ph.out_bytes.tolist()) for ph in progs]
+               for progs in (plan.phases, plan.odd_phases)
+               if progs is not None]
+        need = [[ph.in_count.tolist() for ph in progs] for progs in (plan.phases, plan.odd_phases) if progs is not None]
+        self.csr = [csr[0], csr[-1]]  # by chunk parity
+        self.need = [need[0], need[-1]]
         self.sched = sched
         self.net = net
         self.route = route
@@ -285,7 +305,7 @@ class CollectiveRun:
         return 0 if self.plan.lane else self._local(rank)
 
     def _enqueue(self, i: int, c: int, p: int) -> None:
-        q = self.plan.phases[p].queue
+        q = self.progs[c & 1][p].queue
         if self.running[i][q] < self.plan.active:
             self.running[i][q] += 1
             self._begin(i, c, p)
@@ -296,13 +316,18 @@ class CollectiveRun:
         self.phase[i][c] = p
         self.step[i][c] = 0
         self.sent[i][c] = False
+        ptr = self.csr[c & 1][p][0]
+        if ptr[i] == ptr[i + 1]:
+            # Nothing to send first (a tree's inner node): it waits for its children from now on.
+            self._send(i, c)
+            return
         s = self.sched
-        s.at(s.now + self.plan.phases[p].delay_ns, self._send, i, c)
+        s.at(s.now + self.progs[c & 1][p].delay_ns, self._send, i, c)
 
     def _send(self, i: int, c: int) -> None:
         p = self.phase[i][c]
         st = self.step[i][c]
-        ptr, dsts, sizes = self.csr[p]
+        ptr, dsts, sizes = self.csr[c & 1][p]
         src = self.plan.members[i]
         k = st * self.n + i
         net, route, deliver = self.net, self.route, self._arrive
@@ -321,7 +346,7 @@ class CollectiveRun:
         self.arrived[(i, c, p, st)] += 1
         if self.on_message is not None:
             self.on_message(msg)
-        ph = self.plan.phases[p]
+        ph = self.progs[c & 1][p]
         if ph.gated and st == 0:
             s = self.sched
             s.at(s.now + ph.delay_ns + ph.proc_ns[0], self._general, i, c, p)
@@ -337,10 +362,10 @@ class CollectiveRun:
             return
         key = (i, c)
         if self.step[i][c] == 0:
-            if self.arrived.get((i, c, p, 0), 0) < self.need[p][0][i]:
+            if self.arrived.get((i, c, p, 0), 0) < self.need[c & 1][p][0][i]:
                 return
             self.arrived.pop((i, c, p, 0), None)
-            ptr = self.csr[p][0]
+            ptr = self.csr[c & 1][p][0]
             k = self.n + i
             self.queued[key] = list(range(ptr[k], ptr[k + 1]))
             self.step[i][c] = 1
@@ -350,7 +375,7 @@ class CollectiveRun:
             return
         release = min(self.free[key], len(queued))
         self.free[key] -= release
-        _, dsts, sizes = self.csr[p]
+        _, dsts, sizes = self.csr[c & 1][p]
         src = self.plan.members[i]
         for j in queued[:release]:
             keys, mult, latency, alone = self.route(src, dsts[j], sizes[j])
@@ -369,30 +394,42 @@ class CollectiveRun:
         return lut[rank]
 
     def _check(self, i: int, c: int) -> None:
+        """Step done (sent, everything addressed to it received)? Then, if it received something,
+        reduce and wait the endpoint delay, and go on to the next step this rank takes part in (a
+        tree's node skips the steps of other levels) or leave; a rank whose last part was to send
+        leaves at once (ASTRA-SIM's tree nodes exit when they have sent to their children)."""
+        par = c & 1
         p = self.phase[i][c]
         st = self.step[i][c]
-        ph = self.plan.phases[p]
+        ph = self.progs[par][p]
         if ph.gated and st == 0:
             return  # step 1 goes out as the step-0 messages are reduced (`_general`)
-        need = self.need[p][st][i]
+        needs = self.need[par][p]
+        need = needs[st][i]
         key = (i, c, p, st)
         if self.arrived.get(key, 0) < need:
             return
         self.arrived.pop(key, None)
         s = self.sched
-        wait = ph.proc_ns[st] + ph.delay_ns
-        if st + 1 < ph.steps:
-            self.step[i][c] = st + 1
-            self.sent[i][c] = False
+        wait = ph.proc_ns[st] + ph.delay_ns if need else 0
+        nxt = st + 1
+        ptr = self.csr[par][p][0]
+        n = self.n
+        while nxt < ph.steps and not needs[nxt][i] and ptr[nxt * n + i] == ptr[nxt * n + i + 1]:
+            nxt += 1
+        self.sent[i][c] = False
+        if nxt < ph.steps:
+            self.step[i][c] = nxt
             s.at(s.now + wait, self._send, i, c)
-        else:
-            self.sent[i][c] = False
+        elif wait:
             s.at(s.now + wait, self._leave, i, c)
+        else:
+            self._leave(i, c)
 
     def _leave(self, i: int, c: int) -> None:
         plan = self.plan
         p = self.phase[i][c]
-        q = plan.phases[p].queue
+        q = self.progs[c & 1][p].queue
         self.running[i][q] -= 1
         waiting = self.waiting[i][q]
         if waiting:
