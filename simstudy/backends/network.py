@@ -1,8 +1,8 @@
 """A bundle's network, routable: the links of its topology file and the routes between hosts.
 
 Built from the bundle's topology.json (or, for input sets without one, from network.yml's
-ASTRA-SIM dimensions). Both backends route transfers with it; flowsim also shares link
-bandwidth on it.
+ASTRA-SIM dimensions). Both backends route transfers with it (flowsim to put them on links, both
+to bin them per link); flowsim's network models (`flowsim.netmodels`) share its links.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
-import numpy as np
-from numpy.typing import NDArray
 
 from simstudy.compile.topology_file import NativeDim, NetworkTopology, native_topology
 
@@ -108,35 +106,3 @@ class Network:
 
     def path_latency(self, path: Sequence[int]) -> float:
         return float(sum(self.latency[link] for link in path))
-
-    # -- rates -------------------------------------------------------------------------------
-
-    def maxmin_rates(self, paths: Sequence[Sequence[int]]) -> NDArray[np.float64]:
-        """Max-min fair rates (bytes/ns) of flows sharing links (progressive filling)."""
-        n = len(paths)
-        rates = np.zeros(n)
-        if n == 0:
-            return rates
-        flow_idx = np.repeat(np.arange(n), [len(p) for p in paths])
-        link_idx = np.fromiter(itertools.chain.from_iterable(paths), dtype=np.int64, count=len(flow_idx))
-        if len(link_idx) == 0:
-            return np.full(n, np.inf)
-        links, local = np.unique(link_idx, return_inverse=True)
-        cap = np.asarray(self.capacity)[links] * (1.0 - np.asarray(self.loss)[links])
-        active = np.ones(n, dtype=bool)
-        remaining = cap.copy()
-        while active.any():
-            on = active[flow_idx]
-            counts = np.bincount(local[on], minlength=len(links))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                share = np.where(counts > 0, remaining / np.maximum(counts, 1), np.inf)
-            s = share.min()
-            bottleneck = share <= s * (1 + 1e-12)
-            frozen = np.zeros(n, dtype=bool)
-            frozen[flow_idx[on & bottleneck[local]]] = True
-            frozen &= active
-            rates[frozen] = s
-            used = np.bincount(local[frozen[flow_idx]], minlength=len(links)) * s
-            remaining = remaining - used
-            active &= ~frozen
-        return rates

@@ -17,13 +17,15 @@ from simstudy.compile import Bundle, compile_scenario
 from simstudy.spec import BackendSpec, Scenario
 
 
-def make_backend(spec: BackendSpec, *, astra_sim: str | Path | None = None) -> Backend:
+def make_backend(spec: BackendSpec, *, astra_sim: str | Path | None = None,
+                 progress: Callable[[float], None] | None = None) -> Backend:
     """The backend a spec names; `astra_sim` is the binary for `astrasim` (a path of this machine,
-    so not part of the spec or of any run key)."""
+    so not part of the spec or of any run key); `progress(fraction done)` is fed by flowsim."""
     if spec.name == "flowsim":
-        return FlowsimBackend(congestion=spec.congestion)
+        return FlowsimBackend(congestion=spec.congestion, traffic=spec.traffic, traffic_bin_s=spec.traffic_bin_s,
+                              progress=progress)
     if spec.name == "astrasim":
-        return AstraSimBackend(astra_sim, aware=spec.aware)
+        return AstraSimBackend(astra_sim, aware=spec.aware, traffic=spec.traffic, traffic_bin_s=spec.traffic_bin_s)
     raise BackendError(f"unknown backend {spec.name!r}; expected flowsim or astrasim")  # pragma: no cover
 
 
@@ -35,13 +37,14 @@ def simulate(
     astra_sim: str | Path | None = None,
     source: str | Path | None = None,
     render: Callable[[RunResult, Path], object] | None = None,
+    progress: Callable[[float], None] | None = None,
 ) -> RunResult:
     """Compile `scenario` (errors name `source`) and simulate it on `backend` into the run
-    directory `out`: bundle/, run.json, traffic.parquet and whatever `render` adds, written whole
-    or not at all."""
+    directory `out`: bundle/, run.json, traffic.parquet (or links.parquet), spans.parquet and
+    whatever `render` adds, written whole or not at all. `progress(fraction)` follows a long run."""
 
     def prepare(d: Path) -> Bundle:
         return compile_scenario(scenario, d, source=source).bundle
 
-    return run_to_dir(prepare, make_backend(backend, astra_sim=astra_sim), Path(out),
+    return run_to_dir(prepare, make_backend(backend, astra_sim=astra_sim, progress=progress), Path(out),
                       timeout_s=backend.timeout_s, render=render)

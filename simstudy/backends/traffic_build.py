@@ -279,7 +279,7 @@ def build_traffic(info: WorkloadInfo, spans: Spans) -> Any:
     """The TrafficTable of a run from its node spans (ASTRA-SIM's own timing)."""
     builder = TrafficBuilder()
     by_id = [{n.id: n for n in nodes} for nodes in info.nodes]
-    cache: dict[tuple[str, str, tuple[int, ...], int], Pattern] = {}
+    cache: dict[tuple[str, str, tuple[int, ...], int, int], Pattern] = {}
     for (rank, node_id), (t0, t1) in sorted(spans.items()):
         node = by_id[rank].get(node_id)
         if node is None:
@@ -292,19 +292,23 @@ def build_traffic(info: WorkloadInfo, spans: Spans) -> Any:
             members = tuple(group)
             size = int(node.get("comm_size", 0))
             chunk_bytes, chunks = chunking(size, info.chunks, kind, info.npus)
-            key = (kind, algorithm, members, chunk_bytes)
-            pattern = cache.get(key)
-            if pattern is None:
-                if info.by_dimension(kind, members):
-                    pattern = dimensions_pattern(kind, info.algorithms(kind), info.dim_sizes(), chunk_bytes,
-                                                 info.optimization)
-                else:
-                    pattern = collective_pattern(kind, key[1], list(members), chunk_bytes)
-                cache[key] = pattern
-            slots = chunks * max(pattern.steps, 1)
+            patterns: list[Pattern] = []
+            for turn in (0, 1) if algorithm == "doubleBinaryTree" else (0,):  # its two trees take turns
+                key = (kind, algorithm, members, chunk_bytes, turn)
+                pattern = cache.get(key)
+                if pattern is None:
+                    if info.by_dimension(kind, members):
+                        pattern = dimensions_pattern(kind, info.algorithms(kind), info.dim_sizes(), chunk_bytes,
+                                                     info.optimization)
+                    else:
+                        pattern = collective_pattern(kind, algorithm, list(members), chunk_bytes, variant=turn)
+                    cache[key] = pattern
+                patterns.append(pattern)
+            slots = chunks * max(patterns[0].steps, 1)
             edges = np.linspace(t0, t1, slots + 1)
             meta = node_meta(node)
             for c in range(chunks):
+                pattern = patterns[c % len(patterns)]
                 s = edges[c * pattern.steps : (c + 1) * pattern.steps + 1]
                 builder.add_pattern(pattern, rank, s[:-1], s[1:], flow=meta.flow * FLOWS_PER_COLLECTIVE + c,
                                     op=meta.op, iteration=meta.iteration, chunk=c)

@@ -92,34 +92,67 @@ def _halving_doubling(members: IntArray, size: int, reduce: bool, gather: bool, 
     return Pattern(*(np.concatenate(a).astype(np.int64) for a in (steps, srcs, dsts, sizes)))
 
 
-def _binary_tree(members: IntArray, size: int) -> Pattern:
-    """Two complementary binary trees, each reducing then broadcasting half the data."""
-    n = len(members)
-    steps, srcs, dsts, sizes = [], [], [], []
-    half = max(size // 2, 1)
-    depth = max(int(np.ceil(np.log2(n + 1))) - 1, 1)
-    for tree in range(2):
-        order = np.roll(np.arange(n), -tree * (n // 2)) if tree else np.arange(n)
-        parent = (np.arange(n) - 1) // 2
-        level = np.floor(np.log2(np.arange(n) + 1)).astype(int)
-        child = np.arange(1, n)
-        # reduce: deepest level first; broadcast: root first
-        for s in range(depth):
-            lvl = depth - s
-            sel = child[level[child] == lvl]
-            steps.append(np.full(len(sel), s))
-            srcs.append(members[order[sel]])
-            dsts.append(members[order[parent[sel]]])
-            sizes.append(np.full(len(sel), half))
-        for s in range(depth):
-            sel = child[level[child] == s + 1]
-            steps.append(np.full(len(sel), depth + s))
-            srcs.append(members[order[parent[sel]]])
-            dsts.append(members[order[sel]])
-            sizes.append(np.full(len(sel), half))
-    st, sr, ds, sz = (np.concatenate(a).astype(np.int64) for a in (steps, srcs, dsts, sizes))
-    order_by_step = np.argsort(st, kind="stable")
-    return Pattern(st[order_by_step], sr[order_by_step], ds[order_by_step], sz[order_by_step])
+def binary_tree(n: int, variant: int) -> tuple[list[int], list[int]]:
+    """ASTRA-SIM's binary tree over n members (`BinaryTree`): a root with one child, under it a
+    complete binary tree, members numbered in order (in-order traversal). `variant` 0 is its RootMax
+    tree (the root is the last member, above the subtree of the others), 1 its RootMin tree (the
+    root is the first member). Returns (parent, depth) per member index; the root's parent is -1."""
+    depth_levels = 1
+    tmp = n
+    while tmp > 1:
+        depth_levels += 1
+        tmp //= 2
+    parent: list[int] = []
+    depth: list[int] = []
+    order: list[tuple[int, int]] = []  # (parent position in `order`, depth) in in-order
+
+    def subtree(levels: int, up: int, d: int) -> None:
+        """In-order: left subtree, the node, right subtree."""
+        me = len(order)
+        if levels > 1:
+            subtree(levels - 1, -2 - me, d + 1)  # placeholder parent, fixed below
+        order.append((up, d))
+        mine = len(order) - 1
+        if levels > 1:
+            for k in range(me, mine):
+                if order[k][0] == -2 - me:
+                    order[k] = (mine, order[k][1])
+            subtree(levels - 1, mine, d + 1)
+
+    if variant % 2 == 0:  # RootMax: the subtree is the root's left child, the root comes last
+        subtree(depth_levels - 1, -3, 1)
+        order.append((-1, 0))
+        root = len(order) - 1
+        order = [(root if up == -3 else up, d) for up, d in order]
+    else:  # RootMin: the root first, the subtree its right child
+        order.append((-1, 0))
+        subtree(depth_levels - 1, 0, 1)
+    if len(order) != n:
+        raise ValueError(f"the double binary tree needs a power-of-two group, got {n}")
+    for up, d in order:
+        parent.append(up)
+        depth.append(d)
+    return parent, depth
+
+
+def _binary_tree(members: IntArray, size: int, variant: int) -> Pattern:
+    """One chunk of ASTRA-SIM's double-binary-tree all-reduce (`DoubleBinaryTreeAllReduce`) on one of
+    its two trees: every member sends the whole chunk to its parent once it has its children's
+    (step H - depth), and the root's result goes back down (step H + depth of the sender), H being
+    the depth of the leaves."""
+    parent, depth = binary_tree(len(members), variant)
+    h = max(depth)
+    steps, srcs, dsts = [], [], []
+    for v, up in enumerate(parent):
+        if up < 0:
+            continue
+        steps += [h - depth[v], h + depth[up]]
+        srcs += [v, up]
+        dsts += [up, v]
+    st = np.asarray(steps, dtype=np.int64)
+    order = np.argsort(st, kind="stable")
+    sr, ds = np.asarray(srcs, dtype=np.int64)[order], np.asarray(dsts, dtype=np.int64)[order]
+    return Pattern(st[order], members[sr], members[ds], np.full(len(st), max(size, 1), dtype=np.int64))
 
 
 # -- the algorithms ----------------------------------------------------------------------------
@@ -171,16 +204,19 @@ def _hd_processing(kind: str, n: int, size: int) -> dict[int, int]:
     return {s: max(size >> (s + 2), 1) for s in range(int(math.log2(n)) - 1)}
 
 
-def _dbt_pattern(kind: str, m: IntArray, size: int, only: int | None, reverse: bool) -> Pattern:
-    p = _binary_tree(m, size)
+def _dbt_pattern(kind: str, m: IntArray, size: int, only: int | None, reverse: bool, variant: int = 0) -> Pattern:
+    p = _binary_tree(m, size, variant)
     if only is None:
         return p
     sel = p.src == m[only]
     return Pattern(p.step[sel], p.src[sel], p.dst[sel], p.nbytes[sel])
 
 
-def _no_processing(kind: str, n: int, size: int) -> dict[int, int]:
-    return {}
+def _dbt_processing(kind: str, n: int, size: int) -> dict[int, int]:
+    """Every member but a leaf reduces what it receives, the whole chunk: its children's data on the
+    way up, the result on the way down (a leaf only stores it: the last step)."""
+    h = max(binary_tree(n, 0)[1])
+    return dict.fromkeys(range(2 * h - 1), max(size, 1))
 
 
 @dataclass(frozen=True)
@@ -203,12 +239,12 @@ class Algorithm:
     variants: tuple[str, ...]
     kinds: frozenset[str]
     configured: frozenset[str]
-    build: Callable[[str, IntArray, int, int | None, bool], Pattern]
+    build: Callable[..., Pattern]
     process: Callable[[str, int, int], dict[int, int]]
     symmetry: str | None
 
     def pattern(self, kind: str, members: list[int] | IntArray, size: int, *, only: int | None = None,
-                reverse: bool = False) -> Pattern:
+                reverse: bool = False, variant: int = 0) -> Pattern:
         """The transfers of one chunk of `size` bytes of collective `kind` over `members`: of every
         member, or only of the member at index `only`; a ring runs backwards when `reverse`."""
         m = np.asarray(members, dtype=np.int64)
@@ -218,6 +254,8 @@ class Algorithm:
             return _direct(m, 1, max(size // len(m), 1), only)
         if kind not in self.kinds:
             raise ValueError(f"{self.astra} implements {', '.join(sorted(self.kinds))}, not {kind}")
+        if self.name == "double_binary_tree":
+            return self.build(kind, m, size, only, reverse, variant)
         return self.build(kind, m, size, only, reverse)
 
     def processing(self, kind: str, n: int, size: int) -> dict[int, int]:
@@ -241,9 +279,9 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               _direct_pattern, _direct_processing, "rotate"),
     Algorithm("halving_doubling", "halvingDoubling", ("oneHalvingDoubling",), _ALL, frozenset({"all_reduce"}),
               _hd_pattern, _hd_processing, "xor"),
-    # Approximated: two complementary trees, each reducing then broadcasting half the data.
+    # Two trees used in turn, chunk after chunk (variant = the chunk's turn).
     Algorithm("double_binary_tree", "doubleBinaryTree", (), frozenset({"all_reduce", "all_to_all"}),
-              frozenset({"all_reduce"}), _dbt_pattern, _no_processing, None),
+              frozenset({"all_reduce"}), _dbt_pattern, _dbt_processing, None),
 )}
 _BY_ASTRA: dict[str, Algorithm] = {n: a for a in ALGORITHMS.values() for n in (a.astra, *a.variants)}
 #: What all-to-all runs on every dimension (the compiler's choice; ASTRA-SIM's ring all-to-all relays).
@@ -268,7 +306,9 @@ def system_implementations(name: str) -> dict[str, str]:
     return out
 
 
-def collective_pattern(kind: str, algorithm_name: str, members: list[int] | IntArray, size: int) -> Pattern:
+def collective_pattern(kind: str, algorithm_name: str, members: list[int] | IntArray, size: int, *,
+                       variant: int = 0) -> Pattern:
     """The transfers of one chunk of `size` bytes of collective `kind` over `members` with the
-    algorithm of that (spec or ASTRA-SIM) name."""
-    return algorithm(algorithm_name).pattern(kind, members, size)
+    algorithm of that (spec or ASTRA-SIM) name (`variant`: which of the double binary tree's two
+    trees the chunk uses)."""
+    return algorithm(algorithm_name).pattern(kind, members, size, variant=variant)

@@ -58,6 +58,9 @@ class PhaseProgram:
     step_offset: int
     symmetry: str | None
     dim: int
+    #: ASTRA-SIM's direct (AllToAll) all-reduce: each message received in step 0 lets the rank send
+    #: one message of step 1 once all of step 0 has arrived, as its MemBus events fire
+    gated: bool = False
 
 
 @dataclass
@@ -73,6 +76,8 @@ class CollectivePlan:
     lane: bool  # simulated for member 0 alone (members are every rank, in order, and symmetric)
     size: int = 0
     group: bool = False
+    #: the phases of odd chunks when they differ (the double binary tree uses its two trees in turn)
+    odd_phases: list[PhaseProgram] | None = None
 
     @property
     def sim_ranks(self) -> int:
@@ -85,7 +90,7 @@ class CollectivePlan:
 
 def _program(pattern: Pattern, sim: IntArray, local: dict[int, int] | None, n_sim: int, *, kind: str, queue: int,
              delay: int, proc: dict[int, int], mem_bw: float, offset: int, symmetry: str | None, dim: int,
-             steps: int) -> PhaseProgram:
+             steps: int, gated: bool = False, position: dict[int, int] | None = None) -> PhaseProgram:
     """The CSR program of a pattern for the simulated ranks `sim` (global ids)."""
     if local is None:  # lane: the pattern holds rank 0's transfers only
         src_local = np.zeros(len(pattern.src), dtype=np.int64)
@@ -98,11 +103,18 @@ def _program(pattern: Pattern, sim: IntArray, local: dict[int, int] | None, n_si
         dst_local = lut[pattern.dst]
         inc = np.bincount(pattern.step * n_sim + dst_local, minlength=steps * n_sim).reshape(steps, n_sim)
     key = pattern.step * n_sim + src_local
-    order = np.argsort(key, kind="stable")
+    if gated and position is not None:
+        # ASTRA-SIM's AllToAll sends to its peers in ring order from the next one: rank +1, +2, ...
+        n = len(position)
+        pos = np.vectorize(position.__getitem__, otypes=[np.int64])
+        rot = (pos(pattern.dst) - pos(pattern.src)) % n if len(pattern.src) else np.zeros(0, dtype=np.int64)
+        order = np.lexsort((rot, key))
+    else:
+        order = np.argsort(key, kind="stable")
     ptr = np.searchsorted(key[order], np.arange(steps * n_sim + 1))
     proc_ns = tuple(3 * math.floor(proc[s] / mem_bw) if s in proc else 0 for s in range(steps))
     return PhaseProgram(kind, queue, delay, steps, ptr.astype(np.int64), pattern.dst[order], pattern.nbytes[order],
-                        inc.astype(np.int64), proc_ns, offset, symmetry, dim)
+                        inc.astype(np.int64), proc_ns, offset, symmetry, dim, gated)
 
 
 class Planner:
@@ -118,14 +130,19 @@ class Planner:
         self.native = info.topology.routing.kind == "dimension_order"
         self.cache: dict[tuple[object, ...], CollectivePlan] = {}
 
-    def plan(self, kind: str, members: tuple[int, ...], size: int, group: bool) -> CollectivePlan:
+    def plan(self, kind: str, members: tuple[int, ...], size: int, group: bool, turn: int = 0) -> CollectivePlan:
         """The plan of a collective of `size` bytes over `members` (`group`: a communicator group
-        smaller than the job, which ASTRA-SIM runs as one ring in the group file's order)."""
-        key = (kind, members, size, group)
+        smaller than the job, which ASTRA-SIM runs as one ring in the group file's order). `turn`
+        is which of the double binary tree's two trees its first chunk uses."""
+        key = (kind, members, size, group, turn % 2)
         found = self.cache.get(key)
         if found is None:
-            found = self.cache[key] = self._plan(kind, members, size, group)
+            found = self.cache[key] = self._plan(kind, members, size, group, turn % 2)
         return found
+
+    def uses_trees(self, kind: str, members: tuple[int, ...], group: bool) -> bool:
+        """Whether a collective runs ASTRA-SIM's double binary tree (whose two trees alternate)."""
+        return any(algo == "doubleBinaryTree" for _, algo, *_ in self._phases(kind, members, 1 << 20, group))
 
     def _phases(self, kind: str, members: tuple[int, ...], chunk: int, group: bool) -> list[tuple[Phase, str, int,
                                                                                                  bool, int]]:
@@ -146,13 +163,21 @@ class Planner:
             out.append((ph, algo, ph.dim, backwards, self.endpoint_delay))
         return out
 
-    def _plan(self, kind: str, members: tuple[int, ...], size: int, group: bool) -> CollectivePlan:
+    def _plan(self, kind: str, members: tuple[int, ...], size: int, group: bool, turn: int) -> CollectivePlan:
         info = self.info
         chunk_bytes, chunks = chunking(size, info.chunks, kind, info.npus)
         spec = self._phases(kind, members, chunk_bytes, group)
-        dim_sizes = info.dim_sizes()
         lane = self.lanes and self.native and not group and members == tuple(range(info.npus)) and all(
             self._symmetric(ph, algo) for ph, algo, *_ in spec)
+        phases = self._programs(spec, members, lane, turn)
+        odd = self._programs(spec, members, lane, turn + 1) if any(a == "doubleBinaryTree" for _, a, *_ in spec) \
+            else None
+        return CollectivePlan(kind, members, chunks, chunk_bytes, self.active, phases, lane, size, group, odd)
+
+    def _programs(self, spec: list[tuple[Phase, str, int, bool, int]], members: tuple[int, ...], lane: bool,
+                  turn: int) -> list[PhaseProgram]:
+        info = self.info
+        dim_sizes = info.dim_sizes()
         phases: list[PhaseProgram] = []
         offset = 0
         m = np.asarray(members, dtype=np.int64)
@@ -170,18 +195,23 @@ class Planner:
             if lane:
                 pattern = algo.pattern(ph.kind, line, ph.size, only=0, reverse=backwards)
             elif ph.dim < 0:
-                pattern = algo.pattern(ph.kind, line, ph.size, reverse=backwards)
+                pattern = algo.pattern(ph.kind, line, ph.size, reverse=backwards, variant=turn)
             else:
-                pattern = _all_lines(algo_name, ph, dim_sizes, backwards)
+                pattern = _all_lines(algo_name, ph, dim_sizes, backwards, turn)
             steps = pattern.steps
             if steps == 0:
                 continue
             symmetry = algo.symmetry_of(ph.kind) if lane else None
+            gated = ph.kind == "all_reduce" and algo.name == "direct" and steps == 2
+            position = None
+            if gated:
+                position = {int(r): j for j, r in enumerate(line.tolist())} if ph.dim < 0 else {
+                    r: (r // stride) % n for r in range(info.npus)}
             phases.append(_program(pattern, sim, local, len(sim), kind=ph.kind, queue=queue, delay=delay,
                                    proc=algo.processing(ph.kind, n, ph.size), mem_bw=self.mem_bw, offset=offset,
-                                   symmetry=symmetry, dim=ph.dim, steps=steps))
+                                   symmetry=symmetry, dim=ph.dim, steps=steps, gated=gated, position=position))
             offset += steps
-        return CollectivePlan(kind, members, chunks, chunk_bytes, self.active, phases, lane, size, group)
+        return phases
 
     def _symmetric(self, ph: Phase, algo_name: str) -> bool:
         """Whether every rank of a phase does what rank 0 does, mapped by a symmetry of the network."""
@@ -200,13 +230,13 @@ class Planner:
         return False
 
 
-def _all_lines(algo_name: str, phase: Phase, dim_sizes: list[int], backwards: bool) -> Pattern:
+def _all_lines(algo_name: str, phase: Phase, dim_sizes: list[int], backwards: bool, turn: int = 0) -> Pattern:
     """A phase's transfers on every line of its dimension."""
     stride = int(np.prod(dim_sizes[: phase.dim], dtype=np.int64))
     n = dim_sizes[phase.dim]
     total = int(np.prod(dim_sizes, dtype=np.int64))
     algo = algorithm(algo_name)
-    parts = [algo.pattern(phase.kind, [s + j * stride for j in range(n)], phase.size, reverse=backwards)
+    parts = [algo.pattern(phase.kind, [s + j * stride for j in range(n)], phase.size, reverse=backwards, variant=turn)
              for s in range(total) if (s // stride) % n == 0]
     cols = [np.concatenate([getattr(p, f) for p in parts]) for f in ("step", "src", "dst", "nbytes")]
     return Pattern(*cols)
@@ -229,6 +259,15 @@ class CollectiveRun:
                  route: Callable[[int, int, int], tuple[tuple[int, ...], tuple[int, ...] | None, float, int]],
                  on_rank_done: Callable[[int, int], None], on_message: Callable[[Msg], None] | None = None) -> None:
         self.plan = plan
+        self.n = plan.sim_ranks
+        self.lane = plan.lane
+        self.progs = [plan.phases, plan.odd_phases or plan.phases]
+        csr = [[(ph.out_ptr.tolist(), ph.out_dst.tolist(), ph.out_bytes.tolist()) for ph in progs]
+               for progs in (plan.phases, plan.odd_phases)
+               if progs is not None]
+        need = [[ph.in_count.tolist() for ph in progs] for progs in (plan.phases, plan.odd_phases) if progs is not None]
+        self.csr = [csr[0], csr[-1]]  # by chunk parity
+        self.need = [need[0], need[-1]]
         self.sched = sched
         self.net = net
         self.route = route
@@ -243,6 +282,8 @@ class CollectiveRun:
         self.sent = [[False] * plan.chunks for _ in range(n)]
         self.arrived: dict[tuple[int, int, int, int], int] = defaultdict(int)
         self.left = [plan.chunks] * n
+        self.free: dict[tuple[int, int], int] = defaultdict(int)  # gated phases: MemBus events fired
+        self.queued: dict[tuple[int, int], list[int]] = {}  # gated phases: step-1 messages not yet sent
         self.done = 0
 
     def start(self) -> None:
@@ -264,7 +305,7 @@ class CollectiveRun:
         return 0 if self.plan.lane else self._local(rank)
 
     def _enqueue(self, i: int, c: int, p: int) -> None:
-        q = self.plan.phases[p].queue
+        q = self.progs[c & 1][p].queue
         if self.running[i][q] < self.plan.active:
             self.running[i][q] += 1
             self._begin(i, c, p)
@@ -275,20 +316,24 @@ class CollectiveRun:
         self.phase[i][c] = p
         self.step[i][c] = 0
         self.sent[i][c] = False
+        ptr = self.csr[c & 1][p][0]
+        if ptr[i] == ptr[i + 1]:
+            # Nothing to send first (a tree's inner node): it waits for its children from now on.
+            self._send(i, c)
+            return
         s = self.sched
-        s.at(s.now + self.plan.phases[p].delay_ns, self._send, i, c)
+        s.at(s.now + self.progs[c & 1][p].delay_ns, self._send, i, c)
 
     def _send(self, i: int, c: int) -> None:
-        plan = self.plan
         p = self.phase[i][c]
         st = self.step[i][c]
-        ph = plan.phases[p]
-        src = plan.members[i]
-        lo, hi = ph.out_ptr[st * plan.sim_ranks + i], ph.out_ptr[st * plan.sim_ranks + i + 1]
+        ptr, dsts, sizes = self.csr[c & 1][p]
+        src = self.plan.members[i]
+        k = st * self.n + i
         net, route, deliver = self.net, self.route, self._arrive
-        for k in range(lo, hi):
-            dst = int(ph.out_dst[k])
-            size = int(ph.out_bytes[k])
+        for j in range(ptr[k], ptr[k + 1]):
+            dst = dsts[j]
+            size = sizes[j]
             keys, mult, latency, alone = route(src, dst, size)
             net.send(Msg(src, dst, size, keys, mult, latency, alone, deliver, (i, c, p, st)))
         self.sent[i][c] = True
@@ -296,12 +341,50 @@ class CollectiveRun:
 
     def _arrive(self, msg: Msg) -> None:
         i, c, p, st = msg.ctx
-        if not self.plan.lane:
+        if not self.lane:
             i = self._local(msg.dst)
         self.arrived[(i, c, p, st)] += 1
         if self.on_message is not None:
             self.on_message(msg)
+        ph = self.progs[c & 1][p]
+        if ph.gated and st == 0:
+            s = self.sched
+            s.at(s.now + ph.delay_ns + ph.proc_ns[0], self._general, i, c, p)
+            return
         if self.phase[i][c] == p and self.step[i][c] == st and self.sent[i][c]:
+            self._check(i, c)
+
+    def _general(self, i: int, c: int, p: int) -> None:
+        """A received step-0 message of a gated phase has been reduced: one more message of step 1
+        may go, once every step-0 message has arrived (ASTRA-SIM's AllToAll all-reduce)."""
+        self.free[(i, c)] += 1
+        if self.phase[i][c] != p or (not self.sent[i][c] and self.step[i][c] == 0):
+            return
+        key = (i, c)
+        if self.step[i][c] == 0:
+            if self.arrived.get((i, c, p, 0), 0) < self.need[c & 1][p][0][i]:
+                return
+            self.arrived.pop((i, c, p, 0), None)
+            ptr = self.csr[c & 1][p][0]
+            k = self.n + i
+            self.queued[key] = list(range(ptr[k], ptr[k + 1]))
+            self.step[i][c] = 1
+            self.sent[i][c] = False
+        queued = self.queued.get(key)
+        if not queued or self.step[i][c] != 1:
+            return
+        release = min(self.free[key], len(queued))
+        self.free[key] -= release
+        _, dsts, sizes = self.csr[c & 1][p]
+        src = self.plan.members[i]
+        for j in queued[:release]:
+            keys, mult, latency, alone = self.route(src, dsts[j], sizes[j])
+            self.net.send(Msg(src, dsts[j], sizes[j], keys, mult, latency, alone, self._arrive, (i, c, p, 1)))
+        del queued[:release]
+        if not queued:
+            del self.queued[key]
+            self.free.pop(key, None)
+            self.sent[i][c] = True
             self._check(i, c)
 
     def _local(self, rank: int) -> int:
@@ -311,28 +394,42 @@ class CollectiveRun:
         return lut[rank]
 
     def _check(self, i: int, c: int) -> None:
+        """Step done (sent, everything addressed to it received)? Then, if it received something,
+        reduce and wait the endpoint delay, and go on to the next step this rank takes part in (a
+        tree's node skips the steps of other levels) or leave; a rank whose last part was to send
+        leaves at once (ASTRA-SIM's tree nodes exit when they have sent to their children)."""
+        par = c & 1
         p = self.phase[i][c]
         st = self.step[i][c]
-        ph = self.plan.phases[p]
-        need = int(ph.in_count[st, i])
+        ph = self.progs[par][p]
+        if ph.gated and st == 0:
+            return  # step 1 goes out as the step-0 messages are reduced (`_general`)
+        needs = self.need[par][p]
+        need = needs[st][i]
         key = (i, c, p, st)
         if self.arrived.get(key, 0) < need:
             return
         self.arrived.pop(key, None)
         s = self.sched
-        wait = ph.proc_ns[st] + ph.delay_ns
-        if st + 1 < ph.steps:
-            self.step[i][c] = st + 1
-            self.sent[i][c] = False
+        wait = ph.proc_ns[st] + ph.delay_ns if need else 0
+        nxt = st + 1
+        ptr = self.csr[par][p][0]
+        n = self.n
+        while nxt < ph.steps and not needs[nxt][i] and ptr[nxt * n + i] == ptr[nxt * n + i + 1]:
+            nxt += 1
+        self.sent[i][c] = False
+        if nxt < ph.steps:
+            self.step[i][c] = nxt
             s.at(s.now + wait, self._send, i, c)
-        else:
-            self.sent[i][c] = False
+        elif wait:
             s.at(s.now + wait, self._leave, i, c)
+        else:
+            self._leave(i, c)
 
     def _leave(self, i: int, c: int) -> None:
         plan = self.plan
         p = self.phase[i][c]
-        q = plan.phases[p].queue
+        q = self.progs[c & 1][p].queue
         self.running[i][q] -= 1
         waiting = self.waiting[i][q]
         if waiting:
