@@ -22,7 +22,7 @@ def test_compile_example_bundle(repo: Path, tmp_path: Path) -> None:
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(
         [f"resnet50_dp8_ring.{r}.et" for r in range(8)]
-        + ["network.yml", "system.json", "remote_memory.json", "scenario.json"]
+        + ["network.yml", "system.json", "remote_memory.json", "scenario.json", "topology.json"]
     )
     meta, nodes = chakra.read_trace(out / "resnet50_dp8_ring.3.et")
     assert meta.version == "0.0.4"

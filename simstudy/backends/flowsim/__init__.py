@@ -2,32 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 from simstudy import __version__
-from simstudy.backends.base import BackendError, RankStats, RunResult
+from simstudy.backends.base import RankStats, RunResult
 from simstudy.backends.flowsim.engine import Engine
-from simstudy.backends.flowsim.network import Network, graph_network, native_network
+from simstudy.backends.network import Network
 from simstudy.backends.traffic_build import WorkloadInfo, union_ns
 from simstudy.compile import Bundle
-from simstudy.spec import Scenario, is_graph
 
 __all__ = ["FlowsimBackend"]
-
-
-def bundle_network(info: WorkloadInfo) -> tuple[Network, str]:
-    """The network to simulate: the scenario's graph topology when the bundle has one, else network.yml."""
-    path = info.bundle.scenario
-    if path is not None:
-        try:
-            scenario = Scenario.model_validate(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError) as exc:
-            raise BackendError(f"{path}: cannot read the scenario: {exc}") from None
-        if is_graph(scenario.topology):
-            return graph_network(scenario.topology), scenario.topology.kind  # type: ignore[arg-type]
-    return native_network(info.dims), "+".join(d.topology for d in info.dims)
 
 
 class FlowsimBackend:
@@ -42,9 +27,7 @@ class FlowsimBackend:
     def run(self, bundle: Bundle, workdir: Path, *, timeout_s: float | None = None) -> RunResult:
         t0 = time.perf_counter()
         info = WorkloadInfo.from_bundle(bundle)
-        net, net_name = bundle_network(info)
-        if net.hosts != info.npus:
-            raise BackendError(f"{bundle.network}: the network has {net.hosts} hosts but there are {info.npus} traces")
+        net = Network.from_topology(info.topology)
         engine = Engine(info, net, contention=self.contention, timeout_s=timeout_s)
         engine.run()
         traffic = engine.traffic.table()
@@ -65,6 +48,6 @@ class FlowsimBackend:
             ranks=ranks,
             traffic=traffic,
             wall_time_s=time.perf_counter() - t0,
-            details={"contention": self.contention, "network": net_name, "links": len(net.capacity)},
+            details={"contention": self.contention, "network": net.kind, "links": len(net.capacity)},
             spans=engine.spans(),
         )

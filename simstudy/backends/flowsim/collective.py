@@ -29,8 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from simstudy.backends.flowsim.network import Network
+from simstudy.backends.network import Network
 from simstudy.backends.patterns import Pattern, collective_pattern, dimension_phases, phase_pattern
+from simstudy.compile.collectives import algorithm
 
 
 @dataclass(frozen=True)
@@ -46,17 +47,8 @@ class CollectiveTiming:
     phase_steps: tuple[int, ...] = ()
 
 
-def _processing_steps(kind: str, algorithm: str, n: int) -> set[int]:
-    algo = {"oneRing": "ring", "oneDirect": "direct"}.get(algorithm, algorithm)
-    if kind not in ("all_reduce", "reduce_scatter"):
-        return set()
-    if algo == "ring":
-        return set(range(n - 1))
-    if algo == "direct":
-        return {0}
-    if algo == "halvingDoubling":
-        return set(range(1, int(math.log2(n))))
-    return set()
+def _processing_steps(kind: str, algorithm_name: str, n: int) -> frozenset[int]:
+    return algorithm(algorithm_name).reduces(kind, n)
 
 
 def time_chunk(
@@ -143,7 +135,7 @@ def pipelined_phases(timing: CollectiveTiming, chunks: int) -> tuple[int, list[N
 def time_pattern(
     net: Network,
     pattern: Pattern,
-    proc_steps: set[int],
+    proc_steps: frozenset[int],
     *,
     endpoint_delay_ns: float,
     local_mem_bw_bpns: float,

@@ -27,18 +27,16 @@ import pandas as pd
 
 from simstudy.backends.base import BackendError, empty_spans, make_spans
 from simstudy.backends.flowsim.collective import CollectiveTiming, pipelined_phases, time_chunk, time_dimensions
-from simstudy.backends.flowsim.network import Network
+from simstudy.backends.network import Network
 from simstudy.backends.patterns import chunking
 from simstudy.backends.traffic_build import (
     COLLECTIVE_KIND,
     TrafficBuilder,
     WorkloadInfo,
-    iteration_of,
-    op_of,
-    send_flow,
     span_kind,
 )
 from simstudy.chakra import CollectiveType, Node, NodeType
+from simstudy.compile.attributes import FLOWS_PER_COLLECTIVE, node_meta
 
 COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE)
 
@@ -288,15 +286,15 @@ class Engine:
                     contention=self.contention, concurrent=concurrent,
                 )
             self.timing_cache[key] = timing
-        op = op_of(node0)
-        it = iteration_of(node0.name)
+        meta = node_meta(node0)
+        op, it, base = meta.op, meta.iteration, meta.flow * FLOWS_PER_COLLECTIVE
         if len(timing.phase_ns) > 1 and concurrent == 1 and chunks > 1:
             span, shifts = pipelined_phases(timing, chunks)
             finish = start + span
             for c, shift in enumerate(shifts):
                 self.traffic.add_pattern(
                     timing.pattern, None, start + shift + timing.step_start_ns, start + shift + timing.step_end_ns,
-                    flow=node0.id * 4096 + c, op=op, iteration=it, chunk=c,
+                    flow=base + c, op=op, iteration=it, chunk=c,
                 )
         else:
             rounds = math.ceil(chunks / concurrent)
@@ -305,7 +303,7 @@ class Engine:
                 base = start + (c // concurrent) * timing.chunk_ns
                 self.traffic.add_pattern(
                     timing.pattern, None, base + timing.step_start_ns, base + timing.step_end_ns,
-                    flow=node0.id * 4096 + c, op=op, iteration=it, chunk=c,
+                    flow=base + c, op=op, iteration=it, chunk=c,
                 )
         for rank, node, _ in parts:
             self.ranks[rank].comm_spans.append((start, finish))
@@ -357,11 +355,11 @@ class Engine:
 
     def on_arrival(self, f: _Flow) -> None:
         node = f.node
-        flow, chunk = send_flow(node, f.tag)
+        meta = node_meta(node)
         self.traffic.add(
             t_start_s=np.array([f.start * 1e-9]), t_end_s=np.array([self.now * 1e-9]), src=np.array([f.src]),
-            dst=np.array([f.dst]), bytes=np.array([f.size]), flow=flow, op=op_of(node),
-            iteration=iteration_of(node.name), chunk=chunk, step=0,
+            dst=np.array([f.dst]), bytes=np.array([f.size]), flow=meta.flow, op=meta.op,
+            iteration=meta.iteration, chunk=meta.chunk, step=0,
         )
         self.ranks[f.src].comm_spans.append((f.start, self.now))
         self.on_done(f.src, node.id)
