@@ -49,14 +49,14 @@ def _run(args: argparse.Namespace) -> int:
     from simstudy.backends.rundir import copy_bundle, run_to_dir
     from simstudy.compile import Bundle
     from simstudy.report import render_run
-    from simstudy.spec import BackendSpec, SpecError, load_scenario
+    from simstudy.spec import BackendSpec, SpecError, load_runnable
 
     raw = [args.workload, args.network, args.system]
     if args.spec and any(raw):
         raise SpecError(None, "", "give either a scenario spec or --workload/--network/--system, not both")
     spec = BackendSpec(name=args.backend, aware=args.aware, contention=not args.no_contention, timeout_s=args.timeout)
     if args.spec:
-        scenario = load_scenario(args.spec)
+        scenario = load_runnable(args.spec)
         out = Path(args.output) if args.output else Path("results/runs") / Path(args.spec).stem
         result = simulate(scenario, out, spec, astra_sim=args.astra_sim, source=args.spec, render=render_run)
     else:
@@ -82,6 +82,14 @@ def _run(args: argparse.Namespace) -> int:
           f"exposed comm max {max(exposed) / 1e6:.3f} ms")
     print(f"  {len(result.traffic):,} transfers, {int(result.traffic['bytes'].sum()) / 1e9:.3f} GB, "
           f"wall {result.wall_time_s:.2f} s")
+    jobs = result.details.get("jobs")
+    if jobs:
+        print(f"  {'job':<14} {'NPUs':>5} {'start ms':>9} {'iteration ms':>13} {'alone ms':>10} {'slowdown':>9}")
+        for j in jobs:
+            alone = "-" if j["alone_iteration_ms"] is None else f"{j['alone_iteration_ms']:.3f}"
+            slow = "-" if j["slowdown"] is None else f"{j['slowdown']:.3f}"
+            print(f"  {j['name']:<14} {len(j['npus']):>5} {j['start_ms']:>9.3f} {j['iteration_ms']:>13.3f} "
+                  f"{alone:>10} {slow:>9}")
     return EXIT_OK
 
 

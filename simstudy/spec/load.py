@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from simstudy.spec.base import FieldError
+from simstudy.spec.cluster import Cluster
 from simstudy.spec.scenario import Scenario
 from simstudy.spec.study import Study
 
@@ -235,6 +236,14 @@ def load_spec(cls: type[M], path: str | Path) -> M:
 def load_scenario(path: str | Path) -> Scenario:
     """Load a scenario YAML file."""
     return load_spec(Scenario, path)
+
+
+def load_runnable(path: str | Path) -> Scenario | Cluster:
+    """Load what `simstudy run` runs: a scenario, or a cluster (`kind: cluster`: several jobs)."""
+    data, origins = load_document(path)
+    if isinstance(data, Mapping) and data.get("kind") == "cluster":
+        return validate_as(Cluster, data, file=path, origins=origins)
+    return validate_as(Scenario, data, file=path, origins=origins)
 
 
 def load_study(path: str | Path) -> Study:
