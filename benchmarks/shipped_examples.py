@@ -63,15 +63,10 @@ def cases(examples: Path) -> list[tuple[str, Bundle]]:
     return out
 
 
-def flowsim(mode: str) -> FlowsimBackend:
-    """flowsim in a congestion mode (today: `fluid` shares links max-min fairly, `unaware` does not)."""
-    return FlowsimBackend(contention=mode != "unaware")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--examples", type=Path, help="ASTRA-SIM's examples/ directory")
-    parser.add_argument("--modes", default="fluid", help="flowsim congestion modes to run")
+    parser.add_argument("--modes", default="fluid,unaware,aware", help="flowsim congestion modes to run")
     args = parser.parse_args()
     unaware = find_astra_sim()
     aware = find_astra_sim(aware=True)
@@ -87,7 +82,7 @@ def main() -> None:
         for i, (name, bundle) in enumerate(cases(examples)):
             u = AstraSimBackend(unaware).run(bundle, root / f"{i}u", timeout_s=600).finish_ns
             a = AstraSimBackend(aware, aware=True).run(bundle, root / f"{i}a", timeout_s=600).finish_ns
-            f = {m: flowsim(m).run(bundle, root / f"{i}f{m}", timeout_s=600).finish_ns for m in modes}
+            f = {m: FlowsimBackend(congestion=m).run(bundle, root / f"{i}f{m}", timeout_s=600).finish_ns for m in modes}
             rows.append((name, u, a, f))
     print(f"ASTRA-SIM examples: {examples}")
     head = f"{'case':<58} {'unaware ns':>11} {'aware ns':>11}"

@@ -54,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
     raw = [args.workload, args.network, args.system]
     if args.spec and any(raw):
         raise SpecError(None, "", "give either a scenario spec or --workload/--network/--system, not both")
-    spec = BackendSpec(name=args.backend, aware=args.aware, contention=not args.no_contention, timeout_s=args.timeout)
+    spec = BackendSpec(name=args.backend, aware=args.aware, congestion=args.congestion, timeout_s=args.timeout)
     if args.spec:
         scenario = load_runnable(args.spec)
         out = Path(args.output) if args.output else Path("results/runs") / Path(args.spec).stem
@@ -116,6 +116,9 @@ def _sweep(args: argparse.Namespace) -> int:
     from simstudy.sweep import compare_baseline, expand, get_executor, run_study
 
     study = load_study(args.study)
+    if args.congestion is not None:
+        options = study.backend_options.model_copy(update={"congestion": args.congestion})
+        study = study.model_copy(update={"backend_options": options})
     out = Path(args.output) if args.output else Path("results") / study.name
     baseline = None
     if args.baseline:
@@ -241,6 +244,15 @@ def _cluster(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _congestion_option(p: argparse.ArgumentParser, default: str | None) -> None:
+    from simstudy.spec import BackendOptions
+
+    field = BackendOptions.model_fields["congestion"]
+    fallback = default or "the study's backend_options, else fluid"
+    p.add_argument("--congestion", choices=["fluid", "unaware", "aware"], default=default,
+                   help=f"{field.description} (default: {fallback})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="simstudy", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"simstudy {__version__}")
@@ -257,8 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="flowsim", choices=["flowsim", "astrasim"], help="simulator (default flowsim)")
     p.add_argument("--astra-sim", metavar="PATH",
                    help="ASTRA-SIM binary (default $ASTRA_SIM_BIN or the submodule build)")
-    p.add_argument("--aware", action="store_true", help="astrasim: use the congestion-aware binary")
-    p.add_argument("--no-contention", action="store_true", help="flowsim: links do not share bandwidth")
+    p.add_argument("--aware", action="store_true",
+                   help="astrasim: use the congestion-aware binary (the same as --congestion aware)")
+    _congestion_option(p, "fluid")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before a run is abandoned")
     p.add_argument("--workload", help="ET prefix: <prefix>.<rank>.et (an existing ASTRA-SIM input set)")
     p.add_argument("--network", help="ASTRA-SIM network.yml")
@@ -280,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show", type=int, default=3, help="dry run: how many resolved scenarios to print")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no skipped list")
     p.add_argument("--no-report", action="store_true", help="skip report.md and plots")
+    _congestion_option(p, None)
     p.set_defaults(func=_sweep)
 
     p = sub.add_parser("analyze", help="analyse a capture directory (pcaps) or a run directory")

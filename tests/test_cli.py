@@ -93,3 +93,29 @@ def test_run_failure_keeps_old_results(repo: Path, tmp_path: Path) -> None:
     assert res.returncode == 1 and "no ASTRA-SIM binary" in res.stderr
     assert (out / "run.json").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_run_and_sweep_take_a_congestion_mode(repo: Path, tmp_path: Path) -> None:
+    """`--congestion` picks flowsim's network model on `run` and on `sweep` (overriding the study's
+    backend_options); on a switch, the aware model stores and forwards every message twice."""
+    import json
+
+    finish = {}
+    for mode in ("unaware", "aware"):
+        out = tmp_path / mode
+        res = simstudy("run", "specs/examples/lstm_dp4_switch.yaml", "--congestion", mode, "-o", str(out), cwd=repo)
+        assert res.returncode == 0, res.stderr
+        summary = json.loads((out / "run.json").read_text())
+        assert summary["details"]["congestion"] == mode
+        finish[mode] = summary["finish_ns"]
+    assert finish["aware"] > finish["unaware"]
+    study = tmp_path / "study.yaml"
+    study.write_text("name: c\nbase: {model: small_cnn, topology: {kind: switch, npus: 4}, "
+                     "training: {batch_size_per_worker: 4, iterations: 1}}\n"
+                     "axes: {topology.bandwidth_gbps: [10, 100]}\nanalyses: []\n"
+                     "backend_options: {contention: true}\n")
+    res = simstudy("sweep", str(study), "-o", str(tmp_path / "sw"), "--quiet", "--no-report", "--congestion", "aware",
+                   cwd=repo)
+    assert res.returncode == 0, res.stdout + res.stderr
+    records = [json.loads(p.read_text()) for p in (tmp_path / "sw" / "runs").glob("*/run.json")]
+    assert len(records) == 2 and {r["details"]["congestion"] for r in records} == {"aware"}

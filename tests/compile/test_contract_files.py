@@ -97,10 +97,11 @@ def test_registry_names_patterns_and_reductions() -> None:
         "all_reduce": "doubleBinaryTree", "all_gather": "ring", "reduce_scatter": "ring", "all_to_all": "direct"}
     ring = ALGORITHMS["ring"].pattern("all_reduce", [0, 1, 2, 3], 4000)
     assert ring.steps == 6 and set(ring.nbytes) == {1000} and ring.total_bytes == 6 * 4 * 1000
-    assert ALGORITHMS["ring"].reduces("all_reduce", 4) == {0, 1, 2}
+    assert ALGORITHMS["ring"].processing("all_reduce", 4, 4000) == {0: 1000, 1: 1000, 2: 1000}
     hd = ALGORITHMS["halving_doubling"].pattern("all_reduce", np.arange(8), 8000)
     assert hd.steps == 6 and list(hd.nbytes[hd.step == 0][:1]) == [4000]
-    assert ALGORITHMS["halving_doubling"].reduces("reduce_scatter", 8) == {1, 2}
+    # ASTRA-SIM reduces after each reduce step but the last, on the size of the next message.
+    assert ALGORITHMS["halving_doubling"].processing("reduce_scatter", 8, 8000) == {0: 2000, 1: 1000}
     assert ALGORITHMS["direct"].pattern("all_to_all", [0, 1, 2], 300).steps == 1
     with pytest.raises(ValueError, match="doubleBinaryTree implements all_reduce, all_to_all, not all_gather"):
         ALGORITHMS["double_binary_tree"].pattern("all_gather", [0, 1, 2], 10)

@@ -85,8 +85,27 @@ def test_run_key_is_stable_and_depends_on_scenario_and_backend(tmp_path: Path) -
     b = expand(_study(axes={"topology.npus": [4, 2]}), tmp_path / "s.yaml")
     assert {p.params["topology.npus"]: p.key for p in a.points} == {p.params["topology.npus"]: p.key for p in b.points}
     s = a.points[0].scenario
-    assert run_key(s, "flowsim:contention=True") != run_key(s, "astrasim:aware=False")
+    assert run_key(s, "flowsim:congestion=fluid") != run_key(s, "astrasim:aware=False")
     assert backend_id(_study(backend="astrasim")) == "astrasim:aware=False"
+    assert backend_id(_study()) == "flowsim:congestion=fluid"
+    assert backend_id(_study(backend_options={"congestion": "aware"})) == "flowsim:congestion=aware"
+    # `--congestion aware` with astrasim is the aware binary: the same key as `aware: true`.
+    assert backend_id(_study(backend="astrasim", backend_options={"congestion": "aware"})) == "astrasim:aware=True"
+
+
+@pytest.mark.parametrize(("old", "mode"), [(True, "fluid"), (False, "unaware")])
+def test_old_studies_saying_contention_still_load(old: bool, mode: str, tmp_path: Path) -> None:
+    """Studies written before `congestion` said `contention: true|false` (links shared or not)."""
+    study = _study(backend_options={"contention": old})
+    assert study.backend_options.congestion == mode
+
+
+def test_contention_and_a_different_congestion_is_one_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nbase: {model: small_cnn, topology: {kind: ring, npus: 2}}\n"
+                    "backend_options: {contention: false, congestion: aware}\n")
+    with pytest.raises(SpecError, match="contention: false means congestion: unaware, but congestion is 'aware'"):
+        load_study(path)
 
 
 def test_duplicate_points_share_one_run(tmp_path: Path) -> None:
