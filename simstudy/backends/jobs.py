@@ -120,7 +120,7 @@ class WithJobs:
 
 def alone_key(cluster: Cluster, backend: BackendSpec) -> str:
     """The key of a job's alone run: a hash of the one-job cluster, the backend and simstudy's version."""
-    text = "\n".join([canonical_json(cluster), backend.key, f"simstudy {__version__}"])  # type: ignore[arg-type]
+    text = "\n".join([canonical_json(cluster), backend.key, f"simstudy {__version__}"])
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
 
 
