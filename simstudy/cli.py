@@ -54,11 +54,17 @@ def _run(args: argparse.Namespace) -> int:
     raw = [args.workload, args.network, args.system]
     if args.spec and any(raw):
         raise SpecError(None, "", "give either a scenario spec or --workload/--network/--system, not both")
-    spec = BackendSpec(name=args.backend, aware=args.aware, congestion=args.congestion, timeout_s=args.timeout)
+    spec = BackendSpec(name=args.backend, aware=args.aware, congestion=args.congestion, timeout_s=args.timeout,
+                       traffic=args.traffic, traffic_bin_s=args.traffic_bin)
+    bar = _progress_bar(args.quiet or args.backend != "flowsim")
     if args.spec:
         scenario = load_runnable(args.spec)
         out = Path(args.output) if args.output else Path("results/runs") / Path(args.spec).stem
-        result = simulate(scenario, out, spec, astra_sim=args.astra_sim, source=args.spec, render=render_run)
+        try:
+            result = simulate(scenario, out, spec, astra_sim=args.astra_sim, source=args.spec, render=render_run,
+                              progress=bar)
+        finally:
+            bar.close()
     else:
         if not all(raw):
             raise SpecError(None, "", "without a spec, --workload, --network and --system are all required")
@@ -73,14 +79,18 @@ def _run(args: argparse.Namespace) -> int:
             return copy_bundle(given, d)
 
         out = Path(args.output) if args.output else Path("results/runs") / given.name
-        result = run_to_dir(prepare, make_backend(spec, astra_sim=args.astra_sim), out, timeout_s=args.timeout,
-                            render=render_run)
+        try:
+            result = run_to_dir(prepare, make_backend(spec, astra_sim=args.astra_sim, progress=bar), out,
+                                timeout_s=args.timeout, render=render_run)
+        finally:
+            bar.close()
     finish = [r.finish_ns for r in result.ranks]
     exposed = [r.exposed_comm_ns for r in result.ranks]
     print(f"{result.backend} ({result.backend_version}) -> {out}/")
     print(f"  ranks {len(finish)}, finish {max(finish) / 1e6:.3f} ms (min {min(finish) / 1e6:.3f}), "
           f"exposed comm max {max(exposed) / 1e6:.3f} ms")
-    print(f"  {len(result.traffic):,} transfers, {int(result.traffic['bytes'].sum()) / 1e9:.3f} GB, "
+    kept = {"rows": layout.TRAFFIC, "links": layout.LINKS, "none": "counts only"}[result.output.mode]
+    print(f"  {result.output.transfers:,} transfers, {result.output.total_bytes / 1e9:.3f} GB ({kept}), "
           f"wall {result.wall_time_s:.2f} s")
     jobs = result.details.get("jobs")
     if jobs:
@@ -278,6 +288,42 @@ def _cluster(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _field_help(name: str) -> str:
+    from simstudy.spec import BackendOptions
+
+    return BackendOptions.model_fields[name].description or name
+
+
+class _Bar:
+    """A tqdm bar fed with the fraction of the run done (nothing when quiet)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.bar: object | None = None
+        self.quiet = quiet
+
+    def __call__(self, fraction: float) -> None:
+        if self.quiet:
+            return
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=1000, desc="simulating", file=sys.stderr,
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}")
+        bar = self.bar
+        assert isinstance(bar, tqdm)
+        bar.update(max(0, int(fraction * 1000) - bar.n))
+
+    def close(self) -> None:
+        bar = self.bar
+        if bar is not None:
+            bar.refresh()  # type: ignore[attr-defined]
+            bar.close()  # type: ignore[attr-defined]
+
+
+def _progress_bar(quiet: bool) -> _Bar:
+    return _Bar(quiet)
+
+
 def _congestion_option(p: argparse.ArgumentParser, default: str | None) -> None:
     from simstudy.spec import BackendOptions
 
@@ -307,6 +353,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="astrasim: use the congestion-aware binary (the same as --congestion aware)")
     _congestion_option(p, "fluid")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before a run is abandoned")
+    p.add_argument("--traffic", choices=["rows", "links", "none"], default="rows",
+                   help=_field_help("traffic") + " (default: rows)")
+    p.add_argument("--traffic-bin", type=float, default=1e-3, metavar="SECONDS",
+                   help=_field_help("traffic_bin_s") + " (default: 0.001)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--workload", help="ET prefix: <prefix>.<rank>.et (an existing ASTRA-SIM input set)")
     p.add_argument("--network", help="ASTRA-SIM network.yml")
     p.add_argument("--system", help="ASTRA-SIM system.json")

@@ -26,6 +26,7 @@ BUNDLE_DIR = "bundle"
 WORK_DIR = "work"
 RUN_JSON = "run.json"
 TRAFFIC = "traffic.parquet"
+LINKS = "links.parquet"  # per-link binned bytes (simstudy.linktable) of a run with `traffic: links`
 TIMELINE_PNG = "timeline.png"
 SPANS = "spans.parquet"
 FEATURES = "features.json"

@@ -202,3 +202,28 @@ def test_run_and_sweep_take_a_congestion_mode(repo: Path, tmp_path: Path) -> Non
     assert res.returncode == 0, res.stdout + res.stderr
     records = [json.loads(p.read_text()) for p in (tmp_path / "sw" / "runs").glob("*/run.json")]
     assert len(records) == 2 and {r["details"]["congestion"] for r in records} == {"aware"}
+
+
+def test_run_keeps_links_instead_of_rows_and_shows_progress(repo: Path, tmp_path: Path) -> None:
+    """`--traffic links` writes links.parquet (per-link bins) and no traffic.parquet; the plot comes
+    from the busiest links; a progress bar goes to stderr unless --quiet."""
+    import json
+
+    from simstudy.linktable import read_links
+
+    out = tmp_path / "run"
+    res = simstudy("run", "specs/examples/lstm_dp4_switch.yaml", "--traffic", "links", "--traffic-bin", "0.0005",
+                   "-o", str(out), cwd=repo)
+    assert res.returncode == 0, res.stderr
+    assert "simulating" in res.stderr and "100%" in res.stderr
+    names = {p.name for p in out.iterdir()}
+    assert {"links.parquet", "run.json", "spans.parquet", "timeline.png"} <= names and "traffic.parquet" not in names
+    links = read_links(out / "links.parquet")
+    summary = json.loads((out / "run.json").read_text())
+    assert summary["traffic"] == "links" and summary["transfers"] > 0
+    # Every transfer on a switch crosses two links: the links carry twice the bytes sent.
+    assert links["bytes"].sum() == pytest.approx(2 * summary["bytes"], rel=1e-9)
+    assert (links["bin_s"] == 0.0005).all() and set(links["tier"]) == {"switch"}
+    quiet = simstudy("run", "specs/examples/lstm_dp4_switch.yaml", "--traffic", "none", "--quiet", "-o",
+                     str(tmp_path / "q"), cwd=repo)
+    assert quiet.returncode == 0 and "simulating" not in quiet.stderr

@@ -16,6 +16,7 @@ LAYERS: dict[str, int] = {
     "__init__": 0,
     "__main__": 10,
     "table": 0,
+    "linktable": 0,
     "layout": 0,
     "spec": 1,
     "zoo": 2,

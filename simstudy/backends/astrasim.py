@@ -5,7 +5,8 @@ always logs to `./log/`, so the working directory is what keeps parallel runs ap
 timeout and tracing on; a run
 fails unless every rank printed `sys[i] finished` (exit code 0 is not success). The traffic
 table comes from ASTRA-SIM's own issue/callback trace: each collective's interval on each rank
-is expanded into the transfers of its algorithm (see `patterns`), spread evenly over it.
+is expanded into the transfers of its algorithm (the collective registry), spread evenly over it;
+with `traffic: links` those transfers are put on the links of the bundle's topology.json.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from simstudy import layout
 from simstudy.backends.base import BackendError, RankStats, RunResult
 from simstudy.backends.locate import describe_search, find_astra_sim
+from simstudy.backends.network import Network
 from simstudy.backends.traffic_build import (
     TraceEvent,
     WorkloadInfo,
@@ -28,6 +30,7 @@ from simstudy.backends.traffic_build import (
     spans_from_trace,
     spans_table,
 )
+from simstudy.backends.traffic_out import TrafficOutput, make_sink
 from simstudy.compile import Bundle
 
 _FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles(?:, exposed communication (\d+) cycles)?")
@@ -88,9 +91,12 @@ class AstraSimBackend:
 
     name = "astrasim"
 
-    def __init__(self, binary: str | Path | None = None, *, aware: bool = False) -> None:
+    def __init__(self, binary: str | Path | None = None, *, aware: bool = False, traffic: str = "rows",
+                 traffic_bin_s: float = 1e-3) -> None:
         self.binary_option = binary
         self.aware = aware
+        self.traffic = traffic
+        self.traffic_bin_s = traffic_bin_s
 
     def binary(self) -> Path:
         found = find_astra_sim(self.binary_option, aware=self.aware)
@@ -158,8 +164,14 @@ class AstraSimBackend:
         log_file = workdir / "log" / "log.log"
         trace = parse_trace(log_file.read_text(encoding="utf-8", errors="replace")) if log_file.is_file() else []
         spans = spans_from_trace(trace)
-        traffic = build_traffic(info, spans)
         busy = busy_times(info, spans)
+        if self.traffic == "rows":
+            output = TrafficOutput.in_memory(build_traffic(info, spans), npus)
+        else:
+            sink = make_sink(self.traffic, path=workdir / layout.TRAFFIC, net=Network.from_topology(info.topology),
+                             bin_s=self.traffic_bin_s)
+            sink.add_table(build_traffic(info, spans))
+            output = sink.close()
         ranks = [
             RankStats(
                 rank=r,
@@ -174,7 +186,7 @@ class AstraSimBackend:
             backend=self.name,
             backend_version=binary_version(binary),
             ranks=ranks,
-            traffic=traffic,
+            output=output,
             wall_time_s=wall,
             details={"binary": binary.name, "aware": self.aware, "trace_events": len(trace)},
             spans=spans_table(info, spans),

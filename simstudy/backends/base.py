@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from simstudy.backends.traffic_out import TrafficOutput
 from simstudy.compile import Bundle
 
 
@@ -52,17 +53,28 @@ def empty_spans() -> pd.DataFrame:
 
 @dataclass
 class RunResult:
-    """What a backend returns: per-rank times, the TrafficTable of every transfer and the span of
-    every ET node on every rank (issue to completion; for a collective, from the rank's issue
-    until the collective ends)."""
+    """What a backend returns: per-rank times, the transfers (`output`: the TrafficTable, in
+    memory or streamed to Parquet, or per-link bins, or only counts) and the span of every ET node
+    on every rank (issue to completion; for a collective, from the rank's issue until its part
+    of the collective ends)."""
 
     backend: str
     backend_version: str
     ranks: list[RankStats]
-    traffic: pd.DataFrame
+    output: TrafficOutput
     wall_time_s: float
     details: dict[str, Any] = field(default_factory=dict)
     spans: pd.DataFrame = field(default_factory=empty_spans)
+
+    @property
+    def traffic(self) -> pd.DataFrame:
+        """The TrafficTable (empty unless the run kept rows; read from disk when streamed there)."""
+        return self.output.table()
+
+    @property
+    def links(self) -> pd.DataFrame | None:
+        """The per-link table when the run kept links."""
+        return self.output.links
 
     @property
     def finish_ns(self) -> int:
@@ -76,8 +88,9 @@ class RunResult:
             "backend_version": self.backend_version,
             "wall_time_s": self.wall_time_s,
             "finish_ns": self.finish_ns,
-            "transfers": len(self.traffic),
-            "bytes": int(self.traffic["bytes"].sum()) if len(self.traffic) else 0,
+            "traffic": self.output.mode,
+            "transfers": self.output.transfers,
+            "bytes": self.output.total_bytes,
             "ranks": [asdict(r) for r in self.ranks],
             "details": self.details,
         }

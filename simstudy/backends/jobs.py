@@ -20,12 +20,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
 
 from simstudy import __version__, layout
 from simstudy.backends.base import Backend, RunResult
+from simstudy.backends.traffic_out import TrafficOutput
 from simstudy.compile import Bundle, JobInfo, read_jobs
 from simstudy.spec import BackendSpec, Cluster, canonical_json
-from simstudy.table import check_table
+from simstudy.table import check_table, write_table
 
 
 @dataclass(frozen=True)
@@ -63,28 +67,59 @@ def job_results(result: RunResult, jobs: list[JobInfo]) -> list[JobResult]:
     """Per-job finish and iteration times from the ranks' finish times, and bytes per iteration
     from the transfers its NPUs sent."""
     finish = {r.rank: r.finish_ns for r in result.ranks}
-    traffic = result.traffic
-    sent = traffic.groupby("src", observed=True)["bytes"].sum() if len(traffic) else None
+    sent = result.output.sent
     out = []
     for j in jobs:
         end = max(finish[n] for n in j.npus)
-        sent_bytes = float(sum(float(sent.get(n, 0)) for n in j.npus)) if sent is not None else 0.0
+        sent_bytes = float(sum(float(sent[n]) for n in j.npus if n < len(sent)))
         out.append(JobResult(j.index, j.name, j.npus, j.start_ns / 1e6, j.iterations, end / 1e6,
                              (end - j.start_ns) / 1e6 / j.iterations, sent_bytes / j.iterations))
     return out
 
 
-def with_job_column(traffic: pd.DataFrame, jobs: list[JobInfo]) -> pd.DataFrame:
-    """The traffic table with a `job` column: the job whose NPU sent each transfer (jobs never
-    share an NPU, and every transfer stays inside its job)."""
+def job_owner(jobs: list[JobInfo]) -> NDArray[np.int32]:
+    """The job of every NPU (-1 where no job runs)."""
     owner = np.full(max((max(j.npus) for j in jobs), default=-1) + 1, -1, dtype=np.int32)
     for j in jobs:
         owner[list(j.npus)] = j.index
-    src = traffic["src"].to_numpy()
+    return owner
+
+
+def with_job_column(traffic: pd.DataFrame, owner: NDArray[np.int32]) -> pd.DataFrame:
+    """The traffic table with a `job` column: the job whose NPU sent each transfer (jobs never
+    share an NPU, and every transfer stays inside its job)."""
     out = traffic.copy()
+    src = traffic["src"].to_numpy()
     out["job"] = owner[src] if len(src) else np.empty(0, dtype=np.int32)
     check_table(out)
     return out
+
+
+def add_job_column(output: TrafficOutput, jobs: list[JobInfo]) -> None:
+    """Give a run's transfers their `job` column, in memory or in the Parquet file they were
+    streamed to (rewritten row group by row group, so memory stays bounded)."""
+    if output.mode != "rows":
+        return
+    owner = job_owner(jobs)
+    if output._table is not None or output.path is None or not output.path.is_file():
+        output._table = with_job_column(output.table(), owner)
+        if output.path is not None and output.path.is_file():
+            write_table(output._table, output.path)
+        return
+    src = pq.ParquetFile(output.path)
+    tmp = output.path.with_name(output.path.name + ".job")
+    writer: pq.ParquetWriter | None = None
+    try:
+        for i in range(src.num_row_groups):
+            group = src.read_row_group(i)
+            group = group.append_column("job", pa.array(owner[group.column("src").to_numpy()], type=pa.int32()))
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, group.schema)
+            writer.write_table(group, row_group_size=max(group.num_rows, 1))
+    finally:
+        if writer is not None:
+            writer.close()
+    tmp.replace(output.path)
 
 
 def read_job_results(run_dir: Path) -> list[JobResult] | None:
@@ -108,7 +143,7 @@ class WithJobs:
         result = self.backend.run(bundle, workdir, timeout_s=timeout_s)
         jobs = read_jobs(bundle.directory)
         if jobs is not None:
-            result.traffic = with_job_column(result.traffic, jobs)
+            add_job_column(result.output, jobs)
             rows = []
             for j in job_results(result, jobs):
                 alone = self.alone_ms.get(j.name, math.nan)

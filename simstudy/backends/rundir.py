@@ -14,21 +14,34 @@ from simstudy import layout
 from simstudy.backends.base import Backend, RunResult
 from simstudy.compile import Bundle
 from simstudy.compile.atomic import atomic_directory
-from simstudy.table import read_table, write_table
+from simstudy.linktable import empty_links, write_links
+from simstudy.table import empty_table, read_table, write_table
 
 
 def write_run(result: RunResult, out: Path) -> None:
-    """Write traffic.parquet, spans.parquet and run.json into `out` (run.json last: it marks completion)."""
+    """Write traffic.parquet (`rows`; moved there when the backend streamed it) or links.parquet
+    (`links`), spans.parquet and run.json into `out` (run.json last: it marks completion)."""
     out.mkdir(parents=True, exist_ok=True)
-    write_table(result.traffic, out / layout.TRAFFIC)
+    output = result.output
+    if output.mode == "rows":
+        target = out / layout.TRAFFIC
+        if output.path is not None and output.path.is_file():
+            if output.path.resolve() != target.resolve():
+                shutil.move(output.path, target)
+        else:
+            write_table(output.table(), target)
+        output.path = target
+    elif output.mode == "links":
+        write_links(output.links if output.links is not None else empty_links(), out / layout.LINKS)
     result.spans.to_parquet(out / layout.SPANS, index=False)
     result.write_json(out / layout.RUN_JSON)
 
 
 def read_run(out: Path) -> tuple[dict[str, Any], pd.DataFrame]:
-    """The summary and the traffic table of a run directory."""
+    """The summary and the traffic table of a run directory (empty when it kept no rows)."""
     summary = json.loads((out / layout.RUN_JSON).read_text(encoding="utf-8"))
-    return summary, read_table(out / layout.TRAFFIC)
+    path = out / layout.TRAFFIC
+    return summary, read_table(path) if path.is_file() else empty_table()
 
 
 def copy_bundle(bundle: Bundle, out: Path) -> Bundle:

@@ -18,13 +18,15 @@ from simstudy.compile import Bundle, compile_any
 from simstudy.spec import BackendSpec, Cluster, Scenario
 
 
-def make_backend(spec: BackendSpec, *, astra_sim: str | Path | None = None) -> Backend:
+def make_backend(spec: BackendSpec, *, astra_sim: str | Path | None = None,
+                 progress: Callable[[float], None] | None = None) -> Backend:
     """The backend a spec names; `astra_sim` is the binary for `astrasim` (a path of this machine,
-    so not part of the spec or of any run key)."""
+    so not part of the spec or of any run key); `progress(fraction done)` is fed by flowsim."""
     if spec.name == "flowsim":
-        return FlowsimBackend(congestion=spec.congestion)
+        return FlowsimBackend(congestion=spec.congestion, traffic=spec.traffic, traffic_bin_s=spec.traffic_bin_s,
+                              progress=progress)
     if spec.name == "astrasim":
-        return AstraSimBackend(astra_sim, aware=spec.aware)
+        return AstraSimBackend(astra_sim, aware=spec.aware, traffic=spec.traffic, traffic_bin_s=spec.traffic_bin_s)
     raise BackendError(f"unknown backend {spec.name!r}; expected flowsim or astrasim")  # pragma: no cover
 
 
@@ -42,11 +44,12 @@ def simulate(
     astra_sim: str | Path | None = None,
     source: str | Path | None = None,
     render: Callable[[RunResult, Path], object] | None = None,
+    progress: Callable[[float], None] | None = None,
     alone: str | Path | None = None,
 ) -> RunResult:
     """Compile `scenario` (errors name `source`) and simulate it on `backend` into the run
-    directory `out`: bundle/, run.json, traffic.parquet and whatever `render` adds, written whole
-    or not at all.
+    directory `out`: bundle/, run.json, traffic.parquet (or links.parquet), spans.parquet and
+    whatever `render` adds, written whole or not at all. `progress(fraction)` follows a long run.
 
     A cluster (several jobs) also runs each job alone on its NPUs, under `alone` (default
     `<out>.alone/`, one directory per job and key, reused when finished), and run.json's
@@ -55,7 +58,7 @@ def simulate(
     def prepare(d: Path) -> Bundle:
         return compile_any(scenario, d, source=source).bundle
 
-    runner: Backend = make_backend(backend, astra_sim=astra_sim)
+    runner: Backend = make_backend(backend, astra_sim=astra_sim, progress=progress)
     if isinstance(scenario, Cluster):
 
         def run_alone(cluster: Cluster, d: Path) -> RunResult:

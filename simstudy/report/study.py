@@ -17,7 +17,7 @@ import pandas as pd
 from simstudy import layout
 from simstudy.spec import PlotSpec
 from simstudy.sweep import BaselineReport, SweepResult, label, metric_columns
-from simstudy.table import read_table
+from simstudy.table import empty_table, read_table
 from simstudy.traffic.timeline import throughput_timeline
 
 #: Metrics shown by default, with their axis labels.
@@ -90,7 +90,8 @@ def plot_timelines(result: SweepResult, path: Path, params: list[str]) -> Path |
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(10, 1.8 * rows + 0.6), squeeze=False)
     for ax, (_, row) in zip(axes.flat, ok.iterrows(), strict=False):
-        table = read_table(result.run_dir(str(row["key"])) / layout.TRAFFIC)
+        traffic = result.run_dir(str(row["key"])) / layout.TRAFFIC
+        table = read_table(traffic) if traffic.is_file() else empty_table()  # runs keeping links or none
         span = float(table["t_end_s"].max()) if len(table) else 0.0
         bin_s = 1e-3 if span > 20e-3 else max(span / 200, 1e-7)
         tl = throughput_timeline(table, bin_s, pairs=0, t0_s=0.0)

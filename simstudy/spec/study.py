@@ -47,6 +47,12 @@ class BackendOptions(Spec):
     )
     aware: bool = Field(default=False, description="astrasim: use the congestion-aware binary")
     timeout_s: float = Field(default=3600.0, gt=0, description="seconds before one run is abandoned")
+    traffic: Literal["rows", "links", "none"] = Field(
+        default="rows",
+        description="what a run keeps of its transfers: rows (the traffic table, one row per transfer, streamed to "
+        "traffic.parquet), links (bytes per link per time bin in links.parquet: small at any scale) or none",
+    )
+    traffic_bin_s: float = Field(default=1e-3, gt=0, description="traffic: links: width of a time bin, seconds")
 
     @model_validator(mode="before")
     @classmethod
@@ -82,10 +88,14 @@ class BackendSpec(BackendOptions):
 
     @property
     def key(self) -> str:
-        """The part of a run key that names the simulator and its result-changing options."""
-        if self.name == "flowsim":
-            return f"flowsim:congestion={self.congestion}"
-        return f"astrasim:aware={self.aware}"
+        """The part of a run key that names the simulator and its result-changing options (what
+        a run keeps of its transfers changes its files, so it is part of the key unless `rows`)."""
+        base = f"flowsim:congestion={self.congestion}" if self.name == "flowsim" else f"astrasim:aware={self.aware}"
+        if self.traffic == "links":
+            return f"{base}:traffic=links:{self.traffic_bin_s!r}"
+        if self.traffic == "none":
+            return f"{base}:traffic=none"
+        return base
 
 
 class Baseline(Spec):

@@ -72,14 +72,11 @@ def run_metrics(result: RunResult, scenario: Scenario | Cluster) -> dict[str, fl
     compute = np.array([r.compute_ns for r in result.ranks], dtype=np.float64) / 1e6
     comm = np.array([r.comm_ns for r in result.ranks], dtype=np.float64) / 1e6
     exposed = np.array([r.exposed_comm_ns for r in result.ranks], dtype=np.float64) / 1e6
-    traffic = result.traffic
-    sent = traffic.groupby("src", observed=True)["bytes"].sum() if len(traffic) else None
+    output = result.output
     per_rank = np.zeros(len(result.ranks))
-    if sent is not None:
-        idx = sent.index.to_numpy()
-        ok = (idx >= 0) & (idx < len(per_rank))
-        per_rank[idx[ok]] = sent.to_numpy()[ok]
-    total = float(traffic["bytes"].sum()) if len(traffic) else 0.0
+    sent = output.sent[: len(per_rank)]
+    per_rank[: len(sent)] = sent
+    total = float(output.total_bytes)
     return {
         "npus": float(len(result.ranks)),
         "finish_ms": float(finish.max()),
@@ -95,7 +92,7 @@ def run_metrics(result: RunResult, scenario: Scenario | Cluster) -> dict[str, fl
         "bytes_per_iter": total / iters,
         "bytes_per_iter_rank_max": float(per_rank.max()) / iters,
         "bytes_per_iter_rank_mean": float(per_rank.mean()) / iters,
-        "transfers": float(len(traffic)),
+        "transfers": float(output.transfers),
         "backend_wall_s": float(result.wall_time_s),
         **job_metrics(result),
     }
@@ -173,15 +170,17 @@ def execute(task: RunTask) -> RunRecord:
     out = Path(task.run_dir)
     done = read_record(out)
     if done is not None:
-        return _complete(done, out) if task.features and not done.features else done
+        wants = task.features and not done.features and (out / layout.TRAFFIC).is_file()
+        return _complete(done, out) if wants else done
     scenario = task.scenario
     record: dict[str, Any] = {}
 
     def finish(result: RunResult, tmp: Path) -> None:
         metrics = run_metrics(result, scenario)
-        if task.features:
+        if task.features and result.output.mode == "rows":
             _add_features(metrics, result.traffic, tmp)
-        record.update(key=task.key, metrics=metrics, seconds=time.perf_counter() - t0, features=task.features,
+        features = task.features and result.output.mode == "rows"
+        record.update(key=task.key, metrics=metrics, seconds=time.perf_counter() - t0, features=features,
                       where=where_now())
         _write_json(tmp / layout.RECORD, record)
 
@@ -195,4 +194,4 @@ def execute(task: RunTask) -> RunRecord:
         error = f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno})"
         return RunRecord(task.key, "failed", error=error, seconds=time.perf_counter() - t0)
     return RunRecord(task.key, "ok", metrics=record["metrics"], seconds=time.perf_counter() - t0,
-                     features=task.features, where=record["where"])
+                     features=bool(record["features"]), where=record["where"])

@@ -8,15 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from simstudy import __version__
-from simstudy.backends.base import RankStats, RunResult, empty_spans, make_spans
-from simstudy.backends.flowsim.engine import Engine
+from simstudy import __version__, layout
+from simstudy.backends.base import SPAN_KINDS, RankStats, RunResult, empty_spans
+from simstudy.backends.flowsim.engine import Engine, identical_ranks
 from simstudy.backends.flowsim.netmodels import NETMODELS
+from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.network import Network
-from simstudy.backends.traffic_build import TrafficBuilder, WorkloadInfo, span_kind, union_ns
-from simstudy.compile import Bundle
+from simstudy.backends.traffic_build import WorkloadInfo, span_kind, union_ns
+from simstudy.backends.traffic_out import TrafficSink, make_sink
 from simstudy.compile.attributes import NodeMeta
+from simstudy.table import OPS
 
 __all__ = ["CONGESTION_MODES", "FlowsimBackend"]
 
@@ -25,90 +28,102 @@ CONGESTION_MODES = ("fluid", "unaware", "aware")
 
 
 class _Rows:
-    """Transfer rows, buffered: scalars in lists, arrays as they come."""
+    """The engine's transfers into a sink: batches as they come, single transfers buffered."""
 
-    def __init__(self) -> None:
-        self.builder = TrafficBuilder()
+    def __init__(self, sink: TrafficSink) -> None:
+        self.sink = sink
         self.buf: list[tuple[Any, ...]] = []
 
     def __call__(self, meta: NodeMeta, t_send: Any, t_arrive: Any, src: Any, dst: Any, nbytes: Any, flow: Any,
                  chunk: Any, step: Any) -> None:
-        if np.ndim(src):
-            self.builder.add(t_start_s=np.asarray(t_send) * 1e-9, t_end_s=np.asarray(t_arrive) * 1e-9, src=src,
-                             dst=dst, bytes=nbytes, flow=flow, op=meta.op, iteration=meta.iteration, chunk=chunk,
-                             step=step)
-        else:
-            self.buf.append((t_send, t_arrive, src, dst, nbytes, flow, meta.op, meta.iteration, chunk, step))
-            if len(self.buf) >= 65536:
-                self.flush()
+        if isinstance(src, np.ndarray):
+            self.sink.add(meta.op, meta.iteration, t_send, t_arrive, src, dst, nbytes, flow, chunk, step)
+            return
+        self.buf.append((t_send, t_arrive, src, dst, nbytes, flow, OPS.index(meta.op), meta.iteration, chunk, step))
+        if len(self.buf) >= 65536:
+            self.flush()
 
     def flush(self) -> None:
-        if not self.buf:
-            return
-        by_op: dict[str, list[tuple[Any, ...]]] = {}
-        for row in self.buf:
-            by_op.setdefault(row[6], []).append(row)
-        for op, rows in by_op.items():
-            c = list(zip(*rows, strict=True))
-            self.builder.add(t_start_s=np.asarray(c[0], dtype=np.float64) * 1e-9,
-                             t_end_s=np.asarray(c[1], dtype=np.float64) * 1e-9, src=np.asarray(c[2]),
-                             dst=np.asarray(c[3]), bytes=np.asarray(c[4]), flow=np.asarray(c[5]), op=op,
-                             iteration=np.asarray(c[7]), chunk=np.asarray(c[8]), step=np.asarray(c[9]))
-        self.buf = []
-
-    def table(self) -> Any:
-        self.flush()
-        return self.builder.table()
+        if self.buf:
+            c = [np.asarray(col) for col in zip(*self.buf, strict=True)]
+            self.buf = []
+            self.sink.add(c[6].astype(np.int8), c[7], c[0], c[1], c[2], c[3], c[4], c[5], c[8], c[9])
 
 
 class FlowsimBackend:
     """Simulates ET files on the topology: ASTRA-SIM's workload and system layers on one shared
     network, in one of three congestion modes (`fluid`: max-min fair flows; `unaware` and
-    `aware`: ASTRA-SIM's two analytical network models)."""
+    `aware`: ASTRA-SIM's two analytical network models). `traffic` is what is kept of the
+    transfers: `rows` (streamed to Parquet), `links` (per-link bins of `traffic_bin_s`) or `none`.
+    `progress(fraction)` is called now and then with the fraction of ET nodes done."""
 
     name = "flowsim"
 
-    def __init__(self, *, congestion: str = "fluid", progress: Callable[[float], None] | None = None) -> None:
+    def __init__(self, *, congestion: str = "fluid", traffic: str = "rows", traffic_bin_s: float = 1e-3,
+                 progress: Callable[[float], None] | None = None) -> None:
         if congestion not in NETMODELS:
             raise ValueError(f"unknown congestion mode {congestion!r}; expected one of {', '.join(CONGESTION_MODES)}")
         self.congestion = congestion
+        self.traffic = traffic
+        self.traffic_bin_s = traffic_bin_s
         self.progress = progress
 
-    def run(self, bundle: Bundle, workdir: Path, *, timeout_s: float | None = None) -> RunResult:
+    def run(self, bundle: Any, workdir: Path, *, timeout_s: float | None = None) -> RunResult:
         t0 = time.perf_counter()
         info = WorkloadInfo.from_bundle(bundle)
         net = Network.from_topology(info.topology)
-        rows = _Rows()
-        engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows, progress=self.progress)
-        engine.run()
-        traffic = rows.table()
-        ranks = [
-            RankStats(
-                rank=r,
-                finish_ns=int(s.finish),
-                compute_ns=s.compute_ns,
-                comm_ns=union_ns(s.comm_spans),
-                exposed_comm_ns=int(s.finish) - s.compute_ns,
-            )
-            for r, s in enumerate(engine.ranks)
-        ]
         workdir.mkdir(parents=True, exist_ok=True)
+        sink = make_sink(self.traffic, path=workdir / layout.TRAFFIC, net=net, bin_s=self.traffic_bin_s)
+        rows = _Rows(sink)
+        planner = Planner(info, lanes=True)
+        identical = identical_ranks(info, lambda k, m, s: planner.plan(k, m, s, False).lane)
+        engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows, progress=self.progress,
+                        identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count)
+        engine.run()
+        rows.flush()
+        output = sink.close()
+        states = engine.ranks * (info.npus if engine.identical else 1)
+        ranks = [
+            RankStats(rank=r, finish_ns=int(s.finish), compute_ns=s.compute_ns, comm_ns=union_ns(s.comm_spans),
+                      exposed_comm_ns=int(s.finish) - s.compute_ns)
+            for r, s in enumerate(states)
+        ]
         return RunResult(
             backend=self.name,
             backend_version=__version__,
             ranks=ranks,
-            traffic=traffic,
+            output=output,
             wall_time_s=time.perf_counter() - t0,
             details={"congestion": self.congestion, "network": net.kind, "links": len(net.capacity),
-                     **engine.comms.stats},
-            spans=_spans(engine),
+                     "identical_ranks": engine.identical, **engine.comms.stats},
+            spans=_spans(engine, info.npus if engine.identical else 1),
         )
 
 
-def _spans(engine: Engine) -> Any:
+def _spans(engine: Engine, copies: int) -> pd.DataFrame:
+    """The spans table, built column by column (names and kinds as categorical codes per trace);
+    with identical ranks, rank 0's spans for every rank."""
     rank, node, start, end = engine.span_columns()
     if not len(rank):
         return empty_spans()
-    names = [engine.ranks[r].nodes[n].name for r, n in zip(rank.tolist(), node.tolist(), strict=True)]
-    kinds = [span_kind(engine.ranks[r].nodes[n].type) for r, n in zip(rank.tolist(), node.tolist(), strict=True)]
-    return make_spans(rank, node, names, kinds, start, end)
+    names: dict[str, int] = {}
+    name_code = np.empty(len(rank), dtype=np.int64)
+    kind_code = np.empty(len(rank), dtype=np.int64)
+    for r in np.unique(rank).tolist():
+        sel = np.flatnonzero(rank == r)
+        nodes = engine.ranks[r].nodes
+        ids = node[sel].tolist()
+        name_code[sel] = [names.setdefault(nodes[i].name, len(names)) for i in ids]
+        kind_code[sel] = [SPAN_KINDS.index(span_kind(nodes[i].type)) for i in ids]
+    if copies > 1:
+        n = len(rank)
+        rank = np.repeat(np.arange(copies, dtype=np.int64), n)
+        node, start, end = np.tile(node, copies), np.tile(start, copies), np.tile(end, copies)
+        name_code, kind_code = np.tile(name_code, copies), np.tile(kind_code, copies)
+    table = pd.DataFrame({
+        "rank": rank.astype(np.int32), "node": node,
+        "name": pd.Categorical.from_codes(name_code, categories=list(names)),
+        "kind": pd.Categorical.from_codes(kind_code, categories=list(SPAN_KINDS)),
+        "start_ns": start, "end_ns": end,
+    })
+    return table.sort_values(["start_ns", "rank", "node"], kind="stable").reset_index(drop=True)

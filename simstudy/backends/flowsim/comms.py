@@ -33,6 +33,8 @@ from simstudy.backends.traffic_build import WorkloadInfo
 
 IntArray = NDArray[np.int64]
 Route = tuple[tuple[int, ...], tuple[int, ...] | None, float, int]
+#: Rows handed on at a time when an isolated collective's messages are copied to every rank.
+EMIT_BLOCK = 1 << 20
 
 
 class Routes:
@@ -85,6 +87,11 @@ class Routes:
         path, lat, _ = self.links(src, dst)
         return path, None, lat, self.alone_ns(src, dst, size)
 
+    def shared_route(self, src: int, dst: int, size: int) -> Route:
+        """`route` for the models that share links (they do not use the uncontended time)."""
+        path, lat, _ = self.links(src, dst)
+        return path, None, lat, 0
+
 
 class Lanes:
     """The link orbits of an ASTRA-SIM network under the symmetry of a collective: rank 0's
@@ -117,7 +124,7 @@ class Lanes:
     def route(self, src: int, dst: int, size: int) -> Route:
         path, lat, _ = self.routes.links(src, dst)
         keys = tuple(int(self.orbit[i]) for i in path)
-        alone = self.routes.alone_ns(src, dst, size)
+        alone = self.routes.alone_ns(src, dst, size) if self.mode == "unaware" else 0
         if self.mode != "fluid":
             return keys, None, lat, alone
         uniq: dict[int, int] = {}
@@ -143,7 +150,6 @@ class Timing:
     chunk: IntArray
     step: IntArray
     xor: NDArray[np.bool_]
-    links: IntArray
 
 
 class _Recorder:
@@ -172,24 +178,30 @@ class Activity:
     ctx: Any = None
     starts: list[int] | None = None
     run: CollectiveRun | None = None
+    report: tuple[int, ...] = ()
 
 
 class Comms:
     """Every transfer of a run, on one network model in one of the congestion modes."""
 
     def __init__(self, info: WorkloadInfo, net: Network, mode: str, sched: Scheduler,
-                 emit: Callable[..., None]) -> None:
+                 emit: Callable[..., None], *, planner: Planner | None = None,
+                 count: Callable[[int, int, NDArray[np.float64]], None] | None = None) -> None:
         if mode not in NETMODELS:
             raise ValueError(f"unknown congestion mode {mode!r}; expected one of {', '.join(NETMODELS)}")
         self.info = info
         self.mode = mode
         self.sched = sched
         self.routes = Routes(net)
+        self.route = self.routes.route if mode == "unaware" else self.routes.shared_route
         self.model: NetModel = NETMODELS[mode](sched, self.routes.effective, net.latency)
         self.emit = emit
-        self.lane_planner = Planner(info, lanes=True)
+        #: when given, isolated collectives only report (transfers, bytes, bytes sent per rank)
+        self.count = count
+        self.lane_planner = planner or Planner(info, lanes=True)
         self.full_planner = Planner(info, lanes=False)
         self.timings: dict[int, Timing] = {}
+        self._plan_links: dict[int, IntArray] = {}
         self._lanes: dict[tuple[str, ...], Lanes] = {}
         self.shared = mode != "unaware"
         nlinks = len(net.capacity)
@@ -200,31 +212,44 @@ class Comms:
     # -- collectives -------------------------------------------------------------------------
 
     def collective(self, kind: str, members: tuple[int, ...], size: int, group: bool,
-                   done: Callable[[int, int], None], ctx: Any) -> None:
+                   done: Callable[[int, int], None], ctx: Any, *, report: tuple[int, ...] | None = None) -> None:
         """Start a collective that every member issued now; `done(rank, t)` is called as each
-        member finishes."""
+        member finishes (only for the members in `report`, when given)."""
         start = self.sched.now
         plan = self.lane_planner.plan(kind, members, size, group)
-        timing = self._timing(plan)
-        act = Activity(timing.links, True, start, plan, timing, members, ctx=(kind, done, ctx))
+        act = Activity(self._links(plan), True, start, plan, None, members, ctx=(kind, done, ctx),
+                       report=members if report is None else report)
         if self.shared and not self._isolated(act.links):
             self._detailed(act)
             return
         self.stats["fast"] += 1
-        if self.shared:
-            for link in act.links.tolist():
-                self.fast_owner[link] = act
+        if not self.shared:
+            self._launch(act)
+            return
+        for link in act.links.tolist():
+            self.fast_owner[link] = act
+        # Another transfer may still start on these links at this instant (a collective of another
+        # group issued at the same time): time it alone only if nothing has, once the instant is over.
+        self.sched.after_all(start, self._launch, act)
+
+    def _launch(self, act: Activity) -> None:
+        """An isolated collective: its timing alone, and when each member finishes."""
+        if not act.fast:
+            return
+        assert act.plan is not None
+        timing = act.timing = self._timing(act.plan)
         s = self.sched
-        for lr, rank in enumerate(members):
-            s.at(start + int(timing.finish[lr]), self._fast_done, act, rank)
+        index = {r: i for i, r in enumerate(act.members)} if len(act.report) != len(act.members) else None
+        for lr, rank in enumerate(act.report):
+            s.at(act.start + int(timing.finish[lr if index is None else index[rank]]), self._fast_done, act, rank)
 
     def staggered(self, kind: str, members: tuple[int, ...], size: int, group: bool, joined: list[int],
                   done: Callable[[int, int], None], ctx: Any) -> Activity:
         """Start a collective that only the members `joined` have issued (by now): as ASTRA-SIM
         does, they start sending, and each other member starts when it issues it (`join`)."""
         plan = self.lane_planner.plan(kind, members, size, group)
-        act = Activity(self._timing(plan).links, False, self.sched.now, plan, None, members,
-                       ctx=(kind, done, ctx), starts=[])
+        act = Activity(self._links(plan), False, self.sched.now, plan, None, members,
+                       ctx=(kind, done, ctx), starts=[], report=members)
         self.stats["staggered"] += 1
         if self.shared:
             self._expand_overlapping(act.links)
@@ -244,7 +269,7 @@ class Comms:
             return
         act.reported.add(rank)
         _, done, _ctx = act.ctx
-        if len(act.reported) == len(act.members):
+        if len(act.reported) == len(act.report):
             act.fast = False
             self._release_fast(act)
             self._emit_timing(act)
@@ -286,10 +311,10 @@ class Comms:
         self.detailed[act.links] += 1
 
         def rank_done(rank: int, t: int) -> None:
-            if rank not in act.reported:
+            if rank not in act.reported and (len(act.report) == len(act.members) or rank in act.report):
                 act.reported.add(rank)
                 done(rank, t)
-            if len(act.reported) == len(act.members) and not act.finished:
+            if len(act.reported) == len(act.report) and not act.finished:
                 act.finished = True
                 self.detailed[act.links] -= 1
 
@@ -298,7 +323,7 @@ class Comms:
             self.emit(kind, ctx, msg.t_send, msg.t_arrive, msg.src, msg.dst, msg.size, c,
                       plan.phases[p].step_offset + st)
 
-        run = CollectiveRun(plan, sched, self.model, self.routes.route, rank_done, message)
+        run = CollectiveRun(plan, sched, self.model, self.route, rank_done, message)
         if start:
             run.start()
         return run
@@ -322,7 +347,7 @@ class Comms:
     # -- point to point ----------------------------------------------------------------------
 
     def send(self, src: int, dst: int, size: int, arrived: Callable[[Msg], None], ctx: Any) -> None:
-        keys, mult, latency, alone = self.routes.route(src, dst, size)
+        keys, mult, latency, alone = self.route(src, dst, size)
         if self.shared:
             links = np.asarray(keys, dtype=np.int64)
             self._expand_overlapping(links)
@@ -362,7 +387,7 @@ class Comms:
             route = lanes.route
         else:
             model = NETMODELS[self.mode](sched, self.routes.effective, self.routes.net.latency)
-            route = self.routes.route
+            route = self.route
         finish = np.zeros(len(plan.members), dtype=np.int64)
         rec = _Recorder()
         index = {r: i for i, r in enumerate(plan.members)}
@@ -379,36 +404,63 @@ class Comms:
         cols = list(zip(*rec.rows, strict=True)) if rec.rows else [()] * 8
         arr = [np.asarray(c, dtype=np.int64) for c in cols[:7]]
         xor = np.asarray(cols[7], dtype=bool)
-        links = self._plan_links(plan, lanes, arr[2], arr[3])
-        timing = Timing(finish, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5], arr[6], xor, links)
+        timing = Timing(finish, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5], arr[6], xor)
         self.timings[id(plan)] = timing
         return timing
 
-    def _plan_links(self, plan: CollectivePlan, lanes: Lanes | None, src: IntArray, dst: IntArray) -> IntArray:
-        """Every link the collective's messages cross."""
+    def _links(self, plan: CollectivePlan) -> IntArray:
+        """Every link the collective's messages cross (none is needed without sharing)."""
         if not self.shared:
             return np.empty(0, dtype=np.int64)
-        if lanes is not None:
+        found = self._plan_links.get(id(plan))
+        if found is not None:
+            return found
+        pairs: set[tuple[int, int]] = set()
+        n = plan.sim_ranks
+        for ph in plan.phases:
+            src = np.repeat(np.tile(np.asarray(plan.members[:n], dtype=np.int64), ph.steps), np.diff(ph.out_ptr))
+            pairs.update(zip(src.tolist(), ph.out_dst.tolist(), strict=True))
+        if plan.lane:
+            lanes = self._lanes_for(plan)
             used: set[int] = set()
-            for s, d in set(zip(src.tolist(), dst.tolist(), strict=True)):
+            for s, d in pairs:
                 used.update(int(lanes.orbit[i]) for i in self.routes.links(s, d)[0])
-            return lanes.links_of(used)
-        out: set[int] = set()
-        for s, d in set(zip(src.tolist(), dst.tolist(), strict=True)):
-            out.update(self.routes.links(s, d)[0])
-        return np.fromiter(sorted(out), dtype=np.int64, count=len(out))
+            links = lanes.links_of(used)
+        else:
+            out: set[int] = set()
+            for s, d in pairs:
+                out.update(self.routes.links(s, d)[0])
+            links = np.fromiter(sorted(out), dtype=np.int64, count=len(out))
+        self._plan_links[id(plan)] = links
+        return links
 
     def _emit_timing(self, act: Activity) -> None:
+        """The messages of an isolated collective, every rank's (a lane plan's rank-0 messages are
+        copied to every rank), in blocks of about `EMIT_BLOCK` rows."""
         t = act.timing
         assert t is not None and act.plan is not None
         if not len(t.src):
             return
         kind, _, ctx = act.ctx
-        if act.plan.lane:
-            dims = [(s, n) for s, n, _ in self.routes.dims]
-            idx, src, dst = lane_images(len(act.members), dims, t.dst, t.xor)
-        else:
-            idx = np.arange(len(t.src))
-            src, dst = t.src, t.dst
-        self.emit(kind, ctx, act.start + t.t_send[idx], act.start + t.t_arrive[idx], src, dst, t.nbytes[idx],
-                  t.chunk[idx], t.step[idx])
+        n = len(act.members) if act.plan.lane else 1
+        if self.count is not None:  # only counts are kept
+            sent = np.zeros(self.routes.net.hosts)
+            per_msg = float(t.nbytes.sum())
+            if act.plan.lane:
+                sent[np.asarray(act.members)] += per_msg
+            else:
+                np.add.at(sent, t.src, t.nbytes.astype(np.float64))
+            self.count(len(t.src) * n, int(t.nbytes.sum()) * n, sent)
+            return
+        step = max(1, EMIT_BLOCK // n)
+        dims = [(s, size) for s, size, _ in self.routes.dims]
+        for lo in range(0, len(t.src), step):
+            sl = slice(lo, lo + step)
+            if act.plan.lane:
+                idx, src, dst = lane_images(n, dims, t.dst[sl], t.xor[sl])
+                idx += lo
+            else:
+                idx = np.arange(lo, min(lo + step, len(t.src)))
+                src, dst = t.src[sl], t.dst[sl]
+            self.emit(kind, ctx, act.start + t.t_send[idx], act.start + t.t_arrive[idx], src, dst, t.nbytes[idx],
+                      t.chunk[idx], t.step[idx])

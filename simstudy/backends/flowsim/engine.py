@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from array import array
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.comms import Comms
 from simstudy.backends.flowsim.netmodels import Msg
 from simstudy.backends.flowsim.sched import Scheduler
+from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.network import Network
 from simstudy.backends.traffic_build import COLLECTIVE_KIND, WorkloadInfo
 from simstudy.chakra import CollectiveType, Node, NodeType
@@ -68,14 +70,19 @@ class Engine:
     """One simulation of a bundle."""
 
     def __init__(self, info: WorkloadInfo, net: Network, *, mode: str, timeout_s: float | None, emit: Emit,
-                 progress: Callable[[float], None] | None = None) -> None:
+                 progress: Callable[[float], None] | None = None, identical: bool = False,
+                 planner: Planner | None = None, count: Callable[..., None] | None = None) -> None:
         self.info = info
         self.net = net
         self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self.sched = Scheduler()
         self.emit_rows = emit
-        self.comms = Comms(info, net, mode, self.sched, self._emit_collective)
-        self.ranks = [self._rank_state(r, nodes) for r, nodes in enumerate(info.nodes)]
+        self.comms = Comms(info, net, mode, self.sched, self._emit_collective, planner=planner, count=count)
+        #: Every rank runs the same trace and only collectives of every rank that finish together:
+        #: rank 0 is simulated for all of them (see `identical_ranks`).
+        self.identical = identical
+        traces = info.nodes[:1] if identical else info.nodes
+        self.ranks = [self._rank_state(r, nodes) for r, nodes in enumerate(traces)]
         self.total_nodes = sum(len(s.nodes) for s in self.ranks)
         self.nodes_done = 0
         self.progress = progress
@@ -84,7 +91,7 @@ class Engine:
         self.arrived: dict[tuple[int, int, int, int], deque[int]] = defaultdict(deque)
         self.posted: dict[tuple[int, int, int, int], deque[tuple[int, int]]] = defaultdict(deque)
         self.issued: dict[tuple[int, int], int] = {}
-        self.span_rows: list[tuple[int, int, int, int]] = []
+        self.span_cols = (array("q"), array("q"), array("q"), array("q"))  # rank, node, start, end
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -209,7 +216,11 @@ class Engine:
     def complete(self, rank: int, node_id: int) -> None:
         s = self.ranks[rank]
         now = self.sched.now
-        self.span_rows.append((rank, node_id, self.issued.pop((rank, node_id), now), now))
+        cols = self.span_cols
+        cols[0].append(rank)
+        cols[1].append(node_id)
+        cols[2].append(self.issued.pop((rank, node_id), now))
+        cols[3].append(now)
         s.left -= 1
         self.nodes_done += 1
         s.finish = max(s.finish, now)
@@ -235,6 +246,11 @@ class Engine:
         members = tuple(self.info.members(node, rank))
         if rank not in members:
             raise BackendError(f"{self.info.bundle.et_path(rank)}: node {node.id}: rank {rank} is not in its group")
+        if self.identical:
+            alone = _Pending(kind, node_meta(node), {rank: node}, {rank: self.sched.now})
+            self.comms.collective(kind, members, self._size(alone), False, self._done_fn(alone), alone.meta,
+                                  report=(rank,))
+            return
         seen = self.coll_seen[members]
         index = seen.get(rank, 0)
         seen[rank] = index + 1
@@ -319,7 +335,27 @@ class Engine:
     # -- spans -------------------------------------------------------------------------------
 
     def span_columns(self) -> tuple[np.ndarray, ...]:
-        rows = self.span_rows
-        if not rows:
-            return tuple(np.empty(0, dtype=np.int64) for _ in range(4))
-        return tuple(np.asarray(c, dtype=np.int64) for c in zip(*rows, strict=True))
+        """(rank, node, start_ns, end_ns) of every node run, in completion order."""
+        return tuple(np.frombuffer(c, dtype=np.int64) if len(c) else np.empty(0, dtype=np.int64)
+                     for c in self.span_cols)
+
+
+def identical_ranks(info: WorkloadInfo, lane_plan: Callable[[str, tuple[int, ...], int], bool]) -> bool:
+    """Whether every rank runs the same as rank 0 from start to end: one trace for all (the same
+    decoded list), no point-to-point transfers, and only collectives of every rank, in order,
+    that every rank finishes at once (`lane_plan(kind, members, size)`: symmetric)."""
+    first = info.nodes[0]
+    if any(nodes is not first for nodes in info.nodes):
+        return False
+    everyone = tuple(range(info.npus))
+    for n in first:
+        if n.type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
+            return False
+        if n.type != NodeType.COMM_COLL_NODE:
+            continue
+        kind = COLLECTIVE_KIND.get(CollectiveType(int(n.get("comm_type", 0))))
+        if kind is None:
+            continue
+        if tuple(info.members(n, 0)) != everyone or not lane_plan(kind, everyone, int(n.get("comm_size", 0))):
+            return False
+    return True

@@ -229,6 +229,10 @@ class CollectiveRun:
                  route: Callable[[int, int, int], tuple[tuple[int, ...], tuple[int, ...] | None, float, int]],
                  on_rank_done: Callable[[int, int], None], on_message: Callable[[Msg], None] | None = None) -> None:
         self.plan = plan
+        self.n = plan.sim_ranks
+        self.lane = plan.lane
+        self.csr = [(ph.out_ptr.tolist(), ph.out_dst.tolist(), ph.out_bytes.tolist()) for ph in plan.phases]
+        self.need = [ph.in_count.tolist() for ph in plan.phases]
         self.sched = sched
         self.net = net
         self.route = route
@@ -279,16 +283,15 @@ class CollectiveRun:
         s.at(s.now + self.plan.phases[p].delay_ns, self._send, i, c)
 
     def _send(self, i: int, c: int) -> None:
-        plan = self.plan
         p = self.phase[i][c]
         st = self.step[i][c]
-        ph = plan.phases[p]
-        src = plan.members[i]
-        lo, hi = ph.out_ptr[st * plan.sim_ranks + i], ph.out_ptr[st * plan.sim_ranks + i + 1]
+        ptr, dsts, sizes = self.csr[p]
+        src = self.plan.members[i]
+        k = st * self.n + i
         net, route, deliver = self.net, self.route, self._arrive
-        for k in range(lo, hi):
-            dst = int(ph.out_dst[k])
-            size = int(ph.out_bytes[k])
+        for j in range(ptr[k], ptr[k + 1]):
+            dst = dsts[j]
+            size = sizes[j]
             keys, mult, latency, alone = route(src, dst, size)
             net.send(Msg(src, dst, size, keys, mult, latency, alone, deliver, (i, c, p, st)))
         self.sent[i][c] = True
@@ -296,7 +299,7 @@ class CollectiveRun:
 
     def _arrive(self, msg: Msg) -> None:
         i, c, p, st = msg.ctx
-        if not self.plan.lane:
+        if not self.lane:
             i = self._local(msg.dst)
         self.arrived[(i, c, p, st)] += 1
         if self.on_message is not None:
@@ -314,7 +317,7 @@ class CollectiveRun:
         p = self.phase[i][c]
         st = self.step[i][c]
         ph = self.plan.phases[p]
-        need = int(ph.in_count[st, i])
+        need = self.need[p][st][i]
         key = (i, c, p, st)
         if self.arrived.get(key, 0) < need:
             return

@@ -1,0 +1,166 @@
+"""What a run keeps of its transfers (rows streamed in row groups, per-link bins, or counts), the
+identical-ranks shortcut, the progress callback, and a 4096-NPU run in bounded memory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from simstudy import layout
+from simstudy.backends import FlowsimBackend, RunResult, traffic_out, write_run
+from simstudy.backends.flowsim import engine as flowsim_engine
+from simstudy.backends.network import Network
+from simstudy.compile import Bundle, compile_scenario
+from simstudy.compile.topology_file import read_topology
+from simstudy.linktable import COLUMNS, read_links
+from simstudy.spec import Scenario
+from simstudy.sweep.runner import run_metrics
+from simstudy.table import read_table
+
+SPEC = {"name": "t", "model": "small_cnn", "parallelism": {"dp": 4, "bucket_size_mib": 0.5},
+        "topology": {"kind": "switch", "npus": 4, "bandwidth_gbps": 10}, "system": {"collective_chunks": 2},
+        "training": {"batch_size_per_worker": 4, "iterations": 2}}
+PS = {"name": "ps", "model": "small_cnn", "parallelism": {"dp": 3, "bucket_size_mib": 0.25, "aggregation": {
+    "kind": "parameter_server", "servers": 1}}, "topology": {"kind": "tree", "npus": 4, "fanout": 2},
+      "training": {"batch_size_per_worker": 4, "iterations": 1}}
+
+
+def compiled(spec: dict[str, object], tmp: Path) -> tuple[Scenario, Bundle]:
+    res = compile_scenario(Scenario.model_validate(spec), tmp / "bundle")
+    return res.scenario, res.bundle
+
+
+def _sorted(t: pd.DataFrame) -> pd.DataFrame:
+    return t.sort_values(list(t.columns), kind="stable").reset_index(drop=True)
+
+
+def test_rows_stream_to_parquet_in_row_groups(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _, bundle = compiled(SPEC, tmp_path)
+    whole = FlowsimBackend().run(bundle, tmp_path / "whole").traffic
+    monkeypatch.setattr(traffic_out, "ROW_GROUP", 40)
+    result = FlowsimBackend().run(bundle, tmp_path / "streamed")
+    path = result.output.path
+    assert path is not None and pq.ParquetFile(path).num_row_groups > 2
+    assert result.output._table is None  # not held: read from disk on demand
+    assert result.output.transfers == len(whole) and result.output.total_bytes == int(whole["bytes"].sum())
+    streamed = result.traffic
+    assert _sorted(streamed).equals(_sorted(whole))
+    assert sum(len(c) for c in result.output.chunks()) == len(whole)
+    write_run(result, tmp_path / "run")
+    assert _sorted(read_table(tmp_path / "run" / layout.TRAFFIC)).equals(_sorted(whole))
+
+
+@pytest.mark.parametrize("mode", ["fluid", "aware"])
+def test_links_are_the_rows_put_on_their_routes(mode: str, tmp_path: Path) -> None:
+    """Each link's bytes in links.parquet are the bytes of the transfers whose route crosses it; with
+    fluid sharing no link carries more than its capacity in any bin."""
+    _, bundle = compiled(PS, tmp_path)
+    rows = FlowsimBackend(congestion=mode).run(bundle, tmp_path / "rows").traffic
+    result = FlowsimBackend(congestion=mode, traffic="links", traffic_bin_s=1e-4).run(bundle, tmp_path / "links")
+    links = result.links
+    assert links is not None and list(links.columns) == list(COLUMNS)
+    net = Network.from_topology(read_topology(bundle.topology))  # type: ignore[arg-type]
+    expected = np.zeros(len(net.capacity))
+    for s, d, b in zip(rows["src"], rows["dst"], rows["bytes"], strict=True):
+        for link in net.route(int(s), int(d)):
+            expected[link] += b
+    got = links.groupby("link")["bytes"].sum()
+    assert np.allclose(got.to_numpy(), expected[got.index.to_numpy()], rtol=1e-9)
+    assert set(got.index) == set(np.flatnonzero(expected))
+    assert set(links["tier"].unique()) == {"host", "level1"}
+    if mode == "fluid":
+        assert links["utilization"].max() <= 1 + 1e-6
+    assert result.output.transfers == len(rows) and result.output.total_bytes == int(rows["bytes"].sum())
+    write_run(result, tmp_path / "run")
+    assert read_links(tmp_path / "run" / layout.LINKS).equals(links)
+    assert not (tmp_path / "run" / layout.TRAFFIC).exists()
+
+
+def test_every_mode_counts_the_same_transfers(tmp_path: Path) -> None:
+    """rows, links and none report the same transfers, bytes and bytes per rank (run.json and the
+    sweep summary's metrics); none keeps nothing else."""
+    scenario, bundle = compiled(SPEC, tmp_path)
+    results = {m: FlowsimBackend(traffic=m).run(bundle, tmp_path / m) for m in ("rows", "links", "none")}
+    metrics = {m: run_metrics(r, scenario) for m, r in results.items()}
+    for m in ("links", "none"):
+        assert {k: v for k, v in metrics[m].items() if k != "backend_wall_s"} == \
+            {k: v for k, v in metrics["rows"].items() if k != "backend_wall_s"}
+    assert metrics["rows"]["bytes_per_iter_rank_max"] > 0
+    write_run(results["none"], tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / layout.RUN_JSON).read_text())
+    assert summary["traffic"] == "none" and summary["transfers"] == len(results["rows"].traffic)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [layout.RUN_JSON, layout.SPANS]
+
+
+def _run(bundle: Bundle, out: Path) -> RunResult:
+    return FlowsimBackend(congestion="aware").run(bundle, out)
+
+
+def test_identical_ranks_are_simulated_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Data parallelism on a ring: every rank runs the same trace and every collective finishes for
+    all at once, so rank 0 stands for all; the result is the same as simulating every rank."""
+    _, bundle = compiled(SPEC, tmp_path)
+    once = _run(bundle, tmp_path / "once")
+    assert once.details["identical_ranks"]
+    monkeypatch.setattr(flowsim_engine, "identical_ranks", lambda *a: False)
+    from simstudy.backends import flowsim
+
+    monkeypatch.setattr(flowsim, "identical_ranks", lambda *a: False)
+    every = _run(bundle, tmp_path / "every")
+    assert not every.details["identical_ranks"]
+    assert once.ranks == every.ranks
+    assert _sorted(once.traffic).equals(_sorted(every.traffic))
+    cols = ["rank", "node", "start_ns", "end_ns"]
+    assert once.spans.sort_values(cols)[cols].reset_index(drop=True).equals(
+        every.spans.sort_values(cols)[cols].reset_index(drop=True))
+    assert (once.spans["name"].astype(str).to_numpy() == once.spans["name"].astype(str).to_numpy()).all()
+
+
+def test_progress_is_fed_by_the_fraction_of_nodes_done(tmp_path: Path) -> None:
+    _, bundle = compiled(PS, tmp_path)
+    seen: list[float] = []
+    FlowsimBackend(progress=seen.append).run(bundle, tmp_path / "w")
+    assert seen and seen[-1] == 1.0 and seen == sorted(seen) and 0 <= seen[0] <= 1
+
+
+@pytest.mark.slow
+def test_a_4096_npu_all_reduce_runs_in_bounded_memory(tmp_path: Path) -> None:
+    """A 1 GiB ring all-reduce of 4096 NPUs in 4 chunks (134 million transfers) keeping per-link bins:
+    its peak memory stays under 1 GB (it is about 0.35 GB), and it finishes at ASTRA-SIM's time:
+    per chunk, 10 + 8190 x (int(500 + 65536 / 53.687) + 10) + 4095 x 3 x floor(65536 / 1600) ns."""
+    script = textwrap.dedent(f"""
+        import json, resource, sys
+        from pathlib import Path
+        from simstudy import chakra
+        from simstudy.backends import FlowsimBackend
+        from simstudy.chakra import CollectiveType, GlobalMetadata, Node, NodeType
+        from simstudy.compile import Bundle
+        tmp = Path({str(tmp_path)!r})
+        node = Node(0, "ar", NodeType.COMM_COLL_NODE, attrs=[chakra.is_cpu_op(False),
+                    chakra.comm_type(CollectiveType.ALL_REDUCE), chakra.comm_size(2**30)])
+        data = chakra.encode_trace(GlobalMetadata(), [node])
+        for r in range(4096):
+            chakra.trace_path(tmp / "ar", r).write_bytes(data)
+        (tmp / "network.yml").write_text("topology: [ Ring ]\\nnpus_count: [ 4096 ]\\nbandwidth: [ 50.0 ]\\n"
+                                         "latency: [ 500.0 ]\\n")
+        (tmp / "system.json").write_text(json.dumps({{"endpoint-delay": 10, "active-chunks-per-dimension": 1,
+            "preferred-dataset-splits": 4, "all-reduce-implementation": ["ring"], "local-mem-bw": 1600}}))
+        r = FlowsimBackend(congestion="aware", traffic="links").run(
+            Bundle(tmp / "ar", tmp / "network.yml", tmp / "system.json"), tmp / "w")
+        print(json.dumps({{"finish": r.finish_ns, "transfers": r.output.transfers, "links": len(r.links),
+                          "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    chunk = 10 + 8190 * (int(500 + 65536 / (50 * 2**30 / 1e9)) + 10) + 4095 * 3 * (65536 // 1600)
+    assert res["finish"] == 4 * chunk
+    assert res["transfers"] == 4 * 8190 * 4096 and res["links"] > 0
+    assert res["rss_mb"] < 1000
