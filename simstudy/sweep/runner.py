@@ -23,9 +23,11 @@ import pandas as pd
 from simstudy import layout
 from simstudy.backends import BackendError, RunResult, simulate
 from simstudy.compile import CompileError
+from simstudy.compile.topology_file import read_topology
 from simstudy.spec import BackendSpec, Cluster, Scenario, SpecError
 from simstudy.table import read_table
 from simstudy.traffic.features import analyze
+from simstudy.traffic.links import LinkSummary, link_metrics, link_summary
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,21 @@ def run_metrics(result: RunResult, scenario: Scenario | Cluster) -> dict[str, fl
         "backend_wall_s": float(result.wall_time_s),
         **job_metrics(result),
     }
+
+
+def tier_capacities(bundle_dir: Path) -> dict[str, tuple[int, float]]:
+    """Tier -> (links, total capacity in Gbit/s) of a bundle's network (topology.json)."""
+    topo = read_topology(bundle_dir / layout.TOPOLOGY)
+    out: dict[str, tuple[int, float]] = {}
+    for link in topo.links:
+        n, cap = out.get(link.tier, (0, 0.0))
+        out[link.tier] = (n + 1, cap + link.gbps)
+    return out
+
+
+def run_link_summary(links: pd.DataFrame, bundle_dir: Path, duration_s: float, *, top: int = 10) -> LinkSummary:
+    """Per tier and hottest links of a run that kept its link table (see `traffic.links`)."""
+    return link_summary(links, tier_capacities(bundle_dir), top=top, duration_s=duration_s)
 
 
 def job_metrics(result: RunResult) -> dict[str, float]:
@@ -179,6 +196,9 @@ def execute(task: RunTask) -> RunRecord:
         metrics = run_metrics(result, scenario)
         if task.features and result.output.mode == "rows":
             _add_features(metrics, result.traffic, tmp)
+        if result.links is not None and len(result.links):
+            summary = run_link_summary(result.links, tmp / layout.BUNDLE_DIR, result.finish_ns * 1e-9)
+            metrics.update(link_metrics(summary))
         features = task.features and result.output.mode == "rows"
         record.update(key=task.key, metrics=metrics, seconds=time.perf_counter() - t0, features=features,
                       where=where_now())

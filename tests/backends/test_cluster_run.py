@@ -14,6 +14,8 @@ from simstudy.backends import simulate
 from simstudy.backends.jobs import read_job_results
 from simstudy.backends.locate import find_astra_sim
 from simstudy.spec import BackendSpec, Cluster
+from simstudy.sweep.runner import run_link_summary
+from simstudy.traffic.links import link_metrics
 
 MB = 2**20
 #: One layer whose gradient is 64 MiB and whose compute is one microsecond: the iteration is the all-reduce.
@@ -97,3 +99,29 @@ def test_two_jobs_aware_agree_with_the_aware_binary(tmp_path: Path) -> None:
     for s, r in zip(sim.details["jobs"], real.details["jobs"], strict=True):
         assert s["finish_ms"] == pytest.approx(r["finish_ms"], rel=0.01), (s["name"], s, r)
         assert not math.isnan(s["iteration_ms"])
+
+
+def test_link_results_per_tier_and_hottest_links(tmp_path: Path) -> None:
+    """With `traffic: links`: the bytes through each tier and the most loaded links. A transfer
+    from a host under one leaf to a host under the other crosses two spine links (up, down),
+    so the spine tier carries twice what the NPUs sent; jobs that stay under their leaf send
+    nothing through it."""
+    spec = BackendSpec(traffic="links", traffic_bin_s=1e-4)
+    shared = simulate(_cluster([0, 2], [1, 3]), tmp_path / "shared", spec)
+    summary = run_link_summary(shared.links, tmp_path / "shared" / layout.BUNDLE_DIR, shared.finish_ns * 1e-9)
+    sent = float(shared.output.sent.sum())
+    spine = summary.tier("spine")
+    assert spine is not None and spine.links == 4
+    assert spine.bytes == pytest.approx(2 * sent, rel=1e-9)
+    # the hottest links are the spine links, busy for (almost) the whole run: 4 x 64 MiB per uplink
+    # direction in 22 ms at 100 Gbit/s
+    assert summary.hottest[0].tier == "spine"
+    assert summary.hottest[0].mean_utilization == pytest.approx(4 * 64 * MB * 8 / (100e9 * shared.finish_ns * 1e-9),
+                                                                rel=1e-6)
+    assert 0.9 < summary.hottest[0].mean_utilization <= 1.0
+    assert spine.utilization.max() <= 1.0 + 1e-6  # integer-ns transfer times round up by < 1e-7
+    metrics = link_metrics(summary)
+    assert metrics["tier.spine.bytes"] == spine.bytes
+    disjoint = simulate(_cluster([0, 1], [2, 3]), tmp_path / "disjoint", spec)
+    apart = run_link_summary(disjoint.links, tmp_path / "disjoint" / layout.BUNDLE_DIR, disjoint.finish_ns * 1e-9)
+    assert apart.tier("spine").bytes == 0  # type: ignore[union-attr]
