@@ -51,7 +51,7 @@ def _run(args: argparse.Namespace) -> int:
     from simstudy.backends.rundir import copy_bundle, run_to_dir
     from simstudy.compile import Bundle
     from simstudy.report import render_run
-    from simstudy.spec import BackendSpec, SpecError, load_scenario
+    from simstudy.spec import BackendSpec, SpecError, load_runnable
 
     raw = [args.workload, args.network, args.system]
     if args.spec and any(raw):
@@ -60,7 +60,7 @@ def _run(args: argparse.Namespace) -> int:
                        traffic=args.traffic, traffic_bin_s=args.traffic_bin)
     bar = _progress_bar(args.quiet or args.backend != "flowsim")
     if args.spec:
-        scenario = load_scenario(args.spec)
+        scenario = load_runnable(args.spec)
         out = Path(args.output) if args.output else Path("results/runs") / Path(args.spec).stem
         try:
             result = simulate(scenario, out, spec, astra_sim=args.astra_sim, source=args.spec, render=render_run,
@@ -94,6 +94,14 @@ def _run(args: argparse.Namespace) -> int:
     kept = {"rows": layout.TRAFFIC, "links": layout.LINKS, "none": "counts only"}[result.output.mode]
     print(f"  {result.output.transfers:,} transfers, {result.output.total_bytes / 1e9:.3f} GB ({kept}), "
           f"wall {result.wall_time_s:.2f} s")
+    jobs = result.details.get("jobs")
+    if jobs:
+        print(f"  {'job':<14} {'NPUs':>5} {'start ms':>9} {'iteration ms':>13} {'alone ms':>10} {'slowdown':>9}")
+        for j in jobs:
+            alone = "-" if j["alone_iteration_ms"] is None else f"{j['alone_iteration_ms']:.3f}"
+            slow = "-" if j["slowdown"] is None else f"{j['slowdown']:.3f}"
+            print(f"  {j['name']:<14} {len(j['npus']):>5} {j['start_ms']:>9.3f} {j['iteration_ms']:>13.3f} "
+                  f"{alone:>10} {slow:>9}")
     return EXIT_OK
 
 

@@ -32,6 +32,7 @@ OPTIONAL: dict[str, str] = {
     "payload_bytes": "int64",
     "chunk": "int32",
     "step": "int32",
+    "job": "int32",
 }
 
 #: The `op` values producers use.

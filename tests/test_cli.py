@@ -227,3 +227,20 @@ def test_run_keeps_links_instead_of_rows_and_shows_progress(repo: Path, tmp_path
     quiet = simstudy("run", "specs/examples/lstm_dp4_switch.yaml", "--traffic", "none", "--quiet", "-o",
                      str(tmp_path / "q"), cwd=repo)
     assert quiet.returncode == 0 and "simulating" not in quiet.stderr
+
+
+@pytest.mark.parametrize(("jobs", "topology", "words"), [
+    ("[{name: a, model: small_cnn, gpus: 2, placement: [0, 1]}, {name: b, model: small_cnn, gpus: 2, "
+     "placement: [1, 2]}]", "{kind: switch, npus: 4}", "jobs.1.placement.npus: job 'b' is placed on NPU 1"),
+    ("[{name: a, model: small_cnn, gpus: 8}]", "{kind: switch, npus: 4}", "jobs.0.gpus: job 'a' needs 8 NPUs"),
+    ("[{name: a, model: small_cnn, gpus: 2}]", "{kind: clos_csv, file: hosts.csv}", "hosts.csv: PSW: column 'PSW'"),
+])
+def test_bad_cluster_specs_are_one_clear_error(tmp_path: Path, jobs: str, topology: str, words: str) -> None:
+    (tmp_path / "hosts.csv").write_text("ip,DSW,ASW\nh1,G1,S1\nh2,G1,S1\n")
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(f"kind: cluster\nname: c\ntopology: {topology}\njobs: {jobs}\n")
+    res = simstudy("run", str(spec), "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert res.returncode == 2, res.stdout
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    assert words in res.stderr
+    assert not (tmp_path / "out").exists()

@@ -12,9 +12,10 @@ from pathlib import Path
 from simstudy.backends.astrasim import AstraSimBackend
 from simstudy.backends.base import Backend, BackendError, RunResult
 from simstudy.backends.flowsim import FlowsimBackend
+from simstudy.backends.jobs import WithJobs, alone_times
 from simstudy.backends.rundir import run_to_dir
-from simstudy.compile import Bundle, compile_scenario
-from simstudy.spec import BackendSpec, Scenario
+from simstudy.compile import Bundle, compile_any
+from simstudy.spec import BackendSpec, Cluster, Scenario
 
 
 def make_backend(spec: BackendSpec, *, astra_sim: str | Path | None = None,
@@ -29,8 +30,14 @@ def make_backend(spec: BackendSpec, *, astra_sim: str | Path | None = None,
     raise BackendError(f"unknown backend {spec.name!r}; expected flowsim or astrasim")  # pragma: no cover
 
 
+def alone_root(out: str | Path) -> Path:
+    """Where `simulate` keeps the alone runs of a cluster run directory `out`: `<out>.alone/`."""
+    out = Path(out)
+    return out.with_name(out.name + ".alone")
+
+
 def simulate(
-    scenario: Scenario,
+    scenario: Scenario | Cluster,
     out: str | Path,
     backend: BackendSpec,
     *,
@@ -38,13 +45,25 @@ def simulate(
     source: str | Path | None = None,
     render: Callable[[RunResult, Path], object] | None = None,
     progress: Callable[[float], None] | None = None,
+    alone: str | Path | None = None,
 ) -> RunResult:
     """Compile `scenario` (errors name `source`) and simulate it on `backend` into the run
     directory `out`: bundle/, run.json, traffic.parquet (or links.parquet), spans.parquet and
-    whatever `render` adds, written whole or not at all. `progress(fraction)` follows a long run."""
+    whatever `render` adds, written whole or not at all. `progress(fraction)` follows a long run.
+
+    A cluster (several jobs) also runs each job alone on its NPUs, under `alone` (default
+    `<out>.alone/`, one directory per job and key, reused when finished), and run.json's
+    `details.jobs` gives every job's times and slowdown (see `backends.jobs`)."""
 
     def prepare(d: Path) -> Bundle:
-        return compile_scenario(scenario, d, source=source).bundle
+        return compile_any(scenario, d, source=source).bundle
 
-    return run_to_dir(prepare, make_backend(backend, astra_sim=astra_sim, progress=progress), Path(out),
-                      timeout_s=backend.timeout_s, render=render)
+    runner: Backend = make_backend(backend, astra_sim=astra_sim, progress=progress)
+    if isinstance(scenario, Cluster):
+
+        def run_alone(cluster: Cluster, d: Path) -> RunResult:
+            return simulate(cluster, d, backend, astra_sim=astra_sim, source=source)
+
+        root = Path(alone) if alone is not None else alone_root(out)
+        runner = WithJobs(runner, alone_times(scenario, backend, root, run_alone))
+    return run_to_dir(prepare, runner, Path(out), timeout_s=backend.timeout_s, render=render)

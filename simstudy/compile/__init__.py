@@ -6,19 +6,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from simstudy.compile.astra_config import write_configs, write_json
+from simstudy.compile.astra_config import system_json, write_config_files, write_configs, write_json
 from simstudy.compile.atomic import atomic_directory
 from simstudy.compile.bundle import Bundle, BundleError
 from simstudy.compile.chakra_out import write_traces
+from simstudy.compile.cluster import JobInfo, build_cluster_graph, job_scenario, read_jobs, write_jobs
 from simstudy.compile.data_parallel import compile_data_parallel
 from simstudy.compile.graph import Collective, ExecutionGraph, RankGraph, Task, TaskKind
 from simstudy.compile.hybrid import compile_hybrid
 from simstudy.compile.parameter_server import compile_parameter_server
 from simstudy.compile.resolve import resolve
 from simstudy.compile.tensor import megatron
-from simstudy.compile.topology_file import scenario_topology, write_topology
-from simstudy.layout import SCENARIO, TOPOLOGY
-from simstudy.spec import AllReduce, Scenario, SpecError
+from simstudy.compile.topology_file import scenario_topology, topology_of, write_topology
+from simstudy.layout import JOBS, SCENARIO, TOPOLOGY
+from simstudy.spec import AllReduce, Cluster, Scenario, SpecError, topology_dims
 
 __all__ = [
     "Bundle",
@@ -27,13 +28,19 @@ __all__ = [
     "CompileError",
     "CompileResult",
     "ExecutionGraph",
+    "JobInfo",
     "RankGraph",
     "Task",
     "TaskKind",
     "build_graph",
     "check_fit",
+    "compile_any",
+    "compile_cluster",
     "compile_scenario",
+    "job_scenario",
+    "read_jobs",
     "resolve",
+    "resolve_cluster",
 ]
 
 
@@ -43,10 +50,10 @@ class CompileError(ValueError):
 
 @dataclass(frozen=True)
 class CompileResult:
-    """What `compile_scenario` wrote."""
+    """What `compile_scenario` (or `compile_cluster`) wrote."""
 
     bundle: Bundle
-    scenario: Scenario
+    scenario: Scenario | Cluster
     et_bytes: int
     seconds: float
 
@@ -110,3 +117,45 @@ def compile_scenario(scenario: Scenario, out: str | Path, *, source: str | Path 
         write_topology(tmp / TOPOLOGY, scenario_topology(resolved))
         write_json(tmp / SCENARIO, resolved.model_dump(mode="json"))
     return CompileResult(Bundle.from_dir(out), resolved, et_bytes, time.perf_counter() - t0)
+
+
+def resolve_cluster(cluster: Cluster, *, source: str | Path | None = None) -> Cluster:
+    """The cluster with every job's model explicit; errors name `source` and the job's field."""
+    jobs = []
+    for i, job in enumerate(cluster.jobs):
+        try:
+            scenario = resolve(job_scenario(cluster, i), source=source)
+            check_fit(scenario, source)
+        except SpecError as exc:
+            raise SpecError(exc.file, f"jobs.{i}.{exc.field}", exc.message) from None
+        jobs.append(job.model_copy(update={"model": scenario.model}))
+    return cluster.model_copy(update={"jobs": tuple(jobs)})
+
+
+def compile_cluster(cluster: Cluster, out: str | Path, *, source: str | Path | None = None) -> CompileResult:
+    """Compile a cluster (several jobs on one topology) into one bundle `out` (written whole or not
+    at all): see `compile.cluster`."""
+    t0 = time.perf_counter()
+    resolved = resolve_cluster(cluster, source=source)
+    graphs = [build_graph(job_scenario(resolved, i)) for i in range(len(resolved.jobs))]
+    graph = build_cluster_graph(resolved, graphs)
+    algorithms = {j.parallelism.aggregation.algorithm for j in resolved.jobs if isinstance(j.parallelism.aggregation,
+                                                                                           AllReduce)}
+    out = Path(out)
+    _check_target(out)
+    with atomic_directory(out) as tmp:
+        et_bytes = write_traces(graph, tmp / resolved.name)
+        system = system_json(resolved.system, len(topology_dims(resolved.topology)),
+                             algorithms.pop() if len(algorithms) == 1 else "ring")
+        write_config_files(topology_dims(resolved.topology), system, graph.groups, tmp)
+        write_topology(tmp / TOPOLOGY, topology_of(resolved.topology))
+        write_jobs(tmp / JOBS, resolved)
+        write_json(tmp / SCENARIO, resolved.model_dump(mode="json"))
+    return CompileResult(Bundle.from_dir(out), resolved, et_bytes, time.perf_counter() - t0)
+
+
+def compile_any(spec: Scenario | Cluster, out: str | Path, *, source: str | Path | None = None) -> CompileResult:
+    """Compile a scenario or a cluster."""
+    if isinstance(spec, Cluster):
+        return compile_cluster(spec, out, source=source)
+    return compile_scenario(spec, out, source=source)

@@ -11,7 +11,7 @@ from typing import Any
 
 from simstudy import layout
 from simstudy.compile.collectives import system_implementations
-from simstudy.spec import AllReduce, Dim, Scenario, topology_dims
+from simstudy.spec import AllReduce, Dim, Scenario, System, topology_dims
 
 #: ASTRA-SIM's analytical network reads bandwidth in GB/s with GB = 2^30 bytes.
 GIB = 2**30
@@ -45,10 +45,15 @@ def network_yaml(dims: tuple[Dim, ...]) -> str:
 
 def system_config(scenario: Scenario) -> dict[str, Any]:
     """The system.json content."""
-    s = scenario.system
-    n = len(topology_dims(scenario.topology))
     agg = scenario.parallelism.aggregation
-    impl = system_implementations(agg.algorithm if isinstance(agg, AllReduce) else "ring")
+    return system_json(scenario.system, len(topology_dims(scenario.topology)),
+                       agg.algorithm if isinstance(agg, AllReduce) else "ring")
+
+
+def system_json(s: System, dims: int, algorithm: str) -> dict[str, Any]:
+    """The system.json content for `dims` network dimensions and the all-reduce `algorithm` (spec name)."""
+    n = dims
+    impl = system_implementations(algorithm)
     return {
         "scheduling-policy": s.scheduling_policy,
         "endpoint-delay": s.endpoint_delay_ns,
@@ -79,13 +84,19 @@ def write_json(path: Path, data: Any) -> None:
 
 def write_configs(scenario: Scenario, groups: dict[int, tuple[int, ...]], out: Path) -> dict[str, Path]:
     """Write every config file into `out`; returns name -> path."""
+    return write_config_files(topology_dims(scenario.topology), system_config(scenario), groups, out)
+
+
+def write_config_files(dims: tuple[Dim, ...], system: dict[str, Any], groups: dict[int, tuple[int, ...]],
+                       out: Path) -> dict[str, Path]:
+    """Write network.yml (these dimensions), system.json, remote_memory.json and comm_group.json."""
     paths = {
         "network": out / layout.NETWORK,
         "system": out / layout.SYSTEM,
         "remote_memory": out / layout.REMOTE_MEMORY,
     }
-    paths["network"].write_text(network_yaml(topology_dims(scenario.topology)), encoding="utf-8")
-    write_json(paths["system"], system_config(scenario))
+    paths["network"].write_text(network_yaml(dims), encoding="utf-8")
+    write_json(paths["system"], system)
     write_json(paths["remote_memory"], REMOTE_MEMORY)
     if groups:
         paths["comm_group"] = out / layout.COMM_GROUP

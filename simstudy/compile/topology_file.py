@@ -32,7 +32,20 @@ from typing import Any, Literal
 
 from simstudy.compile.astra_config import ASTRA_DIM, gbps_to_astra
 from simstudy.compile.bundle import BundleError
-from simstudy.spec import BinaryTreeStar, Clique, FatTree, Scenario, Star, Tree, is_graph, topology_dims
+from simstudy.spec import (
+    BinaryTreeStar,
+    Clique,
+    Clos3,
+    ClosCsv,
+    FatTree,
+    LeafSpine,
+    Scenario,
+    Star,
+    Topology,
+    Tree,
+    is_graph,
+    topology_dims,
+)
 from simstudy.spec.topology import GraphTopology
 
 FORMAT = "simstudy.topology/1"
@@ -294,14 +307,85 @@ def graph_topology(topo: GraphTopology) -> NetworkTopology:
             for a in range(half):
                 for c in range(half):
                     b.both(f"a{pod}.{a}", b.switch(f"c{a}.{c}"), bpns, lat, loss=loss, tier="core")
+    elif isinstance(topo, LeafSpine | Clos3 | ClosCsv):
+        _tiered(b, topo)
+        ecmp = True
     else:  # pragma: no cover - exhaustive
         raise ValueError(f"unsupported graph topology {topo!r}")
     return NetworkTopology(topo.kind, n, tuple(b.switches), tuple(b.links), Routing("shortest_path", ecmp=ecmp))
 
 
+def _tiered(b: _Builder, topo: LeafSpine | Clos3 | ClosCsv) -> None:
+    """Hosts of several GPUs under tiers of switches (see `spec.topology._Tiered`).
+
+    GPU (NPU) r of host H is host `h<r>`, linked to its host's own switch `n<H>` at the intra-host
+    bandwidth (tier `intra_host`); the host switch reaches its ToR through `nics_per_host` NICs
+    `n<H>.nic<k>` (tier `nic`: host switch - NIC - ToR, each at the NIC speed), so traffic between
+    two GPUs of one host stays inside it and traffic that leaves it picks a NIC by ECMP. Above the
+    ToRs: leaf-spine (tier `spine`), pod aggregation and core (tiers `aggregation`, `core`).
+    """
+    lat, loss = topo.latency_ns, topo.loss
+    nic = topo.bandwidth_gbps / 8.0
+    intra = topo.intra_host_bandwidth_gbps / 8.0
+    hosts_used = (topo.total_npus + topo.gpus_per_host - 1) // topo.gpus_per_host
+    tor_names = _tor_names(topo)
+    tors = topo.host_tors
+    for r in range(topo.total_npus):
+        b.both(f"h{r}", b.switch(f"n{r // topo.gpus_per_host}"), intra, lat, tier="intra_host")
+    for h in range(hosts_used):
+        for k in range(topo.nics_per_host):
+            card = b.switch(f"n{h}.nic{k}")
+            b.both(f"n{h}", card, nic, lat, loss=loss, tier="nic")
+            b.both(card, b.switch(tor_names[tors[h]]), nic, lat, loss=loss, tier="nic")
+    used_tors = sorted({tors[h] for h in range(hosts_used)})
+    if isinstance(topo, LeafSpine):
+        up = topo.uplink_gbps / 8.0
+        for t in used_tors:
+            for s in range(topo.spines):
+                b.both(tor_names[t], b.switch(f"spine{s}"), up, lat, loss=loss, tier="spine")
+    elif isinstance(topo, Clos3):
+        tor_up, agg_up = topo.tor_up_gbps / 8.0, topo.agg_up_gbps / 8.0
+        pods = sorted({t // topo.tors_per_pod for t in used_tors})
+        for t in used_tors:
+            for a in range(topo.aggs_per_pod):
+                b.both(tor_names[t], b.switch(f"a{t // topo.tors_per_pod}.{a}"), tor_up, lat, loss=loss,
+                       tier="aggregation")
+        for pod in pods:
+            for a in range(topo.aggs_per_pod):
+                for c in range(topo.cores):
+                    b.both(f"a{pod}.{a}", b.switch(f"c{c}"), agg_up, lat, loss=loss, tier="core")
+    else:
+        hosts_of: dict[int, int] = {}
+        for h in range(topo.hosts):
+            hosts_of[tors[h]] = hosts_of.get(tors[h], 0) + 1
+        agg_of = {i: agg for i, (agg, _) in enumerate(topo.tor_names)}
+        core_of = {row.agg: row.core for row in topo.hosts_table}
+        agg_down: dict[str, float] = {}
+        for t in used_tors:
+            up = hosts_of[t] * topo.nics_per_host * topo.bandwidth_gbps / topo.tor_oversubscription
+            agg_down[agg_of[t]] = agg_down.get(agg_of[t], 0.0) + up
+            b.both(tor_names[t], b.switch(f"a:{agg_of[t]}"), up / 8.0, lat, loss=loss, tier="aggregation")
+        for agg, down in agg_down.items():
+            b.both(f"a:{agg}", b.switch(f"c:{core_of[agg]}"), down / topo.agg_oversubscription / 8.0, lat, loss=loss,
+                   tier="core")
+
+
+def _tor_names(topo: LeafSpine | Clos3 | ClosCsv) -> list[str]:
+    if isinstance(topo, ClosCsv):
+        return [f"t:{agg}/{tor}" for agg, tor in topo.tor_names]
+    count = max(topo.host_tors) + 1
+    if isinstance(topo, Clos3):
+        return [f"t{i // topo.tors_per_pod}.{i % topo.tors_per_pod}" for i in range(count)]
+    return [f"leaf{i}" for i in range(count)]
+
+
 def scenario_topology(scenario: Scenario) -> NetworkTopology:
     """The network of a scenario: its graph, or its ASTRA-SIM dimensions exactly as network.yml gives them."""
-    topo = scenario.topology
+    return topology_of(scenario.topology)
+
+
+def topology_of(topo: Topology) -> NetworkTopology:
+    """The network of a topology spec: its graph, or its ASTRA-SIM dimensions as network.yml gives them."""
     if is_graph(topo):
         return graph_topology(topo)  # type: ignore[arg-type]
     dims = [NativeDim(ASTRA_DIM[d.type], d.npus, gbps_to_astra(d.bandwidth_gbps), d.latency_ns)  # type: ignore[arg-type]

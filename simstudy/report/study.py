@@ -17,6 +17,7 @@ import pandas as pd
 from simstudy import layout
 from simstudy.spec import PlotSpec
 from simstudy.sweep import BaselineReport, SweepResult, label, metric_columns
+from simstudy.sweep.clusters import is_cluster_study, job_rows, slowdown_by_axis, tier_bytes
 from simstudy.table import empty_table, read_table
 from simstudy.traffic.timeline import throughput_timeline
 
@@ -206,6 +207,8 @@ def _report_text(result: SweepResult, params: list[str], made: list[tuple[str, P
             eff = effects(summary, params, m)
             if eff:
                 lines += [f"**{DEFAULT_METRICS[m]}** (`{m}`):", "", *eff, ""]
+    if is_cluster_study(summary):
+        lines += _cluster_section(summary, params)
     shown = [*params, *metrics, "bytes_per_iter", "status"]
     table = summary[[c for c in dict.fromkeys(shown) if c in summary.columns]]
     lines += ["## Results", "", markdown_table(table.head(200)), ""]
@@ -219,3 +222,23 @@ def _report_text(result: SweepResult, params: list[str], made: list[tuple[str, P
         lines += ["## Baseline check", "", "```", *baseline.lines(), "```", ""]
     lines += ["Every run's directory is `runs/<key>/` (the key is in summary.parquet).", ""]
     return "\n".join(lines)
+
+
+def _cluster_section(summary: pd.DataFrame, params: list[str]) -> list[str]:
+    """Several jobs on one network: how much each slows the others, and where the bytes went."""
+    lines = ["## Jobs sharing the network", ""]
+    for finding in slowdown_by_axis(summary, params):
+        lines += [finding.sentence(), ""]
+    rows = job_rows(summary, params)
+    if rows:
+        table = pd.DataFrame([{**r.params, "job": r.job, "start_ms": r.start_ms, "iteration_ms": r.iteration_ms,
+                               "alone_ms": r.alone_iteration_ms, "slowdown": r.slowdown} for r in rows])
+        lines += ["Slowdown = iteration time sharing the network / iteration time alone on the same GPUs.", "",
+                  markdown_table(table.head(200)), ""]
+    tiers = tier_bytes(summary)
+    if tiers:
+        cols = [*params, *(f"tier.{t}.bytes" for t in tiers), "link_utilization_max"]
+        lines += ["Bytes each tier's links carried (both directions; a byte that crosses a tier going up and coming "
+                  "down counts twice), and the mean utilisation of the most loaded link:", "",
+                  markdown_table(summary[[c for c in cols if c in summary.columns]].head(200)), ""]
+    return lines

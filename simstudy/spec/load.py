@@ -7,6 +7,7 @@ relative to the file that names it (`model: ../workloads/resnet50.yaml`). A bad 
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from simstudy.spec.base import FieldError
+from simstudy.spec.cluster import Cluster
 from simstudy.spec.scenario import Scenario
 from simstudy.spec.study import Study
 
@@ -57,6 +59,49 @@ def read_yaml(path: Path) -> Any:
         raise SpecError(path, "", f"invalid YAML: {where}{problem}") from None
 
 
+#: Columns of a cluster's host table (the Alibaba Lingjun 2023 dataset's topo.csv): host, core,
+#: aggregation and ToR switch.
+HOST_COLUMNS = ("ip", "DSW", "PSW", "ASW")
+
+
+def read_hosts_csv(path: Path, spec_file: Path) -> list[dict[str, str]]:
+    """The hosts of a cluster CSV as `{tor, agg, core}` rows (see `ClosCsv`); errors name the CSV
+    file, the column and what was expected (or the spec that names a missing file)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(spec_file, "topology.file", f"host table {str(path)!r} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(path, "", f"cannot read the host table: {exc}") from None
+    rows = list(csv.reader(text.splitlines()))
+    if not rows:
+        raise SpecError(path, "", f"empty file; expected a header {','.join(HOST_COLUMNS)} and one row per host")
+    header = [c.strip() for c in rows[0]]
+    missing = [c for c in HOST_COLUMNS if c not in header]
+    if missing:
+        raise SpecError(path, missing[0], f"column {missing[0]!r} is missing; expected the columns "
+                                          f"{','.join(HOST_COLUMNS)} (got {','.join(header) or 'none'})")
+    col = {c: header.index(c) for c in HOST_COLUMNS}
+    hosts: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for line, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) < len(header):
+            raise SpecError(path, f"line {line}", f"{len(row)} fields, expected {len(header)} ({','.join(header)})")
+        cells = {c: row[i].strip() for c, i in col.items()}
+        empty = [c for c, v in cells.items() if not v]
+        if empty:
+            raise SpecError(path, f"line {line}", f"column {empty[0]!r} is empty")
+        if cells["ip"] in seen:
+            raise SpecError(path, f"line {line}", f"host {cells['ip']!r} appears twice")
+        seen.add(cells["ip"])
+        hosts.append({"tor": cells["ASW"], "agg": cells["PSW"], "core": cells["DSW"]})
+    if not hosts:
+        raise SpecError(path, "", "no hosts: the file has a header but no rows")
+    return hosts
+
+
 class _Origins:
     """Which file each part of a merged document came from."""
 
@@ -85,7 +130,10 @@ def _resolve(value: Any, base: Path, loc: Loc, origins: _Origins, stack: tuple[P
         origins.files[loc] = target
         return _resolve(read_yaml(target), target, loc, origins, (*stack, target))
     if isinstance(value, Mapping):
-        return {k: _resolve(v, base, (*loc, str(k)), origins, stack) for k, v in value.items()}
+        out = {k: _resolve(v, base, (*loc, str(k)), origins, stack) for k, v in value.items()}
+        if out.get("kind") == "clos_csv" and isinstance(out.get("file"), str) and "hosts_table" not in out:
+            out["hosts_table"] = read_hosts_csv(base.parent / out["file"], origins.locate(loc)[0])
+        return out
     if isinstance(value, list):
         return [_resolve(v, base, (*loc, i), origins, stack) for i, v in enumerate(value)]
     return value
@@ -189,6 +237,14 @@ def load_spec(cls: type[M], path: str | Path) -> M:
 def load_scenario(path: str | Path) -> Scenario:
     """Load a scenario YAML file."""
     return load_spec(Scenario, path)
+
+
+def load_runnable(path: str | Path) -> Scenario | Cluster:
+    """Load what `simstudy run` runs: a scenario, or a cluster (`kind: cluster`: several jobs)."""
+    data, origins = load_document(path)
+    if isinstance(data, Mapping) and data.get("kind") == "cluster":
+        return validate_as(Cluster, data, file=path, origins=origins)
+    return validate_as(Scenario, data, file=path, origins=origins)
 
 
 def load_study(path: str | Path) -> Study:

@@ -124,8 +124,8 @@ class Scenario(Spec):
         return self.model
 
 
-def canonical_json(scenario: Scenario) -> str:
-    """The canonical JSON of a scenario: every field, sorted keys, no whitespace."""
+def canonical_json(scenario: Spec) -> str:
+    """The canonical JSON of a scenario (or any spec: a cluster): every field, sorted keys, no whitespace."""
     import json
 
     return json.dumps(scenario.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))

@@ -23,7 +23,7 @@ from pydantic import Field, field_validator, model_validator
 from simstudy.spec.base import Spec
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|[0-9]+))*$")
 
 
 Analysis = Literal["features"]
@@ -171,7 +171,8 @@ class Study(Spec):
                                  + ", ".join(f"{k}: {len(v)}" for k, v in group.items()))
             for path, values in group.items():
                 if not _PATH.match(path):
-                    raise ValueError(f"axis {path!r} is not a dotted scenario path such as topology.npus")
+                    raise ValueError(f"axis {path!r} is not a dotted scenario path such as topology.npus "
+                                     "(or jobs.1.start_ms: a number picks a list item)")
                 if path == "name" or path.startswith("name."):
                     raise ValueError("the scenario name is set by the study; it cannot be swept")
                 if path in seen:

@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from simstudy.spec.base import Spec
+from simstudy.spec.base import FieldError, Spec
 
 DimType = Literal["ring", "fully_connected", "switch"]
 
@@ -180,10 +180,188 @@ class FatTree(_Graph):
         return self
 
 
+class _Tiered(_Graph):
+    """A cluster of hosts with several GPUs each, joined by tiers of switches.
+
+    Every GPU is an NPU (numbered host by host: host h holds NPUs h*gpus_per_host ...). The GPUs of
+    one host talk over the host's own fabric (`intra_host_bandwidth_gbps`, NVLink-class); traffic
+    that leaves the host goes through one of its `nics_per_host` NICs (GPU g uses NIC
+    g * nics_per_host // gpus_per_host) at `bandwidth_gbps` to its ToR switch.
+    """
+
+    gpus_per_host: int = Field(default=1, ge=1, description="GPUs (NPUs) per host")
+    nics_per_host: int = Field(default=1, ge=1, description="NICs per host, each linked to the host's ToR")
+    intra_host_bandwidth_gbps: float = Field(
+        default=2400.0, gt=0, description="bandwidth between GPUs of one host, Gbit/s per direction (NVLink-class)"
+    )
+    npus: int | None = Field(default=None, ge=2, description="NPUs used (default: every GPU of every host)")
+
+    @property
+    def hosts(self) -> int:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    @property
+    def host_tors(self) -> tuple[int, ...]:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    @property
+    def total_npus(self) -> int:
+        return self.npus if self.npus is not None else self.hosts * self.gpus_per_host
+
+    @property
+    def npu_hosts(self) -> tuple[int, ...]:
+        return tuple(i // self.gpus_per_host for i in range(self.total_npus))
+
+    def _check_tiered(self) -> None:
+        if self.nics_per_host > self.gpus_per_host:
+            raise FieldError("nics_per_host", f"{self.nics_per_host} NICs for {self.gpus_per_host} GPUs per host; "
+                                              "a NIC serves at least one GPU")
+        if self.npus is not None and self.npus > self.hosts * self.gpus_per_host:
+            raise FieldError("npus", f"the cluster has {self.hosts} hosts x {self.gpus_per_host} GPUs = "
+                                     f"{self.hosts * self.gpus_per_host} NPUs, not {self.npus}")
+
+
+def _uplink(down_gbps: float, uplinks: int, explicit: float | None, oversubscription: float | None,
+            field: str) -> float:
+    """The speed of each uplink: given, or the downlink capacity over the oversubscription ratio
+    shared by the uplinks (1:1 when neither is given)."""
+    if explicit is not None and oversubscription is not None:
+        raise FieldError(field, "give the uplink speed or the oversubscription ratio, not both")
+    if explicit is not None:
+        return explicit
+    return down_gbps / (oversubscription or 1.0) / uplinks
+
+
+class LeafSpine(_Tiered):
+    """Two-tier Clos: `leaves` ToR (leaf) switches with `hosts_per_leaf` hosts each, every leaf linked
+    to every one of `spines` spine switches; ECMP over the spines."""
+
+    kind: Literal["leaf_spine"] = "leaf_spine"
+    leaves: int = Field(ge=1, description="leaf (ToR) switches")
+    spines: int = Field(default=1, ge=1, description="spine switches; every leaf links to every spine")
+    hosts_per_leaf: int = Field(ge=1, description="hosts below each leaf")
+    uplink_bandwidth_gbps: float | None = Field(
+        default=None, gt=0, description="each leaf-spine link, Gbit/s per direction (default: from oversubscription)"
+    )
+    oversubscription: float | None = Field(
+        default=None, gt=0, description="leaf downlink capacity / uplink capacity (default 1: non-blocking)"
+    )
+
+    @property
+    def hosts(self) -> int:
+        return self.leaves * self.hosts_per_leaf
+
+    @property
+    def host_tors(self) -> tuple[int, ...]:
+        return tuple(h // self.hosts_per_leaf for h in range(self.hosts))
+
+    @property
+    def uplink_gbps(self) -> float:
+        """The speed of one leaf-spine link."""
+        down = self.hosts_per_leaf * self.nics_per_host * self.bandwidth_gbps
+        return _uplink(down, self.spines, self.uplink_bandwidth_gbps, self.oversubscription, "oversubscription")
+
+    @model_validator(mode="after")
+    def _check(self) -> LeafSpine:
+        self._check_tiered()
+        _ = self.uplink_gbps
+        return self
+
+
+class Clos3(_Tiered):
+    """Three-tier Clos: `pods` pods of `tors_per_pod` ToRs (`hosts_per_tor` hosts each) and
+    `aggs_per_pod` aggregation switches (every ToR of a pod to every aggregation switch of the pod),
+    every aggregation switch linked to each of `cores` core switches; ECMP at every tier."""
+
+    kind: Literal["clos3"] = "clos3"
+    pods: int = Field(ge=1, description="pods")
+    tors_per_pod: int = Field(ge=1, description="ToR switches per pod")
+    hosts_per_tor: int = Field(ge=1, description="hosts below each ToR")
+    aggs_per_pod: int = Field(default=2, ge=1, description="aggregation switches per pod")
+    cores: int = Field(default=2, ge=1, description="core switches")
+    tor_uplink_gbps: float | None = Field(default=None, gt=0, description="each ToR-aggregation link, Gbit/s")
+    tor_oversubscription: float | None = Field(default=None, gt=0, description="ToR down/up capacity ratio")
+    agg_uplink_gbps: float | None = Field(default=None, gt=0, description="each aggregation-core link, Gbit/s")
+    agg_oversubscription: float | None = Field(default=None, gt=0, description="aggregation down/up capacity ratio")
+
+    @property
+    def hosts(self) -> int:
+        return self.pods * self.tors_per_pod * self.hosts_per_tor
+
+    @property
+    def host_tors(self) -> tuple[int, ...]:
+        return tuple(h // self.hosts_per_tor for h in range(self.hosts))
+
+    @property
+    def tor_up_gbps(self) -> float:
+        down = self.hosts_per_tor * self.nics_per_host * self.bandwidth_gbps
+        return _uplink(down, self.aggs_per_pod, self.tor_uplink_gbps, self.tor_oversubscription,
+                       "tor_oversubscription")
+
+    @property
+    def agg_up_gbps(self) -> float:
+        down = self.tors_per_pod * self.tor_up_gbps
+        return _uplink(down, self.cores, self.agg_uplink_gbps, self.agg_oversubscription, "agg_oversubscription")
+
+    @model_validator(mode="after")
+    def _check(self) -> Clos3:
+        self._check_tiered()
+        _ = self.agg_up_gbps
+        return self
+
+
+class ClosHost(Spec):
+    """One host of an imported cluster: its ToR, aggregation and core switch (names as in the file)."""
+
+    tor: str = Field(min_length=1, description="ToR (access) switch")
+    agg: str = Field(min_length=1, description="aggregation (pod) switch")
+    core: str = Field(min_length=1, description="core switch")
+
+
+class ClosCsv(_Tiered):
+    """A real cluster's three-tier Clos from its host-to-switch table (a CSV with the columns
+    `ip,DSW,PSW,ASW`: host, core, aggregation and ToR switch, as in the Alibaba Lingjun 2023 dataset;
+    ToR names are local to their aggregation switch). The loader reads `file` (relative to the spec
+    that names it) into `hosts`, so the scenario holds the table itself. Each ToR links to its
+    aggregation switch and each aggregation switch to its core switch with one link whose capacity
+    is what the tier below it can send, divided by the tier's oversubscription."""
+
+    kind: Literal["clos_csv"] = "clos_csv"
+    file: str = Field(min_length=1, description="CSV file of hosts (columns ip, DSW, PSW, ASW)")
+    hosts_table: tuple[ClosHost, ...] = Field(
+        default=(), description="the hosts read from `file`, in file order (filled by the loader)"
+    )
+    tor_oversubscription: float = Field(default=1.0, gt=0, description="ToR down/up capacity ratio")
+    agg_oversubscription: float = Field(default=1.0, gt=0, description="aggregation down/up capacity ratio")
+
+    @property
+    def hosts(self) -> int:
+        return len(self.hosts_table)
+
+    @property
+    def tor_names(self) -> tuple[tuple[str, str], ...]:
+        """Every ToR, as (aggregation, ToR) names, in order of first appearance."""
+        return tuple(dict.fromkeys((h.agg, h.tor) for h in self.hosts_table))
+
+    @property
+    def host_tors(self) -> tuple[int, ...]:
+        index = {t: i for i, t in enumerate(self.tor_names)}
+        return tuple(index[(h.agg, h.tor)] for h in self.hosts_table)
+
+    @model_validator(mode="after")
+    def _check(self) -> ClosCsv:
+        if not self.hosts_table:
+            raise FieldError("file", f"{self.file!r} was not read: load the spec with simstudy.spec.load_spec "
+                                     "(it reads the CSV into the scenario)")
+        self._check_tiered()
+        return self
+
+
 NativeTopology = Ring | FullyConnected | Switch | MultiDim
-GraphTopology = Star | Clique | Tree | BinaryTreeStar | FatTree
+GraphTopology = Star | Clique | Tree | BinaryTreeStar | FatTree | LeafSpine | Clos3 | ClosCsv
 Topology = Annotated[
-    Ring | FullyConnected | Switch | MultiDim | Star | Clique | Tree | BinaryTreeStar | FatTree,
+    Ring | FullyConnected | Switch | MultiDim | Star | Clique | Tree | BinaryTreeStar | FatTree | LeafSpine | Clos3
+    | ClosCsv,
     Field(discriminator="kind"),
 ]
 

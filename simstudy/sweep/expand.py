@@ -15,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from simstudy import __version__
-from simstudy.spec import Scenario, SpecError, Study, canonical_json, resolve_references, spec_error
+from simstudy.spec import Cluster, Scenario, SpecError, Study, canonical_json, resolve_references, spec_error
 from simstudy.spec.load import is_reference
 from simstudy.spec.paths import check_path
 from simstudy.spec.scenario import tag_model
@@ -27,7 +27,7 @@ class Point:
 
     index: int
     params: dict[str, Any]
-    scenario: Scenario
+    scenario: Scenario | Cluster
     key: str
 
 
@@ -89,27 +89,48 @@ def backend_id(study: Study) -> str:
     return study.backend_spec.key
 
 
-def run_key(scenario: Scenario, backend: str) -> str:
+def run_key(scenario: Scenario | Cluster, backend: str) -> str:
     """The run directory name: a hash of the canonical scenario, the backend and simstudy's version."""
     text = "\n".join([canonical_json(scenario), backend, f"simstudy {__version__}"])
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
 
 
 def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
+    """Set `path` (dotted; a numeric part indexes a list, as in `jobs.1.start_ms`) in `data`."""
     parts = path.split(".")
     node: Any = data
-    for i, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if part == "model" and i == 0:
+    for i, part in enumerate(parts):
+        where = ".".join(parts[: i + 1])
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ValueError(f"cannot set {path}: {'.'.join(parts[:i]) or 'the scenario'} has {len(node)} "
+                                 f"items, so there is no {where}")
+            if last:
+                node[int(part)] = value
+                return
+            child = node[int(part)]
+        else:
+            if last:
+                node[part] = value
+                return
+            child = node.get(part)
+        if part == "model":
             child = tag_model(child)
         if child is None:
             child = {}
-        if not isinstance(child, dict):
-            where = ".".join(parts[: i + 1])
+        if not isinstance(child, dict | list):
             raise ValueError(f"cannot set {path}: {where} is {child!r}, not a mapping")
-        node[part] = child
+        if isinstance(node, list):
+            node[int(part)] = child
+        else:
+            node[part] = child
         node = child
-    node[parts[-1]] = value
+
+
+def root_model(base: Any) -> type[Scenario] | type[Cluster]:
+    """What a study's base describes: a cluster (`kind: cluster`) or a scenario."""
+    return Cluster if isinstance(base, dict) and base.get("kind") == "cluster" else Scenario
 
 
 def _combinations(study: Study) -> list[list[tuple[str, Any]]]:
@@ -143,7 +164,7 @@ def override(study: Study, source: str | Path, *, backend: str | None = None, aw
             if not eq or not path:
                 raise SpecError(source, field, "expected PATH=VALUE, e.g. topology.bandwidth_gbps=100")
             try:
-                check_path(Scenario, path)
+                check_path(root_model(study.base), path)
                 value = yaml.safe_load(text) if text else None
                 _set_path(base, path, value)
             except yaml.YAMLError as exc:
@@ -170,7 +191,7 @@ def check_axes(study: Study, source: str | Path) -> None:
     every combination. Raises SpecError naming the study file and the axis."""
     for field, path in axis_fields(study):
         try:
-            check_path(Scenario, path)
+            check_path(root_model(study.base), path)
         except ValueError as exc:
             raise SpecError(source, field, str(exc)) from None
 
@@ -200,7 +221,7 @@ def expand(study: Study, source: str | Path) -> Expansion:
             continue
         data["name"] = study.name
         try:
-            scenario = Scenario.model_validate(data)
+            scenario = root_model(data).model_validate(data)
         except ValidationError as exc:
             err = spec_error(exc, data, None, None)
             skipped.append(Skipped(index, params, f"{err.field}: {err.message}"))

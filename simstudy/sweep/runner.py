@@ -8,6 +8,7 @@ could be mistaken for a finished one, and a finished run is never recomputed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import time
@@ -22,9 +23,11 @@ import pandas as pd
 from simstudy import layout
 from simstudy.backends import BackendError, RunResult, simulate
 from simstudy.compile import CompileError
-from simstudy.spec import BackendSpec, Scenario, SpecError
+from simstudy.compile.topology_file import read_topology
+from simstudy.spec import BackendSpec, Cluster, Scenario, SpecError
 from simstudy.table import read_table
 from simstudy.traffic.features import analyze
+from simstudy.traffic.links import LinkSummary, link_metrics, link_summary
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ class RunTask:
     """Everything a worker needs for one run (picklable, no open resources)."""
 
     key: str
-    scenario: Scenario
+    scenario: Scenario | Cluster
     run_dir: str
     backend: BackendSpec
     astra_sim: str | None = None
@@ -59,9 +62,14 @@ class RunRecord:
         return float(self.metrics.get("backend_wall_s", 0.0))
 
 
-def run_metrics(result: RunResult, scenario: Scenario) -> dict[str, float]:
-    """Per-rank time statistics, bytes per iteration and transfer counts of one run."""
-    iters = scenario.training.iterations
+def run_metrics(result: RunResult, scenario: Scenario | Cluster) -> dict[str, float]:
+    """Per-rank time statistics, bytes per iteration and transfer counts of one run; for a cluster
+    also each job's iteration time, alone time and slowdown (`job.<name>.<metric>`) and the mean
+    and largest slowdown (per-run figures of a cluster count the iterations of its longest job)."""
+    if isinstance(scenario, Cluster):
+        iters = max(j.training.iterations for j in scenario.jobs)
+    else:
+        iters = scenario.training.iterations
     finish = np.array([r.finish_ns for r in result.ranks], dtype=np.float64) / 1e6
     compute = np.array([r.compute_ns for r in result.ranks], dtype=np.float64) / 1e6
     comm = np.array([r.comm_ns for r in result.ranks], dtype=np.float64) / 1e6
@@ -88,7 +96,40 @@ def run_metrics(result: RunResult, scenario: Scenario) -> dict[str, float]:
         "bytes_per_iter_rank_mean": float(per_rank.mean()) / iters,
         "transfers": float(output.transfers),
         "backend_wall_s": float(result.wall_time_s),
+        **job_metrics(result),
     }
+
+
+def tier_capacities(bundle_dir: Path) -> dict[str, tuple[int, float]]:
+    """Tier -> (links, total capacity in Gbit/s) of a bundle's network (topology.json)."""
+    topo = read_topology(bundle_dir / layout.TOPOLOGY)
+    out: dict[str, tuple[int, float]] = {}
+    for link in topo.links:
+        n, cap = out.get(link.tier, (0, 0.0))
+        out[link.tier] = (n + 1, cap + link.gbps)
+    return out
+
+
+def run_link_summary(links: pd.DataFrame, bundle_dir: Path, duration_s: float, *, top: int = 10) -> LinkSummary:
+    """Per tier and hottest links of a run that kept its link table (see `traffic.links`)."""
+    return link_summary(links, tier_capacities(bundle_dir), top=top, duration_s=duration_s)
+
+
+def job_metrics(result: RunResult) -> dict[str, float]:
+    """Per-job figures of a cluster run (run.json `details.jobs`), flattened for the summary."""
+    jobs = result.details.get("jobs") or []
+    out: dict[str, float] = {}
+    slow = []
+    for j in jobs:
+        for name in ("iteration_ms", "alone_iteration_ms", "slowdown", "start_ms", "bytes_per_iter"):
+            v = j.get(name)
+            out[f"job.{j['name']}.{name}"] = math.nan if v is None else float(v)
+        if j.get("slowdown") is not None:
+            slow.append(float(j["slowdown"]))
+    if jobs:
+        out["slowdown_mean"] = float(np.mean(slow)) if slow else math.nan
+        out["slowdown_max"] = float(np.max(slow)) if slow else math.nan
+    return out
 
 
 def _write_json(path: Path, data: Any, *, indent: int | None = 1) -> None:
@@ -155,13 +196,17 @@ def execute(task: RunTask) -> RunRecord:
         metrics = run_metrics(result, scenario)
         if task.features and result.output.mode == "rows":
             _add_features(metrics, result.traffic, tmp)
+        if result.links is not None and len(result.links):
+            summary = run_link_summary(result.links, tmp / layout.BUNDLE_DIR, result.finish_ns * 1e-9)
+            metrics.update(link_metrics(summary))
         features = task.features and result.output.mode == "rows"
         record.update(key=task.key, metrics=metrics, seconds=time.perf_counter() - t0, features=features,
                       where=where_now())
         _write_json(tmp / layout.RECORD, record)
 
     try:
-        simulate(scenario, out, task.backend, astra_sim=task.astra_sim, render=finish)
+        # a cluster's jobs alone are runs of the sweep too (runs/<key>/, shared by every point)
+        simulate(scenario, out, task.backend, astra_sim=task.astra_sim, render=finish, alone=out.parent)
     except (SpecError, CompileError, BackendError) as exc:
         return RunRecord(task.key, "failed", error=f"{type(exc).__name__}: {exc}", seconds=time.perf_counter() - t0)
     except Exception as exc:  # a bug must not stop the sweep: record it with where it happened

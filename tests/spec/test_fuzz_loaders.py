@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simstudy.spec import SpecError, load_scenario, load_study
+from simstudy.spec import SpecError, load_runnable, load_scenario, load_study
 from simstudy.spec.capture import CaptureSpec
 from simstudy.spec.load import load_spec
 from simstudy.sweep import expand
@@ -35,7 +35,7 @@ def _loader(rel: Path) -> Callable[[Path], object]:
         return lambda p: expand(load_study(p), p)
     if isinstance(data, dict) and "capture" in data:
         return lambda p: load_spec(CaptureSpec, p)
-    return load_scenario
+    return load_runnable
 
 
 @pytest.fixture(scope="module")

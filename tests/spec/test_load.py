@@ -14,6 +14,7 @@ from simstudy.spec import (
     SpecError,
     ZooModel,
     canonical_json,
+    load_runnable,
     load_scenario,
 )
 
@@ -35,7 +36,7 @@ def test_example_with_references_loads(repo: Path) -> None:
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (Path(__file__).parents[2] / "specs/examples").glob("*.yaml")))
 def test_every_example_loads(repo: Path, name: str) -> None:
-    load_scenario(repo / "specs/examples" / name)
+    load_runnable(repo / "specs/examples" / name)
 
 
 def test_short_model_forms() -> None:

@@ -275,7 +275,8 @@ def _fill_numpy(flows: list[_Flow], cap: list[float]) -> list[float]:
     link_idx = np.fromiter((k for f in flows for k in f.msg.keys), dtype=np.int64, count=len(flow_idx))
     mult = np.fromiter((m for f in flows for m in f.mult), dtype=np.float64, count=len(flow_idx))
     links, local = np.unique(link_idx, return_inverse=True)
-    remaining = np.asarray(cap, dtype=np.float64)[links]
+    # only the links of these flows: converting the whole capacity list would cost O(all links) per call
+    remaining = np.array([cap[k] for k in links.tolist()], dtype=np.float64)
     rates = np.zeros(n)
     active = np.ones(n, dtype=bool)
     while active.any():
