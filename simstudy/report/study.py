@@ -17,7 +17,7 @@ import pandas as pd
 from simstudy import layout
 from simstudy.spec import PlotSpec
 from simstudy.sweep import BaselineReport, SweepResult, label, metric_columns
-from simstudy.sweep.clusters import is_cluster_study, job_rows, slowdown_by_axis, tier_bytes
+from simstudy.sweep.clusters import hottest_links, is_cluster_study, job_rows, slowdown_by_axis, tier_bytes
 from simstudy.table import empty_table, read_table
 from simstudy.traffic.timeline import throughput_timeline
 
@@ -208,7 +208,7 @@ def _report_text(result: SweepResult, params: list[str], made: list[tuple[str, P
             if eff:
                 lines += [f"**{DEFAULT_METRICS[m]}** (`{m}`):", "", *eff, ""]
     if is_cluster_study(summary):
-        lines += _cluster_section(summary, params)
+        lines += _cluster_section(result.out, summary, params)
     shown = [*params, *metrics, "bytes_per_iter", "status"]
     table = summary[[c for c in dict.fromkeys(shown) if c in summary.columns]]
     lines += ["## Results", "", markdown_table(table.head(200)), ""]
@@ -224,7 +224,7 @@ def _report_text(result: SweepResult, params: list[str], made: list[tuple[str, P
     return "\n".join(lines)
 
 
-def _cluster_section(summary: pd.DataFrame, params: list[str]) -> list[str]:
+def _cluster_section(out: Path, summary: pd.DataFrame, params: list[str]) -> list[str]:
     """Several jobs on one network: how much each slows the others, and where the bytes went."""
     lines = ["## Jobs sharing the network", ""]
     for finding in slowdown_by_axis(summary, params):
@@ -241,4 +241,11 @@ def _cluster_section(summary: pd.DataFrame, params: list[str]) -> list[str]:
         lines += ["Bytes each tier's links carried (both directions; a byte that crosses a tier going up and coming "
                   "down counts twice), and the mean utilisation of the most loaded link:", "",
                   markdown_table(summary[[c for c in cols if c in summary.columns]].head(200)), ""]
+    hot = hottest_links(out, summary, params)
+    if hot:
+        rows = [{**h.params, "rank": i + 1, "link": link.name, "tier": link.tier, "Gbit/s": link.capacity_gbps,
+                 "bytes": link.bytes, "mean util": link.mean_utilization, "peak util": link.peak_utilization}
+                for h in hot for i, link in enumerate(h.links)]
+        lines += ["The most loaded links of each scenario (mean utilisation over the run; peak over one time bin):",
+                  "", markdown_table(pd.DataFrame(rows).head(200)), ""]
     return lines

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from simstudy import layout
+from simstudy.linktable import read_links
+from simstudy.sweep.runner import run_link_summary
+from simstudy.traffic.links import LinkLoad
 
 _JOB = re.compile(r"^job\.(?P<job>.+)\.(?P<metric>iteration_ms|alone_iteration_ms|slowdown|start_ms|bytes_per_iter)$")
 _TIER = re.compile(r"^tier\.(?P<tier>.+)\.bytes$")
@@ -44,8 +50,15 @@ class SlowdownByAxis:
     worst: Any
     worst_slowdown: float
 
+    together: tuple[str, ...] = ()
+
     def sentence(self) -> str:
-        return (f"The jobs' mean slowdown is lowest at `{self.axis}` = {self.best}: {self.best_slowdown:.3f}x their "
+        name = f"`{self.axis}`" + (f" (swept together with {', '.join(f'`{a}`' for a in self.together)})"
+                                   if self.together else "")
+        if self.worst_slowdown - self.best_slowdown < 5e-4:
+            return (f"The jobs' mean slowdown does not change with {name}: {self.best_slowdown:.3f}x their time alone "
+                    f"at every value.")
+        return (f"The jobs' mean slowdown is lowest at {name} = {self.best}: {self.best_slowdown:.3f}x their "
                 f"time alone, and highest at {self.worst}: {self.worst_slowdown:.3f}x "
                 f"({(self.worst_slowdown / self.best_slowdown - 1) * 100:.1f}% longer iterations there).")
 
@@ -75,10 +88,17 @@ def job_rows(summary: pd.DataFrame, params: list[str]) -> list[JobRow]:
 def slowdown_by_axis(summary: pd.DataFrame, params: list[str]) -> list[SlowdownByAxis]:
     """For each swept axis with several values, the mean slowdown per value and its extremes."""
     ok = summary[(summary["status"] == "ok") & summary["slowdown_mean"].notna()]
-    out = []
+    out: list[SlowdownByAxis] = []
+    seen: dict[tuple[int, ...], int] = {}
     for axis in params:
-        if ok.empty or ok[axis].nunique() < 2:
+        if ok.empty or ok[axis].astype(str).nunique() < 2:
             continue
+        codes = tuple(int(c) for c in pd.factorize(ok[axis].astype(str))[0])
+        if codes in seen:  # zipped with an axis already reported: the same groups of scenarios
+            first = out[seen[codes]]
+            out[seen[codes]] = replace(first, together=(*first.together, axis))
+            continue
+        seen[codes] = len(out)
         means = ok.groupby(axis, sort=False)["slowdown_mean"].mean()
         values = tuple(means.index)
         slow = tuple(float(v) for v in means.to_numpy())
@@ -86,6 +106,27 @@ def slowdown_by_axis(summary: pd.DataFrame, params: list[str]) -> list[SlowdownB
         worst = max(range(len(slow)), key=lambda i: (slow[i], -i))
         out.append(SlowdownByAxis(axis, values, slow, values[best], slow[best], values[worst], slow[worst]))
     return out
+
+
+@dataclass(frozen=True)
+class HotLinks:
+    """The most loaded links of one scenario (runs that kept their link table)."""
+
+    params: dict[str, Any]
+    links: tuple[LinkLoad, ...]
+
+
+def hottest_links(out: Path, summary: pd.DataFrame, params: list[str], *, top: int = 5) -> list[HotLinks]:
+    """Per finished scenario that kept links.parquet, its `top` links by mean utilisation over the run."""
+    found = []
+    for _, row in summary[summary["status"] == "ok"].iterrows():
+        run = out / layout.RUNS_DIR / str(row["key"])
+        if not (run / layout.LINKS).is_file():
+            continue
+        summ = run_link_summary(read_links(run / layout.LINKS), run / layout.BUNDLE_DIR,
+                                float(row["finish_ms"]) * 1e-3, top=top)
+        found.append(HotLinks({p: row[p] for p in params}, summ.hottest))
+    return found
 
 
 def tier_bytes(summary: pd.DataFrame) -> list[str]:
