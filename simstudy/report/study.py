@@ -243,9 +243,9 @@ def _cluster_section(out: Path, summary: pd.DataFrame, params: list[str]) -> lis
                   markdown_table(summary[[c for c in cols if c in summary.columns]].head(200)), ""]
     hot = hottest_links(out, summary, params)
     if hot:
-        rows = [{**h.params, "rank": i + 1, "link": link.name, "tier": link.tier, "Gbit/s": link.capacity_gbps,
+        hot_rows = [{**h.params, "rank": i + 1, "link": link.name, "tier": link.tier, "Gbit/s": link.capacity_gbps,
                  "bytes": link.bytes, "mean util": link.mean_utilization, "peak util": link.peak_utilization}
                 for h in hot for i, link in enumerate(h.links)]
         lines += ["The most loaded links of each scenario (mean utilisation over the run; peak over one time bin):",
-                  "", markdown_table(pd.DataFrame(rows).head(200)), ""]
+                  "", markdown_table(pd.DataFrame(hot_rows).head(200)), ""]
     return lines
