@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from simstudy import __version__, layout
+from simstudy.capture.frameworks import framework_of, tf_cluster
 from simstudy.capture.testbed import CaptureError, Host, Testbed, is_root, require_tools
 from simstudy.compile.costs import DDP_DEFAULT_BUCKET_BYTES, ddp_buckets, layer_costs
 from simstudy.compile.parameter_server import pieces, server_rank
 from simstudy.compile.resolve import resolve
 from simstudy.spec import ParameterServer, Scenario
 from simstudy.spec.capture import CaptureSpec
+from simstudy.spec.load import SpecError
 from simstudy.traffic.meta import CaptureMeta, write_meta
 
 #: IPv4 (20) + TCP with timestamps (32) header bytes of every segment; Ethernet adds 14 on the wire.
@@ -48,12 +50,11 @@ def _say(progress: Callable[[str], None] | None, text: str) -> None:
         progress(text)
 
 
-def _check_environment() -> None:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise CaptureError("torch is not installed: pip install -e '.[capture]' "
-                           "(on CPU-only machines: pip install torch==2.13.0)") from None
+def _check_environment(spec: CaptureSpec, source: str | Path | None) -> None:
+    fw = framework_of(spec)
+    if not fw.installed():
+        raise SpecError(source, "framework", f"{spec.framework} needs {fw.module}, which is not installed here: "
+                                             f"{fw.install}")
     require_tools(["tcpdump"])
     if not is_root():
         raise CaptureError("capturing packets needs root (tcpdump): run with sudo")
@@ -206,7 +207,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
     out = Path(out)
     c = spec.capture
     where = c.where or ("namespaces" if is_root() else "loopback")
-    _check_environment()
+    _check_environment(spec, source)
     if out.exists() and any(out.iterdir()) and not force:
         raise CaptureError(f"{out}: already holds a capture; give another -o or --force to replace it")
     scenario = resolve(Scenario.model_validate(spec.scenario_dict(bandwidth_gbps=1.0, latency_ns=0.0)),
@@ -232,8 +233,11 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
             plan = ps_plan(scenario) if strategy == "ps" else None
             zoo = spec.model.model_dump(mode="json")
             env = {**os.environ, "PYTHONPATH": _pythonpath(), "OMP_NUM_THREADS": str(c.threads)}
+            fw = framework_of(spec)
+            cluster = tf_cluster([h.ip for h in bed.hosts], c.port, loopback)
             for host in bed.hosts:
                 cfg = {"rank": host.rank, "world": spec.ranks, "master_addr": bed.hosts[0].ip,
+                       "cluster": cluster, "tensorflow": {},
                        "master_port": c.port, "ifname": host.ifname, "model": zoo,
                        "batch": spec.training.batch_size_per_worker, "seed": c.seed, "strategy": strategy,
                        "bucket_cap_mb": _bucket_cap_mb(spec), "ps": plan,
@@ -243,10 +247,9 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
                 cfg_path.write_text(json.dumps(cfg))
                 log: IO[bytes] = (work / f"rank{host.rank}.log").open("wb")
                 logs.append(log)
-                procs.append(subprocess.Popen(host.wrap([sys.executable, "-m", "simstudy.capture.worker",
-                                                         str(cfg_path)]),
+                procs.append(subprocess.Popen(host.wrap([sys.executable, "-m", fw.worker, str(cfg_path)]),
                                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-            _say(progress, f"training: {strategy}, {c.iterations} recorded iterations")
+            _say(progress, f"training: {spec.framework} {strategy}, {c.iterations} recorded iterations")
             _wait(procs, work, c.timeout_s)
             _settle([tmp / (layout.LOOPBACK_PCAP if loopback else layout.rank_pcap(h.rank)) for h, _ in dumps])
             stats = {f"rank{h.rank}" if not loopback else "lo": _stop_tcpdump(p) for h, p in dumps}
@@ -327,17 +330,18 @@ def _meta(spec: CaptureSpec, scenario: Scenario, hosts: list[Host], results: lis
     sim = spec.scenario_dict(bandwidth_gbps=round(goodput / 1e9, 6), latency_ns=round(probe["rtt_s"] / 2 * 1e9, 1),
                              measured=measured)
     Scenario.model_validate(sim)  # it must be a valid scenario for `validate`
+    fw = framework_of(spec)
     if where == "namespaces":
         ranks: dict[str, Any] = {str(h.rank): h.ip for h in hosts}
-        control = [f"{hosts[0].ip}:{c.port}"]
     else:
         ranks = {str(r["rank"]): r["endpoints"] for r in results}
-        control = [f"127.0.0.1:{c.port}"]
-    import torch
+    control = fw.control([h.ip for h in hosts], c.port)
 
     return CaptureMeta.model_validate({
         "simstudy": __version__,
-        "torch": torch.__version__,
+        "framework": spec.framework,
+        "framework_version": fw.version(),
+        "torch": fw.version() if spec.framework == "pytorch" else None,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "spec": spec.model_dump(mode="json"),
         "scenario": sim,

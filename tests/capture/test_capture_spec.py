@@ -77,3 +77,26 @@ def test_synchronous_jobs_take_the_slowest_worker_of_each_calibration_pass() -> 
     assert slowest["layers"]["fc"] == {"forward_us": 25.0, "backward_us": 25.0}
     mean = measured_compute(workers, [], synchronous=False)  # async workers do not wait for each other
     assert (mean["forward_us"], mean["backward_us"]) == (20.0, 20.0)
+
+
+@pytest.mark.parametrize(("body", "field", "expected"), [
+    ("framework: mxnet\nparallelism: {dp: 2}", "framework", "pytorch"),
+    ("framework: tensorflow\nparallelism: {dp: 2, aggregation: {servers: 1}}", "parallelism.aggregation",
+     "MultiWorkerMirroredStrategy"),
+    ("framework: tensorflow\nparallelism: {dp: 2, aggregation: {algorithm: direct}}",
+     "parallelism.aggregation.algorithm", "RingReduce"),
+])
+def test_bad_framework_specs_name_file_and_field(tmp_path: Path, body: str, field: str, expected: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"name: bad\nmodel: small_cnn\n{body}\n")
+    with pytest.raises(SpecError) as err:
+        load_spec(CaptureSpec, path)
+    text = str(err.value)
+    assert str(path) in text and field in text and expected in text
+
+
+def test_tensorflow_capture_needs_a_keras_model(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: bad\nframework: tensorflow\nmodel: resnet50\nparallelism: {dp: 2}\n")
+    with pytest.raises(SpecError, match=r"model: 'resnet50' has no Keras version.*small_cnn, lstm_lm, encoder"):
+        load_spec(CaptureSpec, path)
