@@ -3,6 +3,7 @@ install it, which worker module runs a rank, and which endpoints carry only cont
 
 * `pytorch`: torch.distributed over gloo (`simstudy.capture.worker`); the TCP store on rank 0's
   `capture.port` is control traffic.
+* `horovod`: known, but not captured yet (see its entry).
 * `tensorflow`: MultiWorkerMirroredStrategy over gRPC (`simstudy.capture.tf_worker`); every
   worker runs a gRPC server on `capture.port` (loopback: `capture.port + rank`) that carries both
   the collective's data (RecvBuf responses) and its few control calls, so none is control-only.
@@ -24,11 +25,14 @@ class Framework:
     module: str  # must be importable
     packages: tuple[str, ...]  # its distributions, for the version in meta.json
     install: str  # how to install it
-    worker: str  # `python -m <worker> CONFIG.json` runs one rank
+    worker: str | None  # `python -m <worker> CONFIG.json` runs one rank; None: no capture yet
     control: Callable[[list[str], int], list[str]]  # (rank IPs, port) -> control-only endpoints
 
     def installed(self) -> bool:
-        return importlib.util.find_spec(self.module) is not None
+        try:
+            return importlib.util.find_spec(self.module) is not None
+        except ModuleNotFoundError:  # a parent package (horovod of horovod.torch) is missing
+            return False
 
     def version(self) -> str | None:
         for package in self.packages:
@@ -47,6 +51,13 @@ FRAMEWORKS: dict[str, Framework] = {
         "tensorflow", "tensorflow", ("tensorflow-cpu", "tensorflow"),
         "pip install -e '.[capture-tf]' (TensorFlow's CPU build)",
         "simstudy.capture.tf_worker", lambda ips, port: []),
+    # Horovod 0.28.1 (the last release on PyPI) does not build against torch >= 2.1 as released:
+    # its CMakeLists pin C++14 and torch's headers need C++17. Its jobs are simulated (the
+    # `horovod` preset); a capture is refused with that reason.
+    "horovod": Framework(
+        "horovod", "horovod.torch", ("horovod",),
+        "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 pip install horovod (0.28.1 needs C++17 for torch >= 2.1)",
+        None, lambda ips, port: []),
 }
 
 

@@ -55,6 +55,9 @@ def _check_environment(spec: CaptureSpec, source: str | Path | None) -> None:
     if not fw.installed():
         raise SpecError(source, "framework", f"{spec.framework} needs {fw.module}, which is not installed here: "
                                              f"{fw.install}")
+    if fw.worker is None:
+        raise SpecError(source, "framework", f"simstudy cannot capture {spec.framework} jobs yet (it simulates them: "
+                                             f"parallelism.framework); capture pytorch or tensorflow")
     require_tools(["tcpdump"])
     if not is_root():
         raise CaptureError("capturing packets needs root (tcpdump): run with sudo")
@@ -247,6 +250,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
                 cfg_path.write_text(json.dumps(cfg))
                 log: IO[bytes] = (work / f"rank{host.rank}.log").open("wb")
                 logs.append(log)
+                assert fw.worker is not None
                 procs.append(subprocess.Popen(host.wrap([sys.executable, "-m", fw.worker, str(cfg_path)]),
                                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
             _say(progress, f"training: {spec.framework} {strategy}, {c.iterations} recorded iterations")

@@ -14,7 +14,7 @@ from simstudy.spec.scenario import tag_model
 from simstudy.spec.training import Training
 
 #: Frameworks `simstudy capture` can run.
-CaptureFramework = Literal["pytorch", "tensorflow"]
+CaptureFramework = Literal["pytorch", "tensorflow", "horovod"]
 #: Zoo models with a Keras version (simstudy.capture.keras_models), for framework: tensorflow.
 KERAS_MODELS = ("small_cnn", "lstm_lm", "encoder")
 
@@ -71,7 +71,8 @@ class CaptureSpec(Spec):
     framework: CaptureFramework = Field(
         default="pytorch",
         description="the training framework that runs the job: pytorch (torch.distributed over gloo: DDP "
-        "or parameter servers) or tensorflow (MultiWorkerMirroredStrategy over gRPC, Keras models)",
+        "or parameter servers), tensorflow (MultiWorkerMirroredStrategy over gRPC, Keras models) or horovod "
+        "(not captured yet)",
     )
     model: ModelSpec = Field(description="a zoo model name or a zoo reference with options")
     parallelism: Parallelism = Field(default_factory=Parallelism, description="dp and aggregation")

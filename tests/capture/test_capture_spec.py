@@ -100,3 +100,23 @@ def test_tensorflow_capture_needs_a_keras_model(tmp_path: Path) -> None:
     path.write_text("name: bad\nframework: tensorflow\nmodel: resnet50\nparallelism: {dp: 2}\n")
     with pytest.raises(SpecError, match=r"model: 'resnet50' has no Keras version.*small_cnn, lstm_lm, encoder"):
         load_spec(CaptureSpec, path)
+
+
+def test_capture_of_a_framework_that_is_not_installed_exits_2(tmp_path: Path) -> None:
+    """Horovod does not build here (see simstudy.capture.frameworks): one clear error, exit 2, no
+    testbed made and no output written."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("horovod") is not None:
+        pytest.skip("horovod is installed here")
+    spec = tmp_path / "hvd.yaml"
+    spec.write_text("name: hvd\nframework: horovod\nmodel: small_cnn\nparallelism: {dp: 2}\n")
+    done = subprocess.run([sys.executable, "-m", "simstudy", "capture", str(spec), "-o", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(spec) in lines[0] and "framework: horovod needs horovod.torch" in lines[0]
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
