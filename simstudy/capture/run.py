@@ -25,10 +25,12 @@ from simstudy import __version__, layout
 from simstudy.capture.frameworks import framework_of, tf_cluster
 from simstudy.capture.testbed import CaptureError, Host, Testbed, is_root, require_tools
 from simstudy.compile.costs import DDP_DEFAULT_BUCKET_BYTES, ddp_buckets, layer_costs
+from simstudy.compile.frameworks import messages
 from simstudy.compile.parameter_server import pieces, server_rank
 from simstudy.compile.resolve import resolve
 from simstudy.spec import ParameterServer, Scenario
 from simstudy.spec.capture import CaptureSpec
+from simstudy.spec.framework import TensorFlowMWMS
 from simstudy.spec.load import SpecError
 from simstudy.traffic.meta import CaptureMeta, write_meta
 
@@ -147,6 +149,14 @@ def _bucket_cap_mb(spec: CaptureSpec) -> float | None:
     return None if p.bucket_size_bytes == DDP_DEFAULT_BUCKET_BYTES else p.bucket_size_mib
 
 
+def _tf_options(spec: CaptureSpec) -> dict[str, Any]:
+    """CommunicationOptions of a TensorFlow job, from its tensorflow_mwms preset."""
+    fw = spec.parallelism.framework
+    if not isinstance(fw, TensorFlowMWMS):
+        return {}
+    return {"bytes_per_pack": fw.bytes_per_pack, "implementation": fw.implementation}
+
+
 def _probe(bed: Testbed, seconds: float, work: Path) -> dict[str, float]:
     """RTT and goodput between the first two hosts (one bulk TCP stream)."""
     a, b = bed.hosts[0], bed.hosts[1]
@@ -240,7 +250,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
             cluster = tf_cluster([h.ip for h in bed.hosts], c.port, loopback)
             for host in bed.hosts:
                 cfg = {"rank": host.rank, "world": spec.ranks, "master_addr": bed.hosts[0].ip,
-                       "cluster": cluster, "tensorflow": {},
+                       "cluster": cluster, "tensorflow": _tf_options(spec),
                        "master_port": c.port, "ifname": host.ifname, "model": zoo,
                        "batch": spec.training.batch_size_per_worker, "seed": c.seed, "strategy": strategy,
                        "bucket_cap_mb": _bucket_cap_mb(spec), "ps": plan,
@@ -359,8 +369,7 @@ def _meta(spec: CaptureSpec, scenario: Scenario, hosts: list[Host], results: lis
         "wire": {"mss": mss, "header_bytes": IP_TCP_HEADER} if mss else None,
         "tcpdump": stats,
         "buckets": None if scenario.parallelism.aggregation.kind != "allreduce" else [
-            b.size_bytes for b in ddp_buckets(layer_costs(scenario, scenario.resolved_model),
-                                              scenario.parallelism.bucket_size_bytes)],
+            b.size_bytes for b in messages(resolve(Scenario.model_validate(sim)))],
         "ddp_buckets": {r["rank"]: r["ddp_buckets"] for r in workers if "ddp_buckets" in r},
         "strategy": "ps" if servers else "ddp",
     })

@@ -17,6 +17,8 @@ from simstudy.spec.training import Training
 CaptureFramework = Literal["pytorch", "tensorflow", "horovod"]
 #: Zoo models with a Keras version (simstudy.capture.keras_models), for framework: tensorflow.
 KERAS_MODELS = ("small_cnn", "lstm_lm", "encoder")
+#: The `parallelism.framework` preset that simulates a captured framework's job.
+PRESET_OF = {"pytorch": "pytorch_ddp", "tensorflow": "tensorflow_mwms", "horovod": "horovod"}
 
 
 class Link(Spec):
@@ -84,6 +86,13 @@ class CaptureSpec(Spec):
     def _short_forms(cls, data: Any) -> Any:
         if isinstance(data, dict) and "model" in data:
             data = {**data, "model": tag_model(data["model"])}
+        if isinstance(data, dict) and isinstance(data.get("framework"), str):
+            par = data.get("parallelism")
+            par = dict(par) if isinstance(par, dict) else {}
+            preset = PRESET_OF.get(data["framework"])
+            if preset is not None and "framework" not in par:
+                par["framework"] = preset  # the preset that simulates this framework's job
+                data = {**data, "parallelism": par}
         return data
 
     @model_validator(mode="after")
@@ -94,6 +103,9 @@ class CaptureSpec(Spec):
         if p.dp < 2 and not isinstance(p.aggregation, ParameterServer):
             raise ValueError("an all-reduce capture needs dp >= 2 workers")
         agg = p.aggregation
+        if p.framework.name != PRESET_OF[self.framework]:
+            raise FieldError("parallelism.framework", f"a {self.framework} job is simulated with the "
+                             f"{PRESET_OF[self.framework]} preset, not {p.framework.name}")
         if isinstance(agg, AllReduce) and agg.algorithm != "ring":
             what = "gloo's all-reduce" if self.framework == "pytorch" else "TensorFlow's CPU all-reduce (RingReduce)"
             raise FieldError("parallelism.aggregation.algorithm",
