@@ -17,7 +17,7 @@ is a spec error that names the field and the knobs that apply.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field
 
@@ -29,14 +29,14 @@ class PyTorchDDP(Spec):
     bucket_cap_mb, 25 MiB) in reverse parameter order, a 1 MiB first bucket with the default cap,
     each bucket all-reduced as soon as its last gradient is ready (overlapped with backward)."""
 
-    name: Literal["pytorch_ddp"] = "pytorch_ddp"
+    name: Literal["pytorch_ddp"] = Field(description="the preset (required, so that it is always written out)")
 
 
 class Horovod(Spec):
     """Horovod tensor fusion: every `cycle_time_ms` the background thread fuses the gradients that
     became ready into buffers of at most `fusion_buffer_mib` and all-reduces each (ring)."""
 
-    name: Literal["horovod"] = "horovod"
+    name: Literal["horovod"] = Field(description="the preset (required, so that it is always written out)")
     fusion_buffer_mib: float = Field(
         default=128.0, ge=0,
         description="HOROVOD_FUSION_THRESHOLD in MiB: the largest fused all-reduce (0: no fusion, one "
@@ -54,7 +54,7 @@ class TensorFlowMWMS(Spec):
     `bytes_per_pack` (0: one pack of all of them) in reverse variable order, each pack all-reduced
     with RingReduce once all of its gradients are ready."""
 
-    name: Literal["tensorflow_mwms"] = "tensorflow_mwms"
+    name: Literal["tensorflow_mwms"] = Field(description="the preset (required, so that it is always written out)")
     bytes_per_pack: int = Field(
         default=0, ge=0,
         description="CommunicationOptions.bytes_per_pack: a pack closes once it holds more than this many "
@@ -74,7 +74,7 @@ class KungFu(Spec):
     """KungFu: every gradient tensor all-reduced on its own, in chunks of `chunk_kib`, each chunk
     reduced up and broadcast down the edges of the named graph as point-to-point messages."""
 
-    name: Literal["kungfu"] = "kungfu"
+    name: Literal["kungfu"] = Field(description="the preset (required, so that it is always written out)")
     graph: KungFuGraph = Field(
         default="binary_tree_star",
         description="KUNGFU_ALLREDUCE_STRATEGY: star (rank 0 is the root), tree (a star in every host, "
@@ -92,8 +92,8 @@ class KungFu(Spec):
 FrameworkSpec = Annotated[PyTorchDDP | Horovod | TensorFlowMWMS | KungFu, Field(discriminator="name")]
 
 #: name -> preset model: the one table of framework presets in the spec.
-PRESETS: dict[str, type[Spec]] = {m.model_fields["name"].default: m for m in (PyTorchDDP, Horovod, TensorFlowMWMS,
-                                                                                KungFu)}
+PRESETS: dict[str, type[Spec]] = {get_args(m.model_fields["name"].annotation)[0]: m
+                                  for m in (PyTorchDDP, Horovod, TensorFlowMWMS, KungFu)}
 
 
 def framework_value(value: Any) -> Any:

@@ -56,7 +56,7 @@ class Parallelism(Spec):
         default_factory=AllReduce, description="how data-parallel replicas combine gradients"
     )
     framework: FrameworkSpec = Field(
-        default_factory=PyTorchDDP,
+        default_factory=lambda: PyTorchDDP(name="pytorch_ddp"),
         description="the framework preset that turns gradients into messages: pytorch_ddp (default), horovod, "
         "tensorflow_mwms or kungfu; a name, or {name: ..., knob: value} (see simstudy.spec.framework)",
     )

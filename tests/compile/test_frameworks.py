@@ -168,7 +168,7 @@ def test_mwms_packs_follow_group_by_size(per_pack: int) -> None:
 
 def test_kungfu_graphs_are_kungfus() -> None:
     def edges(graph: str, n: int, per_host: int = 1) -> list[dict[int, list[int]]]:
-        return bcast_graphs(KungFu(graph=graph, peers_per_host=per_host), n)  # type: ignore[arg-type]
+        return bcast_graphs(KungFu(name="kungfu", graph=graph, peers_per_host=per_host), n)  # type: ignore[arg-type]
 
     assert edges("star", 4) == [{0: [1, 2, 3]}]
     assert edges("tree", 4) == [{0: [1, 2, 3]}]  # one worker per host: the star
