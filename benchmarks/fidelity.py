@@ -42,9 +42,10 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     "ddp": {"aggregation": {"kind": "allreduce", "algorithm": "ring"}},
     "ps": {"aggregation": {"kind": "parameter_server", "servers": 1, "mode": "sync"}},
     "mwms": {"aggregation": {"kind": "allreduce", "algorithm": "ring"}},
+    "hvd": {"aggregation": {"kind": "allreduce", "algorithm": "ring"}},
 }
 #: The framework that runs each strategy's job (its preset simulates it).
-FRAMEWORK_OF = {"ddp": "pytorch", "ps": "pytorch", "mwms": "tensorflow"}
+FRAMEWORK_OF = {"ddp": "pytorch", "ps": "pytorch", "mwms": "tensorflow", "hvd": "horovod"}
 LINKS: dict[str, dict[str, Any]] = {"unshaped": {}, "200mbit": {"rate_mbit": 200}}
 
 
@@ -89,7 +90,8 @@ def main() -> int:
     ap.add_argument("--links", default=",".join(LINKS), help="comma-separated links to run (%(default)s)")
     ap.add_argument("--burst-kib", type=float, default=None, help="tbf bucket of the shaped links")
     ap.add_argument("--strategies", default="ddp,ps", help=f"comma-separated, of {', '.join(STRATEGIES)} "
-                    "(mwms: TensorFlow MultiWorkerMirroredStrategy) (%(default)s)")
+                    "(mwms: TensorFlow MultiWorkerMirroredStrategy; hvd: Horovod, where horovod.torch imports) "
+                    "(%(default)s)")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated models (%(default)s)")
     args = ap.parse_args()
     out = Path(args.output)

@@ -3,7 +3,8 @@ install it, which worker module runs a rank, and which endpoints carry only cont
 
 * `pytorch`: torch.distributed over gloo (`simstudy.capture.worker`); the TCP store on rank 0's
   `capture.port` is control traffic.
-* `horovod`: known, but not captured yet (see its entry).
+* `horovod`: Horovod's PyTorch API over Gloo (`simstudy.capture.hvd_worker`), started as
+  `horovodrun --gloo` would (see its entry).
 * `tensorflow`: MultiWorkerMirroredStrategy over gRPC (`simstudy.capture.tf_worker`); every
   worker runs a gRPC server on `capture.port` (loopback: `capture.port + rank`) that carries both
   the collective's data (RecvBuf responses) and its few control calls, so none is control-only.
@@ -25,7 +26,7 @@ class Framework:
     module: str  # must be importable
     packages: tuple[str, ...]  # its distributions, for the version in meta.json
     install: str  # how to install it
-    worker: str | None  # `python -m <worker> CONFIG.json` runs one rank; None: no capture yet
+    worker: str  # `python -m <worker> CONFIG.json` runs one rank
     control: Callable[[list[str], int], list[str]]  # (rank IPs, port) -> control-only endpoints
 
     def installed(self) -> bool:
@@ -52,12 +53,14 @@ FRAMEWORKS: dict[str, Framework] = {
         "pip install -e '.[capture-tf]' (TensorFlow's CPU build)",
         "simstudy.capture.tf_worker", lambda ips, port: []),
     # Horovod 0.28.1 (the last release on PyPI) does not build against torch >= 2.1 as released:
-    # its CMakeLists pin C++14 and torch's headers need C++17. Its jobs are simulated (the
-    # `horovod` preset); a capture is refused with that reason.
+    # its CMakeLists pin C++14 and torch's headers need C++17 (it builds with the two
+    # CMAKE_CXX_STANDARD lines set to 17). Where horovod.torch imports, its jobs are captured;
+    # Horovod's rendezvous server on rank 0's `capture.port` is control traffic.
     "horovod": Framework(
         "horovod", "horovod.torch", ("horovod",),
-        "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 pip install horovod (0.28.1 needs C++17 for torch >= 2.1)",
-        None, lambda ips, port: []),
+        "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 pip install --no-build-isolation "
+        "horovod (0.28.1 pins C++14; torch >= 2.1 needs C++17)",
+        "simstudy.capture.hvd_worker", lambda ips, port: [f"{ips[0]}:{port}"]),
 }
 
 

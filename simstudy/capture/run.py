@@ -30,7 +30,7 @@ from simstudy.compile.parameter_server import pieces, server_rank
 from simstudy.compile.resolve import resolve
 from simstudy.spec import ParameterServer, Scenario
 from simstudy.spec.capture import CaptureSpec
-from simstudy.spec.framework import TensorFlowMWMS
+from simstudy.spec.framework import Horovod, TensorFlowMWMS
 from simstudy.spec.load import SpecError
 from simstudy.traffic.meta import CaptureMeta, write_meta
 
@@ -57,9 +57,6 @@ def _check_environment(spec: CaptureSpec, source: str | Path | None) -> None:
     if not fw.installed():
         raise SpecError(source, "framework", f"{spec.framework} needs {fw.module}, which is not installed here: "
                                              f"{fw.install}")
-    if fw.worker is None:
-        raise SpecError(source, "framework", f"simstudy cannot capture {spec.framework} jobs yet (it simulates them: "
-                                             f"parallelism.framework); capture pytorch or tensorflow")
     require_tools(["tcpdump"])
     if not is_root():
         raise CaptureError("capturing packets needs root (tcpdump): run with sudo")
@@ -157,6 +154,32 @@ def _tf_options(spec: CaptureSpec) -> dict[str, Any]:
     return {"bytes_per_pack": fw.bytes_per_pack, "implementation": fw.implementation}
 
 
+def _hvd_options(spec: CaptureSpec) -> dict[str, Any]:
+    """Horovod's environment knobs, from the job's horovod preset."""
+    fw = spec.parallelism.framework
+    if not isinstance(fw, Horovod):
+        return {}
+    return {"port": spec.capture.port, "fusion_threshold_bytes": int(fw.fusion_buffer_mib * 1024 * 1024),
+            "cycle_time_ms": fw.cycle_time_ms}
+
+
+def _start_rendezvous(host: Host, ranks: int, port: int, work: Path) -> subprocess.Popen[bytes]:
+    """Horovod's Gloo rendezvous server in rank 0's namespace (horovodrun's job), on `port`."""
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
+    err: IO[bytes] = (work / "rendezvous.log").open("wb")
+    proc = subprocess.Popen(host.wrap([sys.executable, "-m", "simstudy.capture.hvd_rendezvous", str(ranks), str(port)]),
+                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                            start_new_session=True)
+    err.close()
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if b"ready" not in line:
+        proc.kill()
+        raise CaptureError(f"Horovod's rendezvous server did not start: "
+                           f"{(work / 'rendezvous.log').read_text(errors='replace').strip()[-500:]}")
+    return proc
+
+
 def _probe(bed: Testbed, seconds: float, work: Path) -> dict[str, float]:
     """RTT and goodput between the first two hosts (one bulk TCP stream)."""
     a, b = bed.hosts[0], bed.hosts[1]
@@ -230,11 +253,12 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
     work = tmp / "logs"
     work.mkdir(parents=True)
     procs: list[subprocess.Popen[bytes]] = []
+    helpers: list[subprocess.Popen[bytes]] = []  # e.g. Horovod's rendezvous server
     dumps: list[tuple[Host, subprocess.Popen[bytes]]] = []
     logs: list[IO[bytes]] = []
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        with Testbed(spec.ranks, where, c.link, c.mtu, c.offloads) as bed:
+        with Testbed(spec.ranks, where, c.link, c.mtu, c.offloads, hostnames=spec.framework == "horovod") as bed:
             _say(progress, f"testbed: {spec.ranks} ranks on {where}")
             probe = _probe(bed, 0.5, work) if spec.ranks >= 2 else {"rtt_s": 0.0, "goodput_bps": 0.0}
             _say(progress, f"link: rtt {probe['rtt_s'] * 1e6:.0f} us, goodput {probe['goodput_bps'] / 1e6:.0f} Mbit/s")
@@ -248,9 +272,11 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
             env = {**os.environ, "PYTHONPATH": _pythonpath(), "OMP_NUM_THREADS": str(c.threads)}
             fw = framework_of(spec)
             cluster = tf_cluster([h.ip for h in bed.hosts], c.port, loopback)
+            if spec.framework == "horovod":
+                helpers.append(_start_rendezvous(bed.hosts[0], spec.ranks, c.port, work))
             for host in bed.hosts:
                 cfg = {"rank": host.rank, "world": spec.ranks, "master_addr": bed.hosts[0].ip,
-                       "cluster": cluster, "tensorflow": _tf_options(spec),
+                       "cluster": cluster, "tensorflow": _tf_options(spec), "horovod": _hvd_options(spec),
                        "master_port": c.port, "ifname": host.ifname, "model": zoo,
                        "batch": spec.training.batch_size_per_worker, "seed": c.seed, "strategy": strategy,
                        "bucket_cap_mb": _bucket_cap_mb(spec), "ps": plan,
@@ -260,7 +286,6 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
                 cfg_path.write_text(json.dumps(cfg))
                 log: IO[bytes] = (work / f"rank{host.rank}.log").open("wb")
                 logs.append(log)
-                assert fw.worker is not None
                 procs.append(subprocess.Popen(host.wrap([sys.executable, "-m", fw.worker, str(cfg_path)]),
                                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
             _say(progress, f"training: {spec.framework} {strategy}, {c.iterations} recorded iterations")
@@ -291,7 +316,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
-        for p in procs:
+        for p in procs + helpers:
             _kill(p)
         for _, d in dumps:
             _kill(d)

@@ -74,7 +74,7 @@ class CaptureSpec(Spec):
         default="pytorch",
         description="the training framework that runs the job: pytorch (torch.distributed over gloo: DDP "
         "or parameter servers), tensorflow (MultiWorkerMirroredStrategy over gRPC, Keras models) or horovod "
-        "(not captured yet)",
+        "(Horovod's PyTorch API over Gloo)",
     )
     model: ModelSpec = Field(description="a zoo model name or a zoo reference with options")
     parallelism: Parallelism = Field(default_factory=Parallelism, description="dp and aggregation")
@@ -111,6 +111,9 @@ class CaptureSpec(Spec):
             raise FieldError("parallelism.aggregation.algorithm",
                              f"{what} is a ring: set parallelism.aggregation.algorithm to ring, "
                              f"not {agg.algorithm}")
+        if self.framework == "horovod" and isinstance(agg, ParameterServer):
+            raise FieldError("parallelism.aggregation", "Horovod has no parameter server; capture one with "
+                             "framework: pytorch")
         if self.framework == "tensorflow":
             if isinstance(agg, ParameterServer):
                 raise FieldError("parallelism.aggregation", "a tensorflow capture runs MultiWorkerMirroredStrategy "
