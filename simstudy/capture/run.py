@@ -288,7 +288,8 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
                 logs.append(log)
                 procs.append(subprocess.Popen(host.wrap([sys.executable, "-m", fw.worker, str(cfg_path)]),
                                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-            _say(progress, f"training: {spec.framework} {strategy}, {c.iterations} recorded iterations")
+            how = "parameter servers" if strategy == "ps" else f"all-reduce ({spec.parallelism.framework.name} preset)"
+            _say(progress, f"training: {spec.framework}, {how}, {c.iterations} recorded iterations")
             _wait(procs, work, c.timeout_s)
             _settle([tmp / (layout.LOOPBACK_PCAP if loopback else layout.rank_pcap(h.rank)) for h, _ in dumps])
             stats = {f"rank{h.rank}" if not loopback else "lo": _stop_tcpdump(p) for h, p in dumps}
