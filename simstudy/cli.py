@@ -54,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
     raw = [args.workload, args.network, args.system]
     if args.spec and any(raw):
         raise SpecError(None, "", "give either a scenario spec or --workload/--network/--system, not both")
-    spec = BackendSpec(name=args.backend, aware=args.aware, contention=not args.no_contention, timeout_s=args.timeout)
+    spec = BackendSpec(name=args.backend, aware=args.aware, congestion=args.congestion, timeout_s=args.timeout)
     if args.spec:
         scenario = load_scenario(args.spec)
         out = Path(args.output) if args.output else Path("results/runs") / Path(args.spec).stem
@@ -90,7 +90,7 @@ def _print_expansion(expansion: Expansion, *, first: int) -> None:
 
     keys = expansion.unique_keys
     print(f"{expansion.total} combinations: {len(expansion.points)} scenarios ({len(keys)} distinct runs), "
-          f"{len(expansion.skipped)} skipped")
+          f"{len(expansion.skipped)} skipped; backend {expansion.study.backend_spec.key}")
     for s in expansion.skipped:
         params = ", ".join(f"{k}={v}" for k, v in s.params.items())
         print(f"  skipped [{s.index}] {params}: {s.reason}")
@@ -101,13 +101,17 @@ def _print_expansion(expansion: Expansion, *, first: int) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    import time
+
     import pandas as pd
 
     from simstudy.report import render_study
     from simstudy.spec import load_study
-    from simstudy.sweep import compare_baseline, expand, get_executor, run_study
+    from simstudy.sweep import SlurmOptions, compare_baseline, expand, get_executor, override, run_study
 
-    study = load_study(args.study)
+    t0 = time.perf_counter()
+    study = override(load_study(args.study), args.study, backend=args.backend, aware=True if args.aware else None,
+                     congestion=args.congestion, sets=args.set)
     out = Path(args.output) if args.output else Path("results") / study.name
     baseline = None
     if args.baseline:
@@ -117,13 +121,15 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         _print_expansion(expand(study, args.study), first=args.show)
         return EXIT_OK
+    slurm = SlurmOptions(partition=args.partition, account=args.account, walltime=args.walltime, cores=args.cores,
+                         memory=args.mem, jobs=args.jobs)
     executor = get_executor(args.executor, workers=args.workers, scheduler=args.scheduler,
-                            connect_timeout_s=args.connect_timeout)
+                            connect_timeout_s=args.connect_timeout, workdir=out.resolve() / "slurm", slurm=slurm)
     result = run_study(study, args.study, out, executor=executor, astra_sim=args.astra_sim, progress=not args.quiet)
     exp = result.expansion
     c = result.counts
     print(f"{study.name}: {exp.total} combinations, {len(exp.points)} scenarios, {len(exp.skipped)} skipped; "
-          f"runs: {c['ok']} done, {c['cached']} cached, {c['failed']} failed; {result.wall_s:.1f} s")
+          f"runs: {c['ok']} done, {c['cached']} cached, {c['failed']} failed (backend {study.backend_spec.key})")
     for s in exp.skipped if not args.quiet else []:
         print(f"  skipped {', '.join(f'{k}={v}' for k, v in s.params.items())}: {s.reason}")
     for key, rec in result.records.items():
@@ -136,6 +142,8 @@ def _sweep(args: argparse.Namespace) -> int:
     if not args.no_report:
         path = render_study(result, baseline=report)
         print(f"  summary {result.out / layout.SUMMARY}, report {path}")
+    print(f"  wall time {time.perf_counter() - t0:.1f} s (the whole command; the runs computed now took "
+          f"{result.backend_s:.1f} s of simulator time)")
     ok = result.all_ok and (report is None or report.passed)
     return EXIT_OK if ok else EXIT_FAILED
 
@@ -176,6 +184,27 @@ def _tolerances(items: Sequence[str]) -> dict[str, float]:
     return out
 
 
+class _StageBar:
+    """A tqdm bar over the stages of a long command: each message is a stage (its description)."""
+
+    def __init__(self, total: int, *, enabled: bool = True) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, disable=not enabled, unit="step", dynamic_ncols=True, leave=True,
+                        bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} [{elapsed}]")
+        self.first = True
+
+    def __call__(self, text: str) -> None:
+        if not self.first:
+            self.bar.update(1)
+        self.first = False
+        self.bar.set_description_str(text[:70])
+
+    def close(self) -> None:
+        self.bar.update(self.bar.total - self.bar.n)
+        self.bar.close()
+
+
 def _validate(args: argparse.Namespace) -> int:
     from simstudy.report.traffic import render_validation
     from simstudy.spec import BackendSpec
@@ -183,9 +212,13 @@ def _validate(args: argparse.Namespace) -> int:
 
     out = Path(args.output) if args.output else Path(args.real) / layout.VALIDATION_DIR
     try:
-        v = validate(args.real, out, spec=args.spec, backend=BackendSpec(name=args.backend, timeout_s=args.timeout),
-                     astra_sim=args.astra_sim, tolerances=_tolerances(args.tolerance), skip=args.skip,
-                     count=args.count)
+        bar = _StageBar(4, enabled=not args.quiet)
+        try:
+            v = validate(args.real, out, spec=args.spec,
+                         backend=BackendSpec(name=args.backend, timeout_s=args.timeout), astra_sim=args.astra_sim,
+                         tolerances=_tolerances(args.tolerance), skip=args.skip, count=args.count, progress=bar)
+        finally:
+            bar.close()
     except ValueError as exc:
         if "tolerance" in str(exc) or "metric" in str(exc):
             from simstudy.spec import SpecError
@@ -207,7 +240,11 @@ def _capture(args: argparse.Namespace) -> int:
 
     spec = load_spec(CaptureSpec, args.spec)
     out = Path(args.output) if args.output else Path("captures") / spec.name
-    result = capture(spec, out, force=args.force, source=args.spec, progress=None if args.quiet else print)
+    bar = _StageBar(5, enabled=not args.quiet)
+    try:
+        result = capture(spec, out, force=args.force, source=args.spec, progress=bar)
+    finally:
+        bar.close()
     meta = result.meta
     its = meta.iteration_durations_s()
     print(f"captured {len(meta.ranks)} ranks, {len(its) // max(len(meta.iterations), 1)} iterations "
@@ -233,6 +270,15 @@ def _cluster(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _congestion_option(p: argparse.ArgumentParser, default: str | None) -> None:
+    from simstudy.spec import BackendOptions
+
+    field = BackendOptions.model_fields["congestion"]
+    fallback = default or "the study's backend_options, else fluid"
+    p.add_argument("--congestion", choices=["fluid", "unaware", "aware"], default=default,
+                   help=f"{field.description} (default: {fallback})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="simstudy", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"simstudy {__version__}")
@@ -249,8 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="flowsim", choices=["flowsim", "astrasim"], help="simulator (default flowsim)")
     p.add_argument("--astra-sim", metavar="PATH",
                    help="ASTRA-SIM binary (default $ASTRA_SIM_BIN or the submodule build)")
-    p.add_argument("--aware", action="store_true", help="astrasim: use the congestion-aware binary")
-    p.add_argument("--no-contention", action="store_true", help="flowsim: links do not share bandwidth")
+    p.add_argument("--aware", action="store_true",
+                   help="astrasim: use the congestion-aware binary (the same as --congestion aware)")
+    _congestion_option(p, "fluid")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before a run is abandoned")
     p.add_argument("--workload", help="ET prefix: <prefix>.<rank>.et (an existing ASTRA-SIM input set)")
     p.add_argument("--network", help="ASTRA-SIM network.yml")
@@ -262,16 +309,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="run every scenario of a study (resumable) and summarise them")
     p.add_argument("study", help="study YAML file (base scenario + axes)")
     p.add_argument("-o", "--output", help="results directory (default results/<study name>)")
-    p.add_argument("--executor", default="local", choices=["local", "dask"], help="where runs execute")
+    p.add_argument("--executor", default="local", choices=["local", "dask", "slurm"],
+                   help="where runs execute: local processes, a Dask scheduler, or SLURM (one sbatch job array)")
+    p.add_argument("--backend", choices=["flowsim", "astrasim"], help="override the study's backend")
+    p.add_argument("--aware", action="store_true", help="astrasim: the congestion-aware binary")
+    p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                   help="override a base scenario value, e.g. topology.bandwidth_gbps=100 (VALUE is YAML; repeatable)")
     p.add_argument("--workers", type=int, help="local: processes (default: one per core)")
     p.add_argument("--scheduler", help="dask: scheduler address, e.g. tcp://127.0.0.1:8786")
     p.add_argument("--connect-timeout", type=float, default=30.0, help="dask: seconds to wait for the scheduler")
+    p.add_argument("--partition", help="slurm: partition (default: the cluster's default)")
+    p.add_argument("--account", help="slurm: account to charge")
+    p.add_argument("--walltime", default="01:00:00", help="slurm: time limit of each run (default 01:00:00)")
+    p.add_argument("--cores", type=int, default=1, help="slurm: CPUs per run (default 1; flowsim uses one)")
+    p.add_argument("--mem", default="4G", help="slurm: memory per run (default 4G)")
+    p.add_argument("--jobs", type=int, help="slurm: at most this many runs at once (default: no limit)")
     p.add_argument("--astra-sim", metavar="PATH", help="ASTRA-SIM binary for studies with backend astrasim")
     p.add_argument("--baseline", metavar="FILE", help="summary.parquet to compare with; exit 1 if a metric moved")
     p.add_argument("--dry-run", action="store_true", help="print the scenarios and what is skipped; run nothing")
     p.add_argument("--show", type=int, default=3, help="dry run: how many resolved scenarios to print")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no skipped list")
     p.add_argument("--no-report", action="store_true", help="skip report.md and plots")
+    _congestion_option(p, None)
     p.set_defaults(func=_sweep)
 
     p = sub.add_parser("analyze", help="analyse a capture directory (pcaps) or a run directory")
@@ -289,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a tolerance, e.g. period_s=0.05 (repeatable)")
     p.add_argument("--skip", action="append", default=[], metavar="METRIC", help="leave a metric out (repeatable)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before the simulation is abandoned")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--count", default="payload", choices=["payload", "ip"],
                    help="capture bytes to compare: TCP/UDP payload (default; what the simulator models) or "
                         "IP bytes as captured (headers and ACKs included)")

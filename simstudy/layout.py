@@ -17,6 +17,7 @@ SYSTEM = "system.json"
 REMOTE_MEMORY = "remote_memory.json"
 COMM_GROUP = "comm_group.json"
 SCENARIO = "scenario.json"
+TOPOLOGY = "topology.json"
 ET_SUFFIX = ".et"
 
 # -- run directory -----------------------------------------------------------------------------

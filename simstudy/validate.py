@@ -10,7 +10,7 @@ job (or, when the capture has no iteration marks, at its first transfer).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,6 +114,7 @@ def validate(
     tolerances: Mapping[str, float] | None = None,
     skip: Collection[str] = (),
     count: str = "payload",
+    progress: Callable[[str], None] | None = None,
 ) -> Validation:
     """Simulate the job of the capture at `real_path` into `out/sim` on `backend` (default flowsim),
     analyse and compare.
@@ -123,15 +124,19 @@ def validate(
     written from simulated transfers, whose IP lengths are the transfer bytes)."""
     if count not in ("payload", "ip"):
         raise ValueError(f"count must be payload or ip, not {count!r}")
+    say = progress or (lambda _text: None)
+    say(f"reading the capture {real_path}")
     real = load_traffic(real_path)
     scenario = scenario_for(real, spec)
-
+    say(f"simulating {scenario.name} ({scenario.npus} ranks) on {(backend or BackendSpec()).key}")
     result = simulate(scenario, Path(out) / layout.SIM_DIR, backend or BackendSpec(), astra_sim=astra_sim,
                       source=spec)
     sim_table = comparable_sim(result.traffic, real)
     real_table = payload_view(real.table) if count == "payload" else real.table
+    say("analysing the real and the simulated traffic")
     real_features = analyze(real_table, boundaries=real.boundaries)
     sim_features = analyze(sim_table)
     unmeasurable = tuple(m for m in _unmeasurable(real_features, sim_features) if m not in skip)
     report = compare(real_features, sim_features, tolerances=tolerances, skip=(*skip, *unmeasurable))
+    say("compared")
     return Validation(real, scenario, sim_table, result, real_features, sim_features, report, unmeasurable)

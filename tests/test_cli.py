@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from simstudy import chakra
+from simstudy.backends.locate import find_astra_sim
 
 
 def simstudy(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -22,7 +25,7 @@ def test_compile_example_bundle(repo: Path, tmp_path: Path) -> None:
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(
         [f"resnet50_dp8_ring.{r}.et" for r in range(8)]
-        + ["network.yml", "system.json", "remote_memory.json", "scenario.json"]
+        + ["network.yml", "system.json", "remote_memory.json", "scenario.json", "topology.json"]
     )
     meta, nodes = chakra.read_trace(out / "resnet50_dp8_ring.3.et")
     assert meta.version == "0.0.4"
@@ -93,3 +96,109 @@ def test_run_failure_keeps_old_results(repo: Path, tmp_path: Path) -> None:
     assert res.returncode == 1 and "no ASTRA-SIM binary" in res.stderr
     assert (out / "run.json").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+@pytest.mark.astrasim
+def test_astra_sim_path_relative_to_the_current_directory(repo: Path, tmp_path: Path) -> None:
+    binary = find_astra_sim()
+    if binary is None:
+        pytest.skip("no ASTRA-SIM binary (set ASTRA_SIM_BIN)")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / binary.name).symlink_to(binary)
+    spec = repo / "specs" / "examples" / "resnet50_dp8_ring.yaml"
+    res = simstudy("run", str(spec), "--backend", "astrasim", "--astra-sim", f"./bin/{binary.name}", "-o",
+                   str(tmp_path / "run"), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "run" / "run.json").is_file()
+
+
+SWEEP = """\
+name: tiny_cli
+base:
+  model: small_cnn
+  topology: {kind: ring, npus: 4, bandwidth_gbps: 10}
+  training: {iterations: 1}
+axes:
+  topology.npus: [2, 4]
+"""
+
+
+def _keys(out: str) -> list[str]:
+    return [line.split("(run ")[1].rstrip(")") for line in out.splitlines() if "(run " in line]
+
+
+def test_sweep_backend_and_set_override_the_study(tmp_path: Path) -> None:
+    study = tmp_path / "study.yaml"
+    study.write_text(SWEEP)
+    plain = simstudy("sweep", str(study), "--dry-run", cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert "backend flowsim:" in plain.stdout
+    other = simstudy("sweep", str(study), "--dry-run", "--backend", "astrasim", "--aware", cwd=tmp_path)
+    assert other.returncode == 0, other.stderr
+    assert "backend astrasim:aware=True" in other.stdout
+    # the same scenarios under another backend are other runs: both live side by side
+    assert set(_keys(plain.stdout)).isdisjoint(_keys(other.stdout))
+    fast = simstudy("sweep", str(study), "--dry-run", "--set", "topology.bandwidth_gbps=400", "--set",
+                    "training.iterations=3", cwd=tmp_path)
+    assert fast.returncode == 0, fast.stderr
+    assert "bandwidth_gbps: 400" in fast.stdout and "iterations: 3" in fast.stdout
+    assert set(_keys(plain.stdout)).isdisjoint(_keys(fast.stdout))
+
+
+def test_sweep_runs_and_reports_its_wall_time(tmp_path: Path) -> None:
+    study = tmp_path / "study.yaml"
+    study.write_text(SWEEP)
+    res = simstudy("sweep", str(study), "-o", str(tmp_path / "out"), "--quiet", "--set", "training.iterations=2",
+                   cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "wall time" in res.stdout and "the whole command" in res.stdout
+    assert '"iterations": 2' in (tmp_path / "out" / "study.json").read_text()
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["--set", "topolgy.npus=4"], "--set topolgy.npus=4"),
+    (["--set", "topology.npus"], "--set topology.npus"),
+])
+def test_sweep_bad_set_is_one_clear_error(tmp_path: Path, args: list[str], field: str) -> None:
+    study = tmp_path / "study.yaml"
+    study.write_text(SWEEP)
+    res = simstudy("sweep", str(study), "--dry-run", *args, cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and f"{study}: {field}:" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_sweep_misspelled_axis_exits_2_naming_file_and_axis(tmp_path: Path) -> None:
+    study = tmp_path / "study.yaml"
+    study.write_text(SWEEP.replace("topology.npus: [2, 4]", "topolgy.npus: [2, 4]"))
+    for extra in ([], ["--quiet"]):
+        res = simstudy("sweep", str(study), "-o", str(tmp_path / "out"), *extra, cwd=tmp_path)
+        assert res.returncode == 2, res.stdout
+        assert res.stderr.count("\n") == 1
+        assert f"{study}: axes.topolgy.npus: 'topolgy.npus' is not a field of the scenario" in res.stderr
+    assert not (tmp_path / "out" / "summary.parquet").exists()
+
+
+def test_run_and_sweep_take_a_congestion_mode(repo: Path, tmp_path: Path) -> None:
+    """`--congestion` picks flowsim's network model on `run` and on `sweep` (overriding the study's
+    backend_options); on a switch, the aware model stores and forwards every message twice."""
+    import json
+
+    finish = {}
+    for mode in ("unaware", "aware"):
+        out = tmp_path / mode
+        res = simstudy("run", "specs/examples/lstm_dp4_switch.yaml", "--congestion", mode, "-o", str(out), cwd=repo)
+        assert res.returncode == 0, res.stderr
+        summary = json.loads((out / "run.json").read_text())
+        assert summary["details"]["congestion"] == mode
+        finish[mode] = summary["finish_ns"]
+    assert finish["aware"] > finish["unaware"]
+    study = tmp_path / "study.yaml"
+    study.write_text("name: c\nbase: {model: small_cnn, topology: {kind: switch, npus: 4}, "
+                     "training: {batch_size_per_worker: 4, iterations: 1}}\n"
+                     "axes: {topology.bandwidth_gbps: [10, 100]}\nanalyses: []\n"
+                     "backend_options: {contention: true}\n")
+    res = simstudy("sweep", str(study), "-o", str(tmp_path / "sw"), "--quiet", "--no-report", "--congestion", "aware",
+                   cwd=repo)
+    assert res.returncode == 0, res.stdout + res.stderr
+    records = [json.loads(p.read_text()) for p in (tmp_path / "sw" / "runs").glob("*/run.json")]
+    assert len(records) == 2 and {r["details"]["congestion"] for r in records} == {"aware"}

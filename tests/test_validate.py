@@ -62,6 +62,8 @@ def test_analyze_capture_and_run_agree(capture: Path) -> None:
 def test_validate_the_same_job_passes(capture: Path) -> None:
     proc = _cli("validate", "--real", "cap", "-o", "v_same", "--count", "ip", cwd=capture)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # a progress bar through the stages (on stderr, as tqdm draws it)
+    assert "reading the capture cap" in proc.stderr and "simulating" in proc.stderr and "4/4" in proc.stderr
     text = (capture / "v_same" / "validation.md").read_text()
     assert "**PASS**" in text and "| period_s |" in text and "| bytes_per_iter_mean |" in text
     assert (capture / "v_same" / "plots" / "throughput.png").stat().st_size > 1000

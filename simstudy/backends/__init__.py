@@ -30,9 +30,10 @@ BACKENDS = ("flowsim", "astrasim")
 
 
 def get_backend(
-    name: str, *, astra_sim: str | Path | None = None, aware: bool = False, contention: bool = True
+    name: str, *, astra_sim: str | Path | None = None, aware: bool = False, congestion: str = "fluid"
 ) -> Backend:
     """A backend by name: `flowsim` (built in) or `astrasim` (the external binary)."""
     if name not in BACKENDS:
         raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")
-    return make_backend(BackendSpec(name=name, aware=aware, contention=contention), astra_sim=astra_sim)
+    return make_backend(BackendSpec.model_validate({"name": name, "aware": aware, "congestion": congestion}),
+                        astra_sim=astra_sim)

@@ -37,7 +37,9 @@ def find_astra_sim(explicit: str | Path | None = None, *, aware: bool = False) -
         candidates.append(repo_root() / SUBMODULE_BIN / BINARIES[aware])
     for c in candidates:
         if c.is_file() and os.access(c, os.X_OK):
-            return c
+            # absolute: the binary runs from the run's own working directory, so a path relative
+            # to where the user typed it would not be found there
+            return c.resolve()
     return None
 
 

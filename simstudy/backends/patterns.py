@@ -1,10 +1,8 @@
-"""Which transfers a collective algorithm makes: step by step, rank to rank, byte for byte.
+"""How ASTRA-SIM's system layer cuts a collective: chunks, and phases over network dimensions.
 
-Both backends use these patterns to turn a collective into rows of the TrafficTable: flowsim
-times each step itself, the astrasim backend spreads the steps over the interval ASTRA-SIM
-reports for the collective. Sizes follow ASTRA-SIM's system layer: for all-reduce, reduce-scatter
-and all-to-all the collective size is the data each rank holds; for all-gather it is each
-rank's contribution (ASTRA-SIM's `msg_size = data_size` for all-gather).
+Which transfers an algorithm makes is the collective registry's (`simstudy.compile.collectives`);
+this module turns a collective node into chunks (`chunking`) and, on a multi-dimensional network,
+into one phase per dimension (`dimension_phases`), with the transfers of each.
 """
 
 from __future__ import annotations
@@ -12,135 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import NDArray
 
-IntArray = NDArray[np.int64]
+from simstudy.compile.collectives import Pattern, collective_pattern, empty_pattern
 
-
-@dataclass(frozen=True)
-class Pattern:
-    """Transfers of one chunk of a collective.
-
-    Row `k` is one transfer: `step[k]` (0-based, steps run in order), `src[k]` -> `dst[k]`
-    (ranks), `nbytes[k]`. Steps may hold several transfers per rank.
-    """
-
-    step: IntArray
-    src: IntArray
-    dst: IntArray
-    nbytes: IntArray
-
-    @property
-    def steps(self) -> int:
-        return int(self.step.max()) + 1 if len(self.step) else 0
-
-    @property
-    def total_bytes(self) -> int:
-        return int(self.nbytes.sum())
-
-
-def _ring(members: IntArray, steps: int, size: int) -> Pattern:
-    n = len(members)
-    step = np.repeat(np.arange(steps, dtype=np.int64), n)
-    src = np.tile(members, steps)
-    dst = np.tile(np.roll(members, -1), steps)
-    return Pattern(step, src, dst, np.full(len(step), size, dtype=np.int64))
-
-
-def _direct(members: IntArray, steps: int, size: int) -> Pattern:
-    n = len(members)
-    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-    mask = i != j
-    src1, dst1 = members[i[mask]], members[j[mask]]
-    step = np.repeat(np.arange(steps, dtype=np.int64), len(src1))
-    return Pattern(step, np.tile(src1, steps), np.tile(dst1, steps), np.full(len(step), size, dtype=np.int64))
-
-
-def _halving_doubling(members: IntArray, size: int, reduce: bool, gather: bool) -> Pattern:
-    n = len(members)
-    rounds = int(np.log2(n))
-    if 2**rounds != n:
-        raise ValueError(f"halving-doubling needs a power-of-two group, got {n}")
-    idx = np.arange(n)
-    steps, srcs, dsts, sizes = [], [], [], []
-    order: list[tuple[int, int]] = []
-    if reduce:
-        order += [(k, size >> (k + 1)) for k in range(rounds)]
-    if gather:
-        order += [(k, size >> (k + 1)) for k in reversed(range(rounds))]
-    for s, (k, nbytes) in enumerate(order):
-        steps.append(np.full(n, s))
-        srcs.append(members[idx])
-        dsts.append(members[idx ^ (1 << k)])
-        sizes.append(np.full(n, max(nbytes, 1)))
-    return Pattern(*(np.concatenate(a).astype(np.int64) for a in (steps, srcs, dsts, sizes)))
-
-
-def _binary_tree(members: IntArray, size: int) -> Pattern:
-    """Two complementary binary trees, each reducing then broadcasting half the data."""
-    n = len(members)
-    steps, srcs, dsts, sizes = [], [], [], []
-    half = max(size // 2, 1)
-    depth = max(int(np.ceil(np.log2(n + 1))) - 1, 1)
-    for tree in range(2):
-        order = np.roll(np.arange(n), -tree * (n // 2)) if tree else np.arange(n)
-        parent = (np.arange(n) - 1) // 2
-        level = np.floor(np.log2(np.arange(n) + 1)).astype(int)
-        child = np.arange(1, n)
-        # reduce: deepest level first; broadcast: root first
-        for s in range(depth):
-            lvl = depth - s
-            sel = child[level[child] == lvl]
-            steps.append(np.full(len(sel), s))
-            srcs.append(members[order[sel]])
-            dsts.append(members[order[parent[sel]]])
-            sizes.append(np.full(len(sel), half))
-        for s in range(depth):
-            sel = child[level[child] == s + 1]
-            steps.append(np.full(len(sel), depth + s))
-            srcs.append(members[order[parent[sel]]])
-            dsts.append(members[order[sel]])
-            sizes.append(np.full(len(sel), half))
-    st, sr, ds, sz = (np.concatenate(a).astype(np.int64) for a in (steps, srcs, dsts, sizes))
-    order_by_step = np.argsort(st, kind="stable")
-    return Pattern(st[order_by_step], sr[order_by_step], ds[order_by_step], sz[order_by_step])
-
-
-def collective_pattern(kind: str, algorithm: str, members: list[int] | IntArray, size: int) -> Pattern:
-    """The transfers of one chunk of `size` bytes of collective `kind` over `members`.
-
-    kind: all_reduce, all_gather, reduce_scatter, all_to_all.
-    algorithm: ring, oneRing, direct, oneDirect, halvingDoubling, doubleBinaryTree.
-    """
-    m = np.asarray(members, dtype=np.int64)
-    n = len(m)
-    if n < 2:
-        return Pattern(*(np.empty(0, dtype=np.int64) for _ in range(4)))
-    algo = {"oneRing": "ring", "oneDirect": "direct"}.get(algorithm, algorithm)
-    if algo == "ring":
-        if kind == "all_to_all":
-            # ASTRA-SIM's ring all-to-all relays every block around the ring: N(N-1)/2 steps.
-            return _ring(m, n * (n - 1) // 2, max(size // n, 1))
-        if kind == "all_reduce":
-            return _ring(m, 2 * (n - 1), max(size // n, 1))
-        if kind == "all_gather":
-            return _ring(m, n - 1, size)
-        return _ring(m, n - 1, max(size // n, 1))
-    if kind == "all_to_all":
-        return _direct(m, 1, max(size // n, 1))
-    if algo == "direct":
-        if kind == "all_reduce":
-            return _direct(m, 2, max(size // n, 1))
-        return _direct(m, 1, size if kind == "all_gather" else max(size // n, 1))
-    if algo == "halvingDoubling":
-        if kind == "all_gather":
-            return _halving_doubling(m, size * n, reduce=False, gather=True)
-        return _halving_doubling(m, size, reduce=True, gather=kind == "all_reduce")
-    if algo == "doubleBinaryTree":
-        if kind != "all_reduce":
-            raise ValueError("doubleBinaryTree implements all-reduce only")
-        return _binary_tree(m, size)
-    raise ValueError(f"unknown collective algorithm {algorithm!r}")
+__all__ = ["Pattern", "Phase", "chunking", "collective_pattern", "dimension_phases", "dimensions_pattern",
+           "phase_pattern"]
 
 
 def chunking(size: int, splits: int, kind: str, npus: int) -> tuple[int, int]:
@@ -224,5 +98,5 @@ def dimensions_pattern(kind: str, algorithms: list[str], dim_sizes: list[int], s
         parts.append(Pattern(p.step + offset, p.src, p.dst, p.nbytes))
         offset += p.steps
     if not parts:
-        return Pattern(*(np.empty(0, dtype=np.int64) for _ in range(4)))
+        return empty_pattern()
     return Pattern(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("step", "src", "dst", "nbytes")))

@@ -38,7 +38,7 @@ def copy_bundle(bundle: Bundle, out: Path) -> Bundle:
     for r in range(bundle.npus):
         shutil.copyfile(bundle.et_path(r), out / bundle.et_path(r).name)
     names = {"network": layout.NETWORK, "system": layout.SYSTEM, "remote_memory": layout.REMOTE_MEMORY,
-             "comm_group": layout.COMM_GROUP, "scenario": layout.SCENARIO}
+             "comm_group": layout.COMM_GROUP, "scenario": layout.SCENARIO, "topology": layout.TOPOLOGY}
     copied: dict[str, Path | None] = {}
     for key, name in names.items():
         src = getattr(bundle, key)
@@ -48,7 +48,7 @@ def copy_bundle(bundle: Bundle, out: Path) -> Bundle:
             copied[key] = out / name
     assert copied["network"] is not None and copied["system"] is not None
     return Bundle(out / bundle.workload.name, copied["network"], copied["system"], copied["remote_memory"],
-                  copied["comm_group"], copied["scenario"])
+                  copied["comm_group"], copied["scenario"], copied["topology"])
 
 
 def run_to_dir(

@@ -21,7 +21,7 @@ def make_backend(spec: BackendSpec, *, astra_sim: str | Path | None = None) -> B
     """The backend a spec names; `astra_sim` is the binary for `astrasim` (a path of this machine,
     so not part of the spec or of any run key)."""
     if spec.name == "flowsim":
-        return FlowsimBackend(contention=spec.contention)
+        return FlowsimBackend(congestion=spec.congestion)
     if spec.name == "astrasim":
         return AstraSimBackend(astra_sim, aware=spec.aware)
     raise BackendError(f"unknown backend {spec.name!r}; expected flowsim or astrasim")  # pragma: no cover

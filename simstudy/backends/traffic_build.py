@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,8 @@ from simstudy.backends.base import BackendError, empty_spans, make_spans
 from simstudy.backends.patterns import Pattern, chunking, collective_pattern, dimensions_pattern
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compile import Bundle
+from simstudy.compile.attributes import FLOWS_PER_COLLECTIVE, node_meta
+from simstudy.compile.topology_file import NativeDim, NetworkTopology, native_topology, read_topology
 from simstudy.table import OPS, make_table
 
 COLLECTIVE_KIND = {
@@ -27,21 +28,6 @@ COLLECTIVE_KIND = {
     CollectiveType.REDUCE_SCATTER: "reduce_scatter",
     CollectiveType.ALL_TO_ALL: "all_to_all",
 }
-#: TrafficTable `op` of each collective kind.
-COLLECTIVE_OP = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",
-                 "all_to_all": "alltoall"}
-_ITER = re.compile(r"\.it(\d+)")
-_SLICE = re.compile(r"\.c(\d+)$")
-
-
-@dataclass(frozen=True)
-class NetDim:
-    """One network dimension as ASTRA-SIM reads it (bandwidth in GiB/s, latency in ns)."""
-
-    topology: str
-    npus: int
-    bandwidth_gibps: float
-    latency_ns: float
 
 
 @dataclass
@@ -50,9 +36,10 @@ class WorkloadInfo:
 
     bundle: Bundle
     nodes: list[list[Node]]
-    dims: list[NetDim]
+    dims: list[NativeDim]
     system: dict[str, Any]
     groups: dict[str, list[int]]
+    topology: NetworkTopology
 
     @property
     def npus(self) -> int:
@@ -122,7 +109,11 @@ class WorkloadInfo:
             if not isinstance(raw, dict):
                 raise BackendError(f"{bundle.comm_group}: expected a JSON object of group id -> ranks")
             groups = {str(k): [int(r) for r in v] for k, v in raw.items()}
-        return cls(bundle, read_traces(bundle, npus), dims, system, groups)
+        topology = read_topology(bundle.topology) if bundle.topology is not None else native_topology(dims)
+        if topology.hosts != npus:
+            raise BackendError(f"{bundle.topology}: the topology has {topology.hosts} hosts but {bundle.network} "
+                               f"has {npus} NPUs")
+        return cls(bundle, read_traces(bundle, npus), dims, system, groups, topology)
 
 
 def read_traces(bundle: Bundle, npus: int) -> list[list[Node]]:
@@ -147,7 +138,7 @@ def _read_json(path: Path) -> Any:
         raise BackendError(f"{path}: cannot read JSON: {exc}") from None
 
 
-def read_network(path: Path) -> list[NetDim]:
+def read_network(path: Path) -> list[NativeDim]:
     """The dimensions of an ASTRA-SIM analytical network.yml."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -163,7 +154,7 @@ def read_network(path: Path) -> list[NetDim]:
     for t in topo:
         if t not in known:
             raise BackendError(f"{path}: topology: unknown dimension {t!r}; expected one of {sorted(known)}")
-    return [NetDim(str(t), int(n), float(b), float(lat)) for t, n, b, lat in zip(topo, counts, bws, lats, strict=True)]
+    return [NativeDim(t, int(n), float(b), float(lat)) for t, n, b, lat in zip(topo, counts, bws, lats, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -175,32 +166,6 @@ class TraceEvent:
     tick_ns: int
     node_id: int
     name: str
-
-
-def op_of(node: Node) -> str:
-    """The TrafficTable `op` of a communication node."""
-    if node.type == NodeType.COMM_COLL_NODE:
-        return COLLECTIVE_OP.get(COLLECTIVE_KIND.get(CollectiveType(int(node.get("comm_type", 0))), ""), "p2p")
-    if node.name.startswith("push"):
-        return "push"
-    if node.name.startswith("send_param"):
-        return "pull"
-    return "p2p"
-
-
-def send_flow(node: Node, tag: int) -> tuple[int, int]:
-    """A send's (flow, chunk): its tag, except that the slices of one parameter-server reply
-    (`send_param....c<k>`, tags base + k) are chunks of one flow, the reply's."""
-    m = _SLICE.search(node.name) if node.name.startswith("send_param") else None
-    if m is None:
-        return tag, 0
-    part = int(m.group(1))
-    return tag - part, part
-
-
-def iteration_of(name: str) -> int:
-    m = _ITER.search(name)
-    return int(m.group(1)) if m else 0
 
 
 class TrafficBuilder:
@@ -338,13 +303,14 @@ def build_traffic(info: WorkloadInfo, spans: Spans) -> Any:
                 cache[key] = pattern
             slots = chunks * max(pattern.steps, 1)
             edges = np.linspace(t0, t1, slots + 1)
+            meta = node_meta(node)
             for c in range(chunks):
                 s = edges[c * pattern.steps : (c + 1) * pattern.steps + 1]
-                builder.add_pattern(pattern, rank, s[:-1], s[1:], flow=node_id * 4096 + c, op=op_of(node),
-                                    iteration=iteration_of(node.name), chunk=c)
+                builder.add_pattern(pattern, rank, s[:-1], s[1:], flow=meta.flow * FLOWS_PER_COLLECTIVE + c,
+                                    op=meta.op, iteration=meta.iteration, chunk=c)
         elif node.type == NodeType.COMM_SEND_NODE:
-            flow, chunk = send_flow(node, int(node.get("comm_tag", 0)))
+            meta = node_meta(node)
             builder.add(t_start_s=np.array([t0 * 1e-9]), t_end_s=np.array([t1 * 1e-9]), src=np.array([rank]),
                         dst=np.array([int(node.get("comm_dst", -1))]), bytes=np.array([int(node.get("comm_size", 0))]),
-                        flow=flow, op=op_of(node), iteration=iteration_of(node.name), chunk=chunk, step=0)
+                        flow=meta.flow, op=meta.op, iteration=meta.iteration, chunk=meta.chunk, step=0)
     return builder.table()

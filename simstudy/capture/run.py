@@ -291,6 +291,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
             how = "parameter servers" if strategy == "ps" else f"all-reduce ({spec.parallelism.framework.name} preset)"
             _say(progress, f"training: {spec.framework}, {how}, {c.iterations} recorded iterations")
             _wait(procs, work, c.timeout_s)
+            _say(progress, "collecting the packets")
             _settle([tmp / (layout.LOOPBACK_PCAP if loopback else layout.rank_pcap(h.rank)) for h, _ in dumps])
             stats = {f"rank{h.rank}" if not loopback else "lo": _stop_tcpdump(p) for h, p in dumps}
             dumps.clear()
@@ -299,6 +300,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
         results = [json.loads((work / f"rank{r}.json").read_text()) for r in range(spec.ranks)]
         meta = _meta(spec, scenario, hosts, results, probe, stats, shaping, where)
         write_meta(meta, tmp / layout.META)
+        _say(progress, f"written: {out}")
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
             out.rename(old)

@@ -16,7 +16,8 @@ from simstudy.compile.hybrid import compile_hybrid
 from simstudy.compile.parameter_server import compile_parameter_server
 from simstudy.compile.resolve import resolve
 from simstudy.compile.tensor import megatron
-from simstudy.layout import SCENARIO
+from simstudy.compile.topology_file import scenario_topology, write_topology
+from simstudy.layout import SCENARIO, TOPOLOGY
 from simstudy.spec import AllReduce, Scenario, SpecError
 
 __all__ = [
@@ -106,5 +107,6 @@ def compile_scenario(scenario: Scenario, out: str | Path, *, source: str | Path 
     with atomic_directory(out) as tmp:
         et_bytes = write_traces(graph, tmp / resolved.name)
         write_configs(resolved, graph.groups, tmp)
+        write_topology(tmp / TOPOLOGY, scenario_topology(resolved))
         write_json(tmp / SCENARIO, resolved.model_dump(mode="json"))
     return CompileResult(Bundle.from_dir(out), resolved, et_bytes, time.perf_counter() - t0)

@@ -10,18 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from simstudy import layout
+from simstudy.compile.collectives import system_implementations
 from simstudy.spec import AllReduce, Dim, Scenario, topology_dims
 
 #: ASTRA-SIM's analytical network reads bandwidth in GB/s with GB = 2^30 bytes.
 GIB = 2**30
 
 ASTRA_DIM = {"ring": "Ring", "fully_connected": "FullyConnected", "switch": "Switch"}
-ASTRA_ALGORITHM = {
-    "ring": "ring",
-    "direct": "direct",
-    "halving_doubling": "halvingDoubling",
-    "double_binary_tree": "doubleBinaryTree",
-}
 
 
 def gbps_to_astra(bandwidth_gbps: float) -> float:
@@ -53,17 +48,16 @@ def system_config(scenario: Scenario) -> dict[str, Any]:
     s = scenario.system
     n = len(topology_dims(scenario.topology))
     agg = scenario.parallelism.aggregation
-    algo = ASTRA_ALGORITHM[agg.algorithm] if isinstance(agg, AllReduce) else "ring"
-    ag_rs = algo if algo in ("ring", "direct") else "ring"
+    impl = system_implementations(agg.algorithm if isinstance(agg, AllReduce) else "ring")
     return {
         "scheduling-policy": s.scheduling_policy,
         "endpoint-delay": s.endpoint_delay_ns,
         "active-chunks-per-dimension": s.active_chunks_per_dimension,
         "preferred-dataset-splits": s.collective_chunks,
-        "all-reduce-implementation": [algo] * n,
-        "all-gather-implementation": [ag_rs] * n,
-        "reduce-scatter-implementation": [ag_rs] * n,
-        "all-to-all-implementation": ["direct"] * n,
+        "all-reduce-implementation": [impl["all_reduce"]] * n,
+        "all-gather-implementation": [impl["all_gather"]] * n,
+        "reduce-scatter-implementation": [impl["reduce_scatter"]] * n,
+        "all-to-all-implementation": [impl["all_to_all"]] * n,
         "collective-optimization": s.collective_optimization,
         "local-mem-bw": s.local_mem_bw_gbps,
         "boost-mode": 0,

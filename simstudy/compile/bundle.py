@@ -18,7 +18,8 @@ class BundleError(ValueError):
 
 @dataclass(frozen=True)
 class Bundle:
-    """Paths of one ASTRA-SIM input set; `workload` is the ET prefix (`<prefix>.<rank>.et`)."""
+    """Paths of one ASTRA-SIM input set; `workload` is the ET prefix (`<prefix>.<rank>.et`).
+    `topology` (topology.json) is simstudy's typed network; without it backends use network.yml."""
 
     workload: Path
     network: Path
@@ -26,6 +27,7 @@ class Bundle:
     remote_memory: Path | None = None
     comm_group: Path | None = None
     scenario: Path | None = None
+    topology: Path | None = None
 
     @property
     def directory(self) -> Path:
@@ -52,7 +54,7 @@ class Bundle:
 
     def check(self) -> None:
         """Every file the simulator opens exists: configs and one ET file per rank."""
-        for p in (self.network, self.system, self.remote_memory, self.comm_group):
+        for p in (self.network, self.system, self.remote_memory, self.comm_group, self.topology):
             if p is not None and not p.is_file():
                 raise BundleError(f"{p}: file not found")
         missing = [r for r in range(self.npus) if not self.et_path(r).is_file()]
@@ -72,6 +74,7 @@ class Bundle:
         prefix = _prefix_from_scenario(scenario) if scenario.is_file() else _prefix_from_files(d)
         group = d / layout.COMM_GROUP
         memory = d / layout.REMOTE_MEMORY
+        topology = d / layout.TOPOLOGY
         return cls(
             workload=d / prefix,
             network=d / layout.NETWORK,
@@ -79,6 +82,7 @@ class Bundle:
             remote_memory=memory if memory.is_file() else None,
             comm_group=group if group.is_file() else None,
             scenario=scenario if scenario.is_file() else None,
+            topology=topology if topology.is_file() else None,
         )
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from simstudy import chakra
 from simstudy.chakra import CollectiveType, GlobalMetadata, Node, NodeType
+from simstudy.compile import attributes as meta
 from simstudy.compile.graph import Collective, ExecutionGraph, Task, TaskKind
 
 #: Version string ASTRA-SIM's own example generators write (nothing reads it).
@@ -21,7 +22,8 @@ _COLLECTIVE = {
 
 
 def task_node(task: Task, rank: int) -> Node:
-    """The Chakra node for one task, with ASTRA-SIM's canonical attribute member types."""
+    """The Chakra node for one task, with ASTRA-SIM's canonical attribute member types, then
+    simstudy's own attributes (see `attributes`)."""
     attrs = [chakra.is_cpu_op(False)]
     node = Node(id=task.id, name=task.name, data_deps=list(task.deps))
     if task.kind is TaskKind.COMPUTE:
@@ -31,9 +33,11 @@ def task_node(task: Task, rank: int) -> Node:
     elif task.kind is TaskKind.COLLECTIVE:
         assert task.collective is not None
         node.type = NodeType.COMM_COLL_NODE
-        attrs += [chakra.comm_type(_COLLECTIVE[task.collective]), chakra.comm_size(task.size_bytes)]
+        ctype = _COLLECTIVE[task.collective]
+        attrs += [chakra.comm_type(ctype), chakra.comm_size(task.size_bytes)]
         if task.group:
             attrs.append(chakra.pg_name(str(task.group)))
+        attrs += [meta.op(meta.COLLECTIVE_OP[ctype]), meta.flow(task.id)]
     elif task.kind is TaskKind.SEND:
         node.type = NodeType.COMM_SEND_NODE
         attrs += [
@@ -41,6 +45,9 @@ def task_node(task: Task, rank: int) -> Node:
             chakra.comm_dst(task.peer),
             chakra.comm_size(task.size_bytes),
             chakra.comm_tag(task.tag),
+            meta.op(task.op or "p2p"),
+            meta.flow(task.tag if task.flow is None else task.flow),
+            meta.chunk(task.chunk),
         ]
     else:
         node.type = NodeType.COMM_RECV_NODE
@@ -49,7 +56,11 @@ def task_node(task: Task, rank: int) -> Node:
             chakra.comm_dst(rank),
             chakra.comm_size(task.size_bytes),
             chakra.comm_tag(task.tag),
+            meta.op(task.op or "p2p"),
         ]
+    attrs.append(meta.iteration(task.iteration))
+    if task.job:
+        attrs.append(meta.job(task.job))
     node.attrs = attrs
     return node
 

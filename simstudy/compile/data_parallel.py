@@ -35,11 +35,12 @@ def compile_data_parallel(scenario: Scenario) -> ExecutionGraph:
                 Collective.ALL_REDUCE,
                 b.size_bytes,
                 [bwd[b.ready_after] if p.overlap else last_bwd],
+                iteration=it,
             )
             for b in buckets
             if p.dp > 1
         ]
-        step = template.compute(f"optimizer.it{it}", opt_us, [last_bwd, *comms])
+        step = template.compute(f"optimizer.it{it}", opt_us, [last_bwd, *comms], iteration=it)
         after = [step]
     ranks = [RankGraph(rank=r, tasks=template.tasks) for r in range(p.dp)]
     return ExecutionGraph(ranks=ranks)

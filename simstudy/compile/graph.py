@@ -45,6 +45,11 @@ class Task:
     group: int = 0
     peer: int = -1
     tag: int = 0
+    iteration: int = 0
+    op: str = ""
+    flow: int | None = None
+    chunk: int = 0
+    job: int = 0  # the job on a shared cluster (0: the only one); written as `simstudy.job` when set
 
 
 @dataclass(slots=True)
@@ -62,7 +67,8 @@ class RankGraph:
         return task.id
 
     def compute(
-        self, name: str, duration_us: int, deps: list[int], *, flops: int = 0, tensor_bytes: int = 0
+        self, name: str, duration_us: int, deps: list[int], *, flops: int = 0, tensor_bytes: int = 0,
+        iteration: int = 0,
     ) -> int:
         """Add a compute task of `duration_us` microseconds; returns its id."""
         return self._add(
@@ -74,11 +80,12 @@ class RankGraph:
                 duration_us=duration_us,
                 flops=flops,
                 tensor_bytes=tensor_bytes,
+                iteration=iteration,
             )
         )
 
     def collective(
-        self, name: str, kind: Collective, size_bytes: int, deps: list[int], *, group: int = 0
+        self, name: str, kind: Collective, size_bytes: int, deps: list[int], *, group: int = 0, iteration: int = 0,
     ) -> int:
         """Add a collective over `group` (0: all ranks) of `size_bytes`; returns its id."""
         return self._add(
@@ -90,19 +97,29 @@ class RankGraph:
                 collective=kind,
                 size_bytes=size_bytes,
                 group=group,
+                iteration=iteration,
             )
         )
 
-    def send(self, name: str, dst: int, size_bytes: int, tag: int, deps: list[int]) -> int:
-        """Add a point-to-point send to rank `dst`; returns its id."""
+    def send(
+        self, name: str, dst: int, size_bytes: int, tag: int, deps: list[int], *, op: str = "p2p",
+        iteration: int = 0, flow: int | None = None, chunk: int = 0,
+    ) -> int:
+        """Add a point-to-point send to rank `dst`; returns its id. Its transfer belongs to `flow`
+        (default: its tag) as slice `chunk`, and is counted as `op` (p2p, push, pull)."""
         return self._add(
-            Task(len(self.tasks), name, TaskKind.SEND, list(deps), size_bytes=size_bytes, peer=dst, tag=tag)
+            Task(len(self.tasks), name, TaskKind.SEND, list(deps), size_bytes=size_bytes, peer=dst, tag=tag,
+                 iteration=iteration, op=op, flow=tag if flow is None else flow, chunk=chunk)
         )
 
-    def recv(self, name: str, src: int, size_bytes: int, tag: int, deps: list[int]) -> int:
+    def recv(
+        self, name: str, src: int, size_bytes: int, tag: int, deps: list[int], *, op: str = "p2p",
+        iteration: int = 0,
+    ) -> int:
         """Add a point-to-point receive from rank `src`; returns its id."""
         return self._add(
-            Task(len(self.tasks), name, TaskKind.RECV, list(deps), size_bytes=size_bytes, peer=src, tag=tag)
+            Task(len(self.tasks), name, TaskKind.RECV, list(deps), size_bytes=size_bytes, peer=src, tag=tag,
+                 iteration=iteration, op=op)
         )
 
     def sent_bytes(self) -> int:

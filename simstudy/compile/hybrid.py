@@ -88,13 +88,13 @@ class _Builder:
 
     # -- one microbatch --------------------------------------------------------------------------
 
-    def _gather(self, what: str, w: LayerWork, deps: list[int]) -> int | None:
+    def _gather(self, what: str, w: LayerWork, deps: list[int], it: int) -> int | None:
         if not self.shard_params or w.params == 0:
             return None
         assert self.s.dp_group is not None
         size = -(-w.grad_bytes // self.s.dp)
         return self.g.collective(f"fsdp_gather.{what}.{w.name}", Collective.ALL_GATHER, size, deps,
-                                 group=self.s.dp_group)
+                                 group=self.s.dp_group, iteration=it)
 
     def forward(self, it: int, mb: int, last: list[int]) -> list[int]:
         g, s = self.g, self.s
@@ -102,24 +102,26 @@ class _Builder:
         deps = list(last)
         if s.prev is not None:
             deps.append(g.recv(f"recv_act.{sfx}", s.prev, s.layers[0].in_bytes,
-                               p2p_tag(it, mb, self.m, FORWARD), list(last)))
+                               p2p_tag(it, mb, self.m, FORWARD), list(last), iteration=it))
         computes: list[int] = []
         gather: int | None = None
         for i, w in enumerate(s.layers):
             ag_deps = [gather] if gather is not None else list(last)
             if i >= 2:
                 ag_deps.append(computes[i - 2])  # prefetch one layer ahead, not more
-            got = self._gather(f"fwd.{sfx}", w, ag_deps)
+            got = self._gather(f"fwd.{sfx}", w, ag_deps, it)
             gather = got if got is not None else gather
             t = g.compute(f"fwd.{w.name}.{sfx}", whole_us(w.fwd_us), deps + ([got] if got is not None else []),
-                          flops=w.fwd_flops, tensor_bytes=max(1, w.grad_bytes + w.act_bytes))
+                          flops=w.fwd_flops, tensor_bytes=max(1, w.grad_bytes + w.act_bytes), iteration=it)
             computes.append(t)
             deps = [t]
             if s.tp_group is not None and w.fwd_comm is not None and w.fwd_comm[1] > 0:
                 kind, size = w.fwd_comm
-                deps = [g.collective(f"tp_{kind.value}.fwd.{w.name}.{sfx}", kind, size, [t], group=s.tp_group)]
+                deps = [g.collective(f"tp_{kind.value}.fwd.{w.name}.{sfx}", kind, size, [t], group=s.tp_group,
+                                     iteration=it)]
         if s.next is not None:
-            g.send(f"send_act.{sfx}", s.next, s.layers[-1].act_bytes, p2p_tag(it, mb, self.m, FORWARD), deps)
+            g.send(f"send_act.{sfx}", s.next, s.layers[-1].act_bytes, p2p_tag(it, mb, self.m, FORWARD), deps,
+                   iteration=it)
         return deps
 
     def backward(self, it: int, mb: int, last: list[int]) -> tuple[list[int], dict[int, int], list[int]]:
@@ -128,7 +130,7 @@ class _Builder:
         deps = list(last)
         if s.next is not None:
             deps.append(g.recv(f"recv_grad.{sfx}", s.next, s.layers[-1].act_bytes,
-                               p2p_tag(it, mb, self.m, BACKWARD), list(last)))
+                               p2p_tag(it, mb, self.m, BACKWARD), list(last), iteration=it))
         done: dict[int, int] = {}
         scatters: list[int] = []
         computes: list[int] = []
@@ -137,22 +139,23 @@ class _Builder:
             ag_deps = [gather] if gather is not None else list(last)
             if i >= 2:
                 ag_deps.append(computes[i - 2])
-            got = self._gather(f"bwd.{sfx}", w, ag_deps)
+            got = self._gather(f"bwd.{sfx}", w, ag_deps, it)
             gather = got if got is not None else gather
             t = g.compute(f"bwd.{w.name}.{sfx}", whole_us(w.bwd_us), deps + ([got] if got is not None else []),
-                          flops=2 * w.fwd_flops, tensor_bytes=max(1, w.grad_bytes + w.act_bytes))
+                          flops=2 * w.fwd_flops, tensor_bytes=max(1, w.grad_bytes + w.act_bytes), iteration=it)
             computes.append(t)
             done[w.index] = t
             deps = [t]
             if s.tp_group is not None and w.bwd_comm > 0:
                 deps = [g.collective(f"tp_all_reduce.bwd.{w.name}.{sfx}", Collective.ALL_REDUCE, w.bwd_comm, [t],
-                                     group=s.tp_group)]
+                                     group=s.tp_group, iteration=it)]
             if got is not None:
                 assert s.dp_group is not None
                 scatters.append(g.collective(f"fsdp_scatter.{w.name}.{sfx}", Collective.REDUCE_SCATTER,
-                                             w.grad_bytes, [t], group=s.dp_group))
+                                             w.grad_bytes, [t], group=s.dp_group, iteration=it))
         if s.prev is not None:
-            g.send(f"send_grad.{sfx}", s.prev, s.layers[0].in_bytes, p2p_tag(it, mb, self.m, BACKWARD), deps)
+            g.send(f"send_grad.{sfx}", s.prev, s.layers[0].in_bytes, p2p_tag(it, mb, self.m, BACKWARD), deps,
+                   iteration=it)
         return deps, done, scatters
 
     # -- one iteration ---------------------------------------------------------------------------
@@ -180,24 +183,28 @@ class _Builder:
         if not sync or self.shard_params:
             shard = -(-params // s.dp) if self.shard_params else params
             opt = whole_us(optimizer_us(self.scenario, model, params=shard))
-            return [g.compute(f"optimizer.it{it}", opt, last + scatters)]
+            return [g.compute(f"optimizer.it{it}", opt, last + scatters, iteration=it)]
         assert s.dp_group is not None
         costs = [LayerCost(w.index, w.name, 0.0, 0.0, 0, w.grad_bytes, 0) for w in s.layers]
         buckets = ddp_buckets(costs, self.bucket_cap)
         first_layer = final[s.layers[0].index]
         if self.sharding == "zero1":
             rs = [g.collective(f"zero1_scatter.bucket{b.index}.it{it}", Collective.REDUCE_SCATTER, b.size_bytes,
-                               [final[b.ready_after] if self.overlap else first_layer], group=s.dp_group)
+                               [final[b.ready_after] if self.overlap else first_layer], group=s.dp_group,
+                               iteration=it)
                   for b in buckets]
             opt = g.compute(f"optimizer.it{it}", whole_us(optimizer_us(self.scenario, model,
-                                                                       params=-(-params // s.dp))), last + rs)
+                                                                       params=-(-params // s.dp))), last + rs,
+                            iteration=it)
             ags = [g.collective(f"zero1_gather.bucket{b.index}.it{it}", Collective.ALL_GATHER,
-                                -(-b.size_bytes // s.dp), [opt], group=s.dp_group) for b in buckets]
+                                -(-b.size_bytes // s.dp), [opt], group=s.dp_group, iteration=it) for b in buckets]
             return [opt, *ags]
         ars = [g.collective(f"allreduce.bucket{b.index}.it{it}", Collective.ALL_REDUCE, b.size_bytes,
-                            [final[b.ready_after] if self.overlap else first_layer], group=s.dp_group)
+                            [final[b.ready_after] if self.overlap else first_layer], group=s.dp_group,
+                            iteration=it)
                for b in buckets]
-        opt = g.compute(f"optimizer.it{it}", whole_us(optimizer_us(self.scenario, model, params=params)), last + ars)
+        opt = g.compute(f"optimizer.it{it}", whole_us(optimizer_us(self.scenario, model, params=params)), last + ars,
+                        iteration=it)
         return [opt]
 
 

@@ -123,12 +123,12 @@ def compile_parameter_server(scenario: Scenario) -> ExecutionGraph:
                     ready[(w, piece.bucket * agg.servers + piece.server)] = dep
                     continue
                 push = g.send(f"push.b{piece.bucket}.s{piece.server}.it{it}", host, piece.size_bytes,
-                              tag(it, piece, PUSH), [dep])
+                              tag(it, piece, PUSH), [dep], op="push", iteration=it)
                 parts_of = reply_slices(piece)
                 for c, size in enumerate(parts_of):
                     suffix = f".c{c}" if len(parts_of) > 1 else ""
                     pulls.append(g.recv(f"pull.b{piece.bucket}.s{piece.server}.it{it}{suffix}", host,
-                                        size, tag(it, piece, PULL, c), [push]))
+                                        size, tag(it, piece, PULL, c), [push], op="pull", iteration=it))
             after[w] = pulls if pulls else [bwd[costs[0].index]]
         # Servers: receive pieces, update, send parameters back.
         for piece in parts:
@@ -138,23 +138,26 @@ def compile_parameter_server(scenario: Scenario) -> ExecutionGraph:
             local = ready.get((host, piece.bucket * agg.servers + piece.server))
             name = f"b{piece.bucket}.s{piece.server}.it{it}"
             if agg.mode == "sync":
-                recvs = [g.recv(f"recv_grad.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PUSH), [])
-                         for w in remote]
+                recvs = [g.recv(f"recv_grad.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PUSH), [],
+                                op="push", iteration=it) for w in remote]
                 deps = recvs + ([local] if local is not None else [])
-                upd = g.compute(f"update.{name}", update_us(piece), deps)
+                upd = g.compute(f"update.{name}", update_us(piece), deps, iteration=it)
                 parts_of = reply_slices(piece)
                 for c, size in enumerate(parts_of):  # round-robin: slice c to every worker, then c + 1
                     suffix = f".c{c}" if len(parts_of) > 1 else ""
                     for w in remote:
-                        g.send(f"send_param.{name}.w{w}{suffix}", w, size, tag(it, piece, PULL, c), [upd])
+                        g.send(f"send_param.{name}.w{w}{suffix}", w, size, tag(it, piece, PULL, c), [upd],
+                               op="pull", iteration=it, flow=tag(it, piece, PULL), chunk=c)
                 if local is not None:
                     after[host].append(upd)
             else:
                 for w in remote:
-                    r = g.recv(f"recv_grad.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PUSH), [])
-                    upd = g.compute(f"update.{name}.w{w}", update_us(piece), [r])
-                    g.send(f"send_param.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PULL), [upd])
+                    r = g.recv(f"recv_grad.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PUSH), [],
+                               op="push", iteration=it)
+                    upd = g.compute(f"update.{name}.w{w}", update_us(piece), [r], iteration=it)
+                    g.send(f"send_param.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PULL), [upd],
+                           op="pull", iteration=it)
                 if local is not None:
-                    upd = g.compute(f"update.{name}.w{host}", update_us(piece), [local])
+                    upd = g.compute(f"update.{name}.w{host}", update_us(piece), [local], iteration=it)
                     after[host].append(upd)
     return ExecutionGraph(ranks=graphs)

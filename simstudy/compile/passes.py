@@ -17,6 +17,7 @@ def forward(g: RankGraph, costs: list[LayerCost], it: int, after: list[int]) -> 
             prev,
             flops=c.fwd_flops,
             tensor_bytes=max(1, c.grad_bytes + c.activation_bytes),
+            iteration=it,
         )
         ids.append(tid)
         prev = [tid]
@@ -34,6 +35,7 @@ def backward(g: RankGraph, costs: list[LayerCost], it: int, after: list[int]) ->
             prev,
             flops=int(c.fwd_flops * 2),
             tensor_bytes=max(1, c.grad_bytes + c.activation_bytes),
+            iteration=it,
         )
         ids[c.index] = tid
         prev = [tid]

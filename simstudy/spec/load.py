@@ -53,6 +53,7 @@ def read_yaml(path: Path) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        problem = " ".join(str(problem).split())  # one line, whatever the parser's message looks like
         raise SpecError(path, "", f"invalid YAML: {where}{problem}") from None
 
 

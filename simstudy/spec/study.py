@@ -33,12 +33,37 @@ def _default_analyses() -> list[Analysis]:
     return ["features"]
 
 
+Congestion = Literal["fluid", "unaware", "aware"]
+
+
 class BackendOptions(Spec):
     """Options passed to the backend of every run of the study."""
 
-    contention: bool = Field(default=True, description="flowsim: links share their bandwidth (max-min fair)")
+    congestion: Congestion = Field(
+        default="fluid",
+        description="flowsim's network model: fluid (every transfer a flow, links shared max-min fairly), unaware "
+        "(ASTRA-SIM's congestion-unaware model) or aware (ASTRA-SIM's congestion-aware model: store-and-forward, "
+        "one FIFO queue per link); with backend astrasim, aware selects the congestion-aware binary",
+    )
     aware: bool = Field(default=False, description="astrasim: use the congestion-aware binary")
     timeout_s: float = Field(default=3600.0, gt=0, description="seconds before one run is abandoned")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_contention(cls, data: Any) -> Any:
+        """Studies written before `congestion` said `contention: true|false` (links shared or not)."""
+        if isinstance(data, dict) and "contention" in data:
+            data = dict(data)
+            old = data.pop("contention")
+            if not isinstance(old, bool):
+                raise ValueError(f"contention: expected true or false, got {old!r} (it is now congestion: "
+                                 "fluid|unaware|aware)")
+            mode = "fluid" if old else "unaware"
+            if data.get("congestion", mode) != mode:
+                raise ValueError(f"contention: {str(old).lower()} means congestion: {mode}, but congestion is "
+                                 f"{data['congestion']!r}; give congestion only")
+            data["congestion"] = mode
+        return data
 
 
 BackendName = Literal["flowsim", "astrasim"]
@@ -49,11 +74,17 @@ class BackendSpec(BackendOptions):
 
     name: BackendName = Field(default="flowsim", description="simulator: flowsim (built in) or astrasim (binary)")
 
+    @model_validator(mode="after")
+    def _astrasim_congestion(self) -> BackendSpec:
+        if self.name == "astrasim" and self.congestion == "aware" and not self.aware:
+            object.__setattr__(self, "aware", True)
+        return self
+
     @property
     def key(self) -> str:
         """The part of a run key that names the simulator and its result-changing options."""
         if self.name == "flowsim":
-            return f"flowsim:contention={self.contention}"
+            return f"flowsim:congestion={self.congestion}"
         return f"astrasim:aware={self.aware}"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from simstudy import layout
+from simstudy.compile.atomic import temp_owner
 from simstudy.spec import Study
 from simstudy.sweep.executors import (
     DaskExecutor,
@@ -28,8 +30,9 @@ from simstudy.sweep.executors import (
     default_workers,
     get_executor,
 )
-from simstudy.sweep.expand import Expansion, Point, Skipped, expand, label, run_key
+from simstudy.sweep.expand import Expansion, Point, Skipped, expand, label, override, run_key
 from simstudy.sweep.runner import RunRecord, RunTask, execute, read_record
+from simstudy.sweep.slurm import SlurmExecutor, SlurmOptions, live_slurm_jobs
 from simstudy.sweep.summary import (
     BaselineReport,
     Change,
@@ -51,6 +54,8 @@ __all__ = [
     "RunRecord",
     "RunTask",
     "Skipped",
+    "SlurmExecutor",
+    "SlurmOptions",
     "SweepError",
     "SweepResult",
     "compare_baseline",
@@ -60,6 +65,7 @@ __all__ = [
     "get_executor",
     "label",
     "metric_columns",
+    "override",
     "param_columns",
     "run_key",
     "run_study",
@@ -95,7 +101,7 @@ class SweepResult:
         return self.out / layout.RUNS_DIR / key
 
 
-def _running(pid: str) -> bool:
+def _running(pid: int) -> bool:
     """Whether process `pid` of this machine still runs (a killed one may linger as a zombie
     until it is reaped: it runs no more)."""
     try:
@@ -106,10 +112,23 @@ def _running(pid: str) -> bool:
 
 
 def _remove_stale(runs: Path) -> None:
-    """Remove temporary run directories left by processes of this machine that no longer run."""
+    """Remove temporary run directories whose writer no longer runs: a process of this host that
+    ended, or a SLURM job that SLURM no longer lists. Those of other hosts' processes, and of SLURM
+    jobs when SLURM cannot be asked, are left alone."""
+    asked = False
+    jobs: set[str] | None = None
+    host = socket.gethostname()
     for tmp in runs.glob(".*.tmp-*"):
-        pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _running(pid):
+        owner = temp_owner(tmp.name)
+        if owner is None:
+            continue
+        if owner.slurm_job is not None:
+            if not asked:
+                jobs, asked = live_slurm_jobs(), True
+            stale = jobs is not None and owner.slurm_job not in jobs
+        else:
+            stale = owner.host == host and not _running(owner.pid)
+        if stale:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -151,7 +170,8 @@ def run_study(
             records[key] = done
             continue
         tasks.append(RunTask(key, first[key].scenario, str(runs / key), study.backend_spec,
-                             astra_sim=str(astra_sim) if astra_sim else None, features="features" in study.analyses))
+                             astra_sim=str(Path(astra_sim).absolute()) if astra_sim else None,
+                             features="features" in study.analyses))
     executor = executor or LocalExecutor()
     bar = tqdm(total=len(expansion.unique_keys), initial=len(records), disable=not progress, unit="run",
                desc=study.name, dynamic_ncols=True)

@@ -11,6 +11,7 @@ import multiprocessing
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
 from typing import Any, Protocol
 
 from simstudy.sweep.runner import RunRecord, RunTask, execute
@@ -96,14 +97,25 @@ class DaskExecutor:
             client.close()  # type: ignore[no-untyped-call]
 
 
+EXECUTORS = ("local", "dask", "slurm")
+
+
 def get_executor(
-    name: str, *, workers: int | None = None, scheduler: str | None = None, connect_timeout_s: float = 30.0
+    name: str, *, workers: int | None = None, scheduler: str | None = None, connect_timeout_s: float = 30.0,
+    workdir: str | Path | None = None, slurm: Any = None,
 ) -> Executor:
-    """An executor by name: `local` (process pool) or `dask` (needs a scheduler address)."""
+    """An executor by name: `local` (process pool), `dask` (needs a scheduler address) or `slurm`
+    (an sbatch job array; `workdir` holds its scripts and logs, `slurm` its SlurmOptions)."""
     if name == "local":
         return LocalExecutor(workers)
     if name == "dask":
         if not scheduler:
             raise SweepError("the dask executor needs --scheduler ADDRESS (e.g. tcp://127.0.0.1:8786)")
         return DaskExecutor(scheduler, connect_timeout_s=connect_timeout_s)
-    raise SweepError(f"unknown executor {name!r}; expected local or dask")
+    if name == "slurm":
+        from simstudy.sweep.slurm import SlurmExecutor
+
+        if workdir is None:
+            raise SweepError("the slurm executor needs a directory for its job scripts")
+        return SlurmExecutor(workdir, slurm)
+    raise SweepError(f"unknown executor {name!r}; expected one of {', '.join(EXECUTORS)}")

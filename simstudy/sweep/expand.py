@@ -6,15 +6,18 @@ import copy
 import hashlib
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from simstudy import __version__
 from simstudy.spec import Scenario, SpecError, Study, canonical_json, resolve_references, spec_error
 from simstudy.spec.load import is_reference
+from simstudy.spec.paths import check_path
 from simstudy.spec.scenario import tag_model
 
 
@@ -117,9 +120,68 @@ def _combinations(study: Study) -> list[list[tuple[str, Any]]]:
     return [[pair for part in combo for pair in part] for combo in itertools.product(*groups)]
 
 
+def override(study: Study, source: str | Path, *, backend: str | None = None, aware: bool | None = None,
+             congestion: str | None = None, sets: Sequence[str] = ()) -> Study:
+    """The study with command-line overrides: another backend or congestion mode (part of every run
+    key, so the results of both live side by side) and base values (`PATH=VALUE`, VALUE parsed as
+    YAML, PATH a scenario field). Errors name the study file and the override."""
+    update: dict[str, Any] = {}
+    if backend is not None:
+        update["backend"] = backend
+    options: dict[str, Any] = {}
+    if aware is not None:
+        options["aware"] = aware
+    if congestion is not None:
+        options["congestion"] = congestion
+    if options:
+        update["backend_options"] = {**study.backend_options.model_dump(), **options}
+    if sets:
+        base = copy.deepcopy(study.base)
+        for item in sets:
+            path, eq, text = item.partition("=")
+            field = f"--set {item}"
+            if not eq or not path:
+                raise SpecError(source, field, "expected PATH=VALUE, e.g. topology.bandwidth_gbps=100")
+            try:
+                check_path(Scenario, path)
+                value = yaml.safe_load(text) if text else None
+                _set_path(base, path, value)
+            except yaml.YAMLError as exc:
+                raise SpecError(source, field, f"VALUE is not YAML: {exc}") from None
+            except ValueError as exc:
+                raise SpecError(source, field, str(exc)) from None
+        update["base"] = base
+    if not update:
+        return study
+    try:
+        return Study.model_validate({**study.model_dump(), **update})
+    except ValidationError as exc:
+        raise spec_error(exc, study.model_dump(), None, Path(source)) from None
+
+
+def axis_fields(study: Study) -> list[tuple[str, str]]:
+    """(study field, scenario path) of every swept path: `axes.<path>` or `zip.<i>.<path>`."""
+    return [*((f"axes.{p}", p) for p in study.axes),
+            *((f"zip.{i}.{p}", p) for i, group in enumerate(study.zip) for p in group)]
+
+
+def check_axes(study: Study, source: str | Path) -> None:
+    """Every swept path must name a field of the scenario schema: a typo would otherwise skip
+    every combination. Raises SpecError naming the study file and the axis."""
+    for field, path in axis_fields(study):
+        try:
+            check_path(Scenario, path)
+        except ValueError as exc:
+            raise SpecError(source, field, str(exc)) from None
+
+
 def expand(study: Study, source: str | Path) -> Expansion:
     """Every combination of the study's axes over its base scenario, as valid points with run
-    keys and skipped combinations with the reason. References resolve relative to `source`."""
+    keys and skipped combinations with the reason. References resolve relative to `source`.
+
+    A swept path that the scenario schema does not have, or a study whose every combination is
+    skipped, raises SpecError naming the study file (there would be nothing to run)."""
+    check_axes(study, source)
     base, _ = resolve_references(study.base, source)
     if not isinstance(base, dict):
         raise SpecError(source, "base", "expected a mapping of scenario fields")
@@ -144,4 +206,11 @@ def expand(study: Study, source: str | Path) -> Expansion:
             skipped.append(Skipped(index, params, f"{err.field}: {err.message}"))
             continue
         points.append(Point(index, params, scenario, run_key(scenario, bid)))
+    if skipped and not points:
+        reasons = list(dict.fromkeys(s.reason for s in skipped))
+        why = reasons[0] if len(reasons) == 1 else "; ".join(reasons[:3]) + ("; ..." if len(reasons) > 3 else "")
+        axes = ", ".join(p for _, p in axis_fields(study)) or "(no axes)"
+        raise SpecError(source, "axes", f"every one of the {len(skipped)} combinations of {axes} is skipped "
+                                        f"({'for the same reason' if len(reasons) == 1 else 'for these reasons'}: "
+                                        f"{why}); nothing would run")
     return Expansion(study, points, skipped)

@@ -8,6 +8,8 @@ could be mistaken for a finished one, and a finished run is never recomputed.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -48,6 +50,8 @@ class RunRecord:
     cached: bool = False
     seconds: float = 0.0
     features: bool = False
+    where: dict[str, str] = field(default_factory=dict)
+    """Where the run was computed: host and process, and the SLURM job when it ran as one."""
 
     @property
     def backend_s(self) -> float:
@@ -101,7 +105,18 @@ def read_record(run_dir: Path) -> RunRecord | None:
         return None
     data = json.loads(path.read_text(encoding="utf-8"))
     return RunRecord(key=data["key"], status="ok", metrics=data["metrics"], cached=True,
-                     seconds=float(data.get("seconds", 0.0)), features=bool(data.get("features", False)))
+                     seconds=float(data.get("seconds", 0.0)), features=bool(data.get("features", False)),
+                     where={str(k): str(v) for k, v in (data.get("where") or {}).items()})
+
+
+def where_now() -> dict[str, str]:
+    """This process: host and pid, and its SLURM job (array job and task) when it runs as one."""
+    out = {"host": socket.gethostname(), "pid": str(os.getpid())}
+    for name, var in (("slurm_job_id", "SLURM_JOB_ID"), ("slurm_array_job_id", "SLURM_ARRAY_JOB_ID"),
+                      ("slurm_array_task_id", "SLURM_ARRAY_TASK_ID")):
+        if os.environ.get(var):
+            out[name] = os.environ[var]
+    return out
 
 
 def _add_features(metrics: dict[str, float], traffic: pd.DataFrame, out: Path) -> None:
@@ -115,11 +130,13 @@ def _complete(record: RunRecord, run_dir: Path) -> RunRecord:
     """A finished run from a sweep without features, given the features this sweep asks for."""
     metrics = dict(record.metrics)
     _add_features(metrics, read_table(run_dir / layout.TRAFFIC), run_dir)
-    data = {"key": record.key, "metrics": metrics, "seconds": record.seconds, "features": True}
+    data = {"key": record.key, "metrics": metrics, "seconds": record.seconds, "features": True,
+            "where": record.where}
     tmp = run_dir / (layout.RECORD + ".tmp")
     _write_json(tmp, data)
     tmp.replace(run_dir / layout.RECORD)
-    return RunRecord(record.key, "ok", metrics=metrics, cached=True, seconds=record.seconds, features=True)
+    return RunRecord(record.key, "ok", metrics=metrics, cached=True, seconds=record.seconds, features=True,
+                     where=record.where)
 
 
 def execute(task: RunTask) -> RunRecord:
@@ -140,7 +157,8 @@ def execute(task: RunTask) -> RunRecord:
         metrics = run_metrics(result, scenario)
         if task.features:
             _add_features(metrics, result.traffic, tmp)
-        record.update(key=task.key, metrics=metrics, seconds=time.perf_counter() - t0, features=task.features)
+        record.update(key=task.key, metrics=metrics, seconds=time.perf_counter() - t0, features=task.features,
+                      where=where_now())
         _write_json(tmp / layout.RECORD, record)
 
     try:
@@ -152,4 +170,4 @@ def execute(task: RunTask) -> RunRecord:
         error = f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno})"
         return RunRecord(task.key, "failed", error=error, seconds=time.perf_counter() - t0)
     return RunRecord(task.key, "ok", metrics=record["metrics"], seconds=time.perf_counter() - t0,
-                     features=task.features)
+                     features=task.features, where=record["where"])

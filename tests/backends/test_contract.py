@@ -235,16 +235,17 @@ def test_flowsim_graph_topologies(topology: dict[str, Any], tmp_path: Path) -> N
 
 
 def test_flowsim_incast_shares_the_server_link(tmp_path: Path) -> None:
-    """Three workers pushing to one server at once share its link: with contention the pushes
-    take about three times longer than alone (max-min fair shares of one link)."""
+    """Three workers pushing to one server at once share its link: in the fluid mode the pushes
+    take about three times longer than alone (max-min fair shares of one link); ASTRA-SIM's
+    unaware model does not share links."""
     spec = {"name": "ps", "model": {"name": "m", "layers": [
         {"name": "l", "params": 2**20, "fwd_flops_per_sample": 1, "activation_bytes_per_sample": 4}]},
         "parallelism": {"dp": 3, "aggregation": {"kind": "parameter_server", "servers": 1}},
         "topology": {"kind": "switch", "npus": 4, "bandwidth_gbps": 8, "latency_ns": 0},
         "training": {"batch_size_per_worker": 1, "iterations": 1}}
     bundle = compile_scenario(Scenario.model_validate(spec), tmp_path / "b").bundle
-    shared = FlowsimBackend(contention=True).run(bundle, tmp_path / "c").traffic
-    alone = FlowsimBackend(contention=False).run(bundle, tmp_path / "n").traffic
+    shared = FlowsimBackend(congestion="fluid").run(bundle, tmp_path / "c").traffic
+    alone = FlowsimBackend(congestion="unaware").run(bundle, tmp_path / "n").traffic
     dur = lambda t: (t["t_end_s"] - t["t_start_s"])[t["op"] == "push"]  # noqa: E731
     # 4 MiB at 1 byte/ns alone: 4.19 ms; three sharing the server's downlink: 12.6 ms.
     assert dur(alone).max() == pytest.approx(4 * 2**20 * 1e-9, rel=1e-3)

@@ -85,3 +85,32 @@ def test_bundle_finishes_on_every_rank(case: str, astra_sim_bin: Path, tmp_path:
     a = run.traffic.groupby("src", observed=True)["bytes"].sum()
     f = flow.traffic.groupby("src", observed=True)["bytes"].sum()
     assert a.equals(f) and a.sum() > 0
+
+
+@pytest.mark.parametrize("aware", [False, True], ids=["unaware", "aware"])
+def test_both_binaries_accept_simstudy_attributes(aware: bool, astra_sim_bin: Path, tmp_path: Path) -> None:
+    """Compiled nodes carry simstudy's own attributes (simstudy.op, .iteration, .flow, .chunk); both
+    binaries ignore them and run the bundle to the same finish as a copy without them."""
+    from simstudy import chakra
+    from simstudy.compile import Bundle
+    from simstudy.compile.attributes import CHUNK, FLOW, ITERATION, OP
+    from simstudy.layout import TOPOLOGY
+
+    spec = {**CASES["ps_sync_dedicated"], "name": "ps", "training": {"batch_size_per_worker": 4, "iterations": 2}}
+    bundle = compile_scenario(Scenario.model_validate(spec), tmp_path / "bundle").bundle
+    nodes = chakra.read_trace(bundle.et_path(0))[1]
+    names = {a.name for n in nodes for a in n.attrs}
+    assert {OP, ITERATION, FLOW, CHUNK} <= names
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for r in range(bundle.npus):
+        meta, nodes = chakra.read_trace(bundle.et_path(r))
+        for n in nodes:
+            n.attrs = [a for a in n.attrs if not a.name.startswith("simstudy.")]
+        chakra.write_trace(chakra.trace_path(bare / "ps", r), meta, nodes)
+    for f in ("network.yml", "system.json", "remote_memory.json"):
+        (bare / f).write_bytes((bundle.directory / f).read_bytes())
+    assert (bundle.directory / TOPOLOGY).is_file()
+    with_attrs = AstraSimBackend(astra_sim_bin, aware=aware).run(bundle, tmp_path / "a", timeout_s=300)
+    without = AstraSimBackend(astra_sim_bin, aware=aware).run(Bundle.from_dir(bare), tmp_path / "b", timeout_s=300)
+    assert [r.finish_ns for r in with_attrs.ranks] == [r.finish_ns for r in without.ranks]

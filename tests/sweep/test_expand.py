@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from simstudy.spec import SpecError, Study, load_study
+from simstudy.spec import Scenario, SpecError, Study, load_study
+from simstudy.spec.paths import check_path
 from simstudy.sweep import expand, run_key
 from simstudy.sweep.expand import backend_id
 
@@ -52,11 +53,34 @@ def test_invalid_combinations_are_skipped_with_the_reason(tmp_path: Path) -> Non
     assert "4 NPUs" in skip.reason and "needs 2" in skip.reason
 
 
-def test_unknown_field_and_non_mapping_paths_are_skipped(tmp_path: Path) -> None:
-    exp = expand(_study(axes={"topology.colour": ["red"]}), tmp_path / "s.yaml")
-    assert exp.skipped and "topology.colour" in exp.skipped[0].reason and "unknown field" in exp.skipped[0].reason
-    exp = expand(_study(axes={"training.iterations.x": [1]}), tmp_path / "s.yaml")
-    assert exp.skipped and "not a mapping" in exp.skipped[0].reason
+@pytest.mark.parametrize(("axis", "words"), [
+    ("topolgy.npus", "no 'topolgy' in scenario; scenario has: model, name, parallelism, system, topology, training"),
+    ("topology.colour", "no 'colour' in topology"),
+    ("training.iterations.x", "training.iterations is a plain value"),
+])
+def test_an_axis_the_schema_does_not_have_is_an_error_naming_file_and_axis(tmp_path: Path, axis: str,
+                                                                           words: str) -> None:
+    with pytest.raises(SpecError) as err:
+        expand(_study(axes={axis: [1, 2]}), tmp_path / "s.yaml")
+    assert err.value.file == str(tmp_path / "s.yaml")
+    assert err.value.field == f"axes.{axis}"
+    assert words in err.value.message
+
+
+def test_paths_into_unions_lists_and_free_mappings_are_fields() -> None:
+    for path in ("topology.k", "topology.dims.0.npus", "parallelism.aggregation.servers", "model.options.layers",
+                 "system.measured.layers.conv1.forward_us"):
+        check_path(Scenario, path)
+
+
+def test_a_study_whose_every_combination_is_skipped_is_an_error(tmp_path: Path) -> None:
+    study = Study.model_validate({"name": "t", "base": {**BASE, "parallelism": {"dp": 3}},
+                                  "axes": {"training.iterations": [1, 2]}})
+    with pytest.raises(SpecError) as err:
+        expand(study, tmp_path / "s.yaml")
+    assert err.value.field == "axes"
+    assert "every one of the 2 combinations of training.iterations is skipped (for the same reason: " \
+           "parallelism: topology has 4 NPUs but the parallelism needs 3" in err.value.message
 
 
 def test_references_resolve_relative_to_the_study_and_label_by_stem(tmp_path: Path) -> None:
@@ -75,9 +99,10 @@ def test_references_resolve_relative_to_the_study_and_label_by_stem(tmp_path: Pa
 
 def test_missing_reference_in_an_axis_is_skipped_naming_the_file(tmp_path: Path) -> None:
     (tmp_path / "study.yaml").write_text("name: r\nbase: {model: small_cnn, topology: {kind: ring, npus: 2}}\n"
-                                         "axes: {topology: [nope.yaml]}\n")
+                                         "axes: {topology: [nope.yaml, {kind: ring, npus: 2}]}\n")
     exp = expand(load_study(tmp_path / "study.yaml"), tmp_path / "study.yaml")
     assert "nope.yaml" in exp.skipped[0].reason and "not found" in exp.skipped[0].reason
+    assert len(exp.points) == 1
 
 
 def test_run_key_is_stable_and_depends_on_scenario_and_backend(tmp_path: Path) -> None:
@@ -85,8 +110,27 @@ def test_run_key_is_stable_and_depends_on_scenario_and_backend(tmp_path: Path) -
     b = expand(_study(axes={"topology.npus": [4, 2]}), tmp_path / "s.yaml")
     assert {p.params["topology.npus"]: p.key for p in a.points} == {p.params["topology.npus"]: p.key for p in b.points}
     s = a.points[0].scenario
-    assert run_key(s, "flowsim:contention=True") != run_key(s, "astrasim:aware=False")
+    assert run_key(s, "flowsim:congestion=fluid") != run_key(s, "astrasim:aware=False")
     assert backend_id(_study(backend="astrasim")) == "astrasim:aware=False"
+    assert backend_id(_study()) == "flowsim:congestion=fluid"
+    assert backend_id(_study(backend_options={"congestion": "aware"})) == "flowsim:congestion=aware"
+    # `--congestion aware` with astrasim is the aware binary: the same key as `aware: true`.
+    assert backend_id(_study(backend="astrasim", backend_options={"congestion": "aware"})) == "astrasim:aware=True"
+
+
+@pytest.mark.parametrize(("old", "mode"), [(True, "fluid"), (False, "unaware")])
+def test_old_studies_saying_contention_still_load(old: bool, mode: str, tmp_path: Path) -> None:
+    """Studies written before `congestion` said `contention: true|false` (links shared or not)."""
+    study = _study(backend_options={"contention": old})
+    assert study.backend_options.congestion == mode
+
+
+def test_contention_and_a_different_congestion_is_one_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nbase: {model: small_cnn, topology: {kind: ring, npus: 2}}\n"
+                    "backend_options: {contention: false, congestion: aware}\n")
+    with pytest.raises(SpecError, match="contention: false means congestion: unaware, but congestion is 'aware'"):
+        load_study(path)
 
 
 def test_duplicate_points_share_one_run(tmp_path: Path) -> None:

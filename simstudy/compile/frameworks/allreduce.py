@@ -23,7 +23,7 @@ def compile_messages(scenario: Scenario, messages: list[Bucket], prefix: str) ->
         bwd = backward(template, costs, it, [fwd[-1]])
         last_bwd = bwd[costs[0].index]
         comms = [template.collective(f"allreduce.{prefix}{m.index}.it{it}", Collective.ALL_REDUCE, m.size_bytes,
-                                     [bwd[m.ready_after] if p.overlap else last_bwd])
+                                     [bwd[m.ready_after] if p.overlap else last_bwd], iteration=it)
                  for m in messages if p.dp > 1]
-        after = [template.compute(f"optimizer.it{it}", opt_us, [last_bwd, *comms])]
+        after = [template.compute(f"optimizer.it{it}", opt_us, [last_bwd, *comms], iteration=it)]
     return ExecutionGraph(ranks=[RankGraph(rank=r, tasks=template.tasks) for r in range(p.dp)])

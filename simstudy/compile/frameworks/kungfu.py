@@ -28,6 +28,7 @@ sends them in parallel goroutines over separate connections).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from simstudy.compile.costs import Bucket, layer_costs, optimizer_us, whole_us
 from simstudy.compile.graph import ExecutionGraph, RankGraph
@@ -116,22 +117,25 @@ def compile_kungfu(scenario: Scenario) -> ExecutionGraph:
             for c, size in enumerate(chunk_sizes(msg.size_bytes, fw.chunk_kib * 1024, dtype)):
                 kids, up = graphs[c % len(graphs)], ups[c % len(graphs)]
                 name = f"{costs[layer].name}.c{c}.it{it}"
+                attrs: dict[str, Any] = {"op": "allreduce", "iteration": it}
                 for r in range(n):
                     g = ranks[r]
                     ready = bwd_of[r][layer] if p.overlap else bwd_of[r][costs[0].index]
-                    got = [g.recv(f"kf_reduce_recv.{name}.from{k}", k, size, 2 * seq, []) for k in kids.get(r, [])]
+                    got = [g.recv(f"kf_reduce_recv.{name}.from{k}", k, size, 2 * seq, [], **attrs)
+                           for k in kids.get(r, [])]
                     ids = list(got)
                     if r in up:  # not the root: send the partial sum up, receive the result
-                        ids.append(g.send(f"kf_reduce_send.{name}", up[r], size, 2 * seq, [ready, *got]))
-                        down = g.recv(f"kf_bcast_recv.{name}", up[r], size, 2 * seq + 1, [ids[-1]])
+                        ids.append(g.send(f"kf_reduce_send.{name}", up[r], size, 2 * seq, [ready, *got], **attrs))
+                        down = g.recv(f"kf_bcast_recv.{name}", up[r], size, 2 * seq + 1, [ids[-1]], **attrs)
                         ids.append(down)
                         deps = [down]
                     else:
                         deps = [ready, *got]
-                    ids += [g.send(f"kf_bcast_send.{name}.to{k}", k, size, 2 * seq + 1, deps) for k in kids.get(r, [])]
+                    ids += [g.send(f"kf_bcast_send.{name}.to{k}", k, size, 2 * seq + 1, deps, **attrs)
+                            for k in kids.get(r, [])]
                     comms[r] += ids
                 seq += 1
         for r in range(n):
             last_bwd = bwd_of[r][costs[0].index]
-            after[r] = [ranks[r].compute(f"optimizer.it{it}", opt_us, [last_bwd, *comms[r]])]
+            after[r] = [ranks[r].compute(f"optimizer.it{it}", opt_us, [last_bwd, *comms[r]], iteration=it)]
     return ExecutionGraph(ranks=ranks)

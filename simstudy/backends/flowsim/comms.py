@@ -1,0 +1,414 @@
+"""flowsim's communication layer: every transfer of a run on one shared network model.
+
+Collectives run through ASTRA-SIM's system layer (`system`), point-to-point sends as single
+messages, all on one network model (`netmodels`: unaware, aware or fluid). Two shortcuts keep it
+fast without changing any result:
+
+* **isolated collectives are timed once.** A collective whose links carry nothing else while
+  it runs takes the time it takes alone, so that time is computed once per distinct collective
+  (kind, members, size) and reused; a symmetric collective (every rank does what rank 0 does,
+  rotated, on a network that looks the same from every rank) is simulated for rank 0 alone, on
+  one queue or one shared link per *orbit* of links (`Lanes`). With `unaware`, links are never
+  shared, so every collective takes this path.
+* **the rest is simulated message by message**, together. When a transfer starts on links that
+  an isolated collective holds, that collective is replayed message by message from its start
+  (alone, as it was until now: the same result) and continues, sharing its links, from now on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simstudy.backends.flowsim.netmodels import NETMODELS, Msg, NetModel
+from simstudy.backends.flowsim.sched import Scheduler
+from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, Planner, lane_images
+from simstudy.backends.network import Network
+from simstudy.backends.traffic_build import WorkloadInfo
+
+IntArray = NDArray[np.int64]
+Route = tuple[tuple[int, ...], tuple[int, ...] | None, float, int]
+
+
+class Routes:
+    """Routes of the whole network and what a message costs on them."""
+
+    def __init__(self, net: Network) -> None:
+        self.net = net
+        topo = net.topology
+        self.native = topo.routing.kind == "dimension_order"
+        self.dims = [(d.stride, d.npus, d.topology) for d in topo.routing.dims]
+        # per dimension: (latency, bytes per ns) of its links, as ASTRA-SIM's unaware model reads them
+        self.dim_link: list[tuple[float, float]] = []
+        for k in range(len(self.dims)):
+            link = next((link for link in topo.links if link.dim == k), None)
+            self.dim_link.append((link.latency_ns, link.bytes_per_ns) if link else (0.0, 1.0))
+        self.capacity = net.capacity
+        self.effective = [c * (1.0 - loss) for c, loss in zip(net.capacity, net.loss, strict=True)]
+        self._cache: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
+
+    def links(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
+        """(link ids, path latency, smallest capacity) from src to dst."""
+        found = self._cache.get((src, dst))
+        if found is None:
+            path = self.net.route(src, dst)
+            found = (path, self.net.path_latency(path), min((self.capacity[i] for i in path), default=math.inf))
+            self._cache[(src, dst)] = found
+        return found
+
+    def alone_ns(self, src: int, dst: int, size: int) -> int:
+        """What a message takes with nothing else on its links, as ASTRA-SIM's congestion-unaware
+        model charges it: on ASTRA-SIM dimensions, hops x latency + bytes / bandwidth of the first
+        dimension in which the ends differ (`MultiDimTopology::send`); on a graph, the path's
+        latency + bytes / its narrowest link."""
+        if self.native:
+            for k, (stride, n, kind) in enumerate(self.dims):
+                a, b = (src // stride) % n, (dst // stride) % n
+                if a != b:
+                    if kind == "Ring":
+                        cw = (b - a) % n
+                        hops = min(cw, n - cw)
+                    else:
+                        hops = 2 if kind == "Switch" else 1
+                    lat, bw = self.dim_link[k]
+                    return int(hops * lat + size / bw)
+            return 0
+        _, lat, cap = self.links(src, dst)
+        return int(lat + size / cap)
+
+    def route(self, src: int, dst: int, size: int) -> Route:
+        path, lat, _ = self.links(src, dst)
+        return path, None, lat, self.alone_ns(src, dst, size)
+
+
+class Lanes:
+    """The link orbits of an ASTRA-SIM network under the symmetry of a collective: rank 0's
+    routes on one queue (or one fluid link) per orbit. Per dimension, `rotate` maps rank r to
+    r + 1 along it, `xor` to r XOR 1 (a switch or a fully connected dimension only)."""
+
+    def __init__(self, routes: Routes, symmetry: tuple[str, ...], mode: str) -> None:
+        self.routes = routes
+        self.mode = mode
+        topo = routes.net.topology
+        keys: dict[tuple[object, ...], int] = {}
+        orbit = np.empty(len(topo.links), dtype=np.int64)
+        for i, link in enumerate(topo.links):
+            k = link.dim
+            stride, n, _ = routes.dims[k]
+            if link.src.startswith("h") and link.dst.startswith("h"):
+                a = (int(link.src[1:]) // stride) % n
+                b = (int(link.dst[1:]) // stride) % n
+                key: tuple[object, ...] = (k, "x", a ^ b) if symmetry[k] == "xor" else (k, "r", (b - a) % n)
+            else:
+                key = (k, "up" if link.src.startswith("h") else "down")
+            orbit[i] = keys.setdefault(key, len(keys))
+        self.orbit = orbit
+        self.capacity = [0.0] * len(keys)
+        self.latency = [0.0] * len(keys)
+        for i, o in enumerate(orbit.tolist()):
+            self.capacity[o] = routes.effective[i]
+            self.latency[o] = routes.net.latency[i]
+
+    def route(self, src: int, dst: int, size: int) -> Route:
+        path, lat, _ = self.routes.links(src, dst)
+        keys = tuple(int(self.orbit[i]) for i in path)
+        alone = self.routes.alone_ns(src, dst, size)
+        if self.mode != "fluid":
+            return keys, None, lat, alone
+        uniq: dict[int, int] = {}
+        for k in keys:
+            uniq[k] = uniq.get(k, 0) + 1
+        return tuple(uniq), tuple(uniq.values()), lat, alone
+
+    def links_of(self, used: set[int]) -> IntArray:
+        return np.flatnonzero(np.isin(self.orbit, np.fromiter(used, dtype=np.int64, count=len(used))))
+
+
+@dataclass
+class Timing:
+    """A collective alone: when each member finishes and every message (relative to the start;
+    for a lane plan, rank 0's messages only)."""
+
+    finish: IntArray  # per member
+    t_send: IntArray
+    t_arrive: IntArray
+    src: IntArray
+    dst: IntArray
+    nbytes: IntArray
+    chunk: IntArray
+    step: IntArray
+    xor: NDArray[np.bool_]
+    links: IntArray
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, int, int, int, int, int, bool]] = []
+
+    def add(self, msg: Msg, plan: CollectivePlan) -> None:
+        _, c, p, st = msg.ctx
+        ph = plan.phases[p]
+        self.rows.append((msg.t_send, msg.t_arrive, msg.src, msg.dst, msg.size, c, ph.step_offset + st,
+                          ph.symmetry == "xor"))
+
+
+@dataclass(eq=False)
+class Activity:
+    """A collective or a send in flight on the shared network."""
+
+    links: IntArray
+    fast: bool
+    start: int
+    plan: CollectivePlan | None = None
+    timing: Timing | None = None
+    members: tuple[int, ...] = ()
+    reported: set[int] = field(default_factory=set)
+    finished: bool = False
+    ctx: Any = None
+    starts: list[int] | None = None
+    run: CollectiveRun | None = None
+
+
+class Comms:
+    """Every transfer of a run, on one network model in one of the congestion modes."""
+
+    def __init__(self, info: WorkloadInfo, net: Network, mode: str, sched: Scheduler,
+                 emit: Callable[..., None]) -> None:
+        if mode not in NETMODELS:
+            raise ValueError(f"unknown congestion mode {mode!r}; expected one of {', '.join(NETMODELS)}")
+        self.info = info
+        self.mode = mode
+        self.sched = sched
+        self.routes = Routes(net)
+        self.model: NetModel = NETMODELS[mode](sched, self.routes.effective, net.latency)
+        self.emit = emit
+        self.lane_planner = Planner(info, lanes=True)
+        self.full_planner = Planner(info, lanes=False)
+        self.timings: dict[int, Timing] = {}
+        self._lanes: dict[tuple[str, ...], Lanes] = {}
+        self.shared = mode != "unaware"
+        nlinks = len(net.capacity)
+        self.fast_owner: list[Activity | None] = [None] * nlinks
+        self.detailed = np.zeros(nlinks, dtype=np.int64)
+        self.stats = {"fast": 0, "detailed": 0, "replayed": 0, "staggered": 0, "timed": 0}
+
+    # -- collectives -------------------------------------------------------------------------
+
+    def collective(self, kind: str, members: tuple[int, ...], size: int, group: bool,
+                   done: Callable[[int, int], None], ctx: Any) -> None:
+        """Start a collective that every member issued now; `done(rank, t)` is called as each
+        member finishes."""
+        start = self.sched.now
+        plan = self.lane_planner.plan(kind, members, size, group)
+        timing = self._timing(plan)
+        act = Activity(timing.links, True, start, plan, timing, members, ctx=(kind, done, ctx))
+        if self.shared and not self._isolated(act.links):
+            self._detailed(act)
+            return
+        self.stats["fast"] += 1
+        if self.shared:
+            for link in act.links.tolist():
+                self.fast_owner[link] = act
+        s = self.sched
+        for lr, rank in enumerate(members):
+            s.at(start + int(timing.finish[lr]), self._fast_done, act, rank)
+
+    def staggered(self, kind: str, members: tuple[int, ...], size: int, group: bool, joined: list[int],
+                  done: Callable[[int, int], None], ctx: Any) -> Activity:
+        """Start a collective that only the members `joined` have issued (by now): as ASTRA-SIM
+        does, they start sending, and each other member starts when it issues it (`join`)."""
+        plan = self.lane_planner.plan(kind, members, size, group)
+        act = Activity(self._timing(plan).links, False, self.sched.now, plan, None, members,
+                       ctx=(kind, done, ctx), starts=[])
+        self.stats["staggered"] += 1
+        if self.shared:
+            self._expand_overlapping(act.links)
+        run = self._run_detailed(act, self.sched, start=False)
+        act.run = run
+        for rank in joined:
+            self.join(act, rank)
+        return act
+
+    def join(self, act: Activity, rank: int) -> None:
+        """A member of a staggered collective issues it now."""
+        assert act.run is not None
+        act.run.start_rank(act.run.index(rank))
+
+    def _fast_done(self, act: Activity, rank: int) -> None:
+        if not act.fast or rank in act.reported:
+            return
+        act.reported.add(rank)
+        _, done, _ctx = act.ctx
+        if len(act.reported) == len(act.members):
+            act.fast = False
+            self._release_fast(act)
+            self._emit_timing(act)
+        done(rank, self.sched.now)
+
+    def _release_fast(self, act: Activity) -> None:
+        if self.shared:
+            for link in act.links.tolist():
+                if self.fast_owner[link] is act:
+                    self.fast_owner[link] = None
+
+    def _isolated(self, links: IntArray) -> bool:
+        if self.detailed[links].any():
+            return False
+        owner = self.fast_owner
+        return all(owner[i] is None for i in links.tolist())
+
+    def _expand_overlapping(self, links: IntArray) -> None:
+        owner = self.fast_owner
+        seen: list[Activity] = []
+        for i in links.tolist():
+            act = owner[i]
+            if act is not None and act not in seen:
+                seen.append(act)
+        for act in seen:
+            self._replay(act)
+
+    def _detailed(self, act: Activity) -> None:
+        """Run a collective message by message on the shared model, from now."""
+        self._expand_overlapping(act.links)
+        self.stats["detailed"] += 1
+        act.fast = False
+        self._run_detailed(act, self.sched)
+
+    def _run_detailed(self, act: Activity, sched: Scheduler, *, start: bool = True) -> CollectiveRun:
+        assert act.plan is not None
+        kind, done, ctx = act.ctx
+        plan = self.full_planner.plan(kind, act.members, act.plan.size, act.plan.group)
+        self.detailed[act.links] += 1
+
+        def rank_done(rank: int, t: int) -> None:
+            if rank not in act.reported:
+                act.reported.add(rank)
+                done(rank, t)
+            if len(act.reported) == len(act.members) and not act.finished:
+                act.finished = True
+                self.detailed[act.links] -= 1
+
+        def message(msg: Msg) -> None:
+            _, c, p, st = msg.ctx
+            self.emit(kind, ctx, msg.t_send, msg.t_arrive, msg.src, msg.dst, msg.size, c,
+                      plan.phases[p].step_offset + st)
+
+        run = CollectiveRun(plan, sched, self.model, self.routes.route, rank_done, message)
+        if start:
+            run.start()
+        return run
+
+    def _replay(self, act: Activity) -> None:
+        """Turn an isolated collective into a message-by-message one: replay it alone from its
+        start until now (it was alone until now, so this is what happened), then go on sharing."""
+        self.stats["replayed"] += 1
+        self._release_fast(act)
+        act.fast = False
+        private = Scheduler(act.start)
+        self.model.sched = private
+        try:
+            run = self._run_detailed(act, private)
+            private.run_before(self.sched.now)
+        finally:
+            self.model.sched = self.sched
+        run.sched = self.sched
+        private.drain_into(self.sched)
+
+    # -- point to point ----------------------------------------------------------------------
+
+    def send(self, src: int, dst: int, size: int, arrived: Callable[[Msg], None], ctx: Any) -> None:
+        keys, mult, latency, alone = self.routes.route(src, dst, size)
+        if self.shared:
+            links = np.asarray(keys, dtype=np.int64)
+            self._expand_overlapping(links)
+            self.detailed[links] += 1
+
+        def deliver(msg: Msg) -> None:
+            if self.shared:
+                self.detailed[np.asarray(msg.keys, dtype=np.int64)] -= 1
+            arrived(msg)
+
+        self.model.send(Msg(src, dst, size, keys, mult, latency, alone, deliver, ctx))
+
+    # -- isolated timings --------------------------------------------------------------------
+
+    def _lanes_for(self, plan: CollectivePlan) -> Lanes:
+        sym = ["rotate"] * len(self.routes.dims)
+        for ph in plan.phases:
+            if ph.symmetry == "xor":
+                for k, (_, n, _) in enumerate(self.routes.dims):
+                    if ph.dim == k or (ph.dim < 0 and n > 1):
+                        sym[k] = "xor"
+        key = tuple(sym)
+        lanes = self._lanes.get(key)
+        if lanes is None:
+            lanes = self._lanes[key] = Lanes(self.routes, key, self.mode)
+        return lanes
+
+    def _timing(self, plan: CollectivePlan) -> Timing:
+        found = self.timings.get(id(plan))
+        if found is not None:
+            return found
+        self.stats["timed"] += 1
+        sched = Scheduler(0)
+        lanes = self._lanes_for(plan) if plan.lane else None
+        if lanes is not None:
+            model = NETMODELS[self.mode](sched, lanes.capacity, lanes.latency)
+            route = lanes.route
+        else:
+            model = NETMODELS[self.mode](sched, self.routes.effective, self.routes.net.latency)
+            route = self.routes.route
+        finish = np.zeros(len(plan.members), dtype=np.int64)
+        rec = _Recorder()
+        index = {r: i for i, r in enumerate(plan.members)}
+
+        def done(rank: int, t: int) -> None:
+            finish[index[rank]] = t
+
+        CollectiveRun(plan, sched, model, route, done, lambda m: rec.add(m, plan)).start()
+        while sched.heap:
+            _, _, _, fn, args = sched.pop()
+            fn(*args)
+        if plan.lane:
+            finish[:] = finish[0]
+        cols = list(zip(*rec.rows, strict=True)) if rec.rows else [()] * 8
+        arr = [np.asarray(c, dtype=np.int64) for c in cols[:7]]
+        xor = np.asarray(cols[7], dtype=bool)
+        links = self._plan_links(plan, lanes, arr[2], arr[3])
+        timing = Timing(finish, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5], arr[6], xor, links)
+        self.timings[id(plan)] = timing
+        return timing
+
+    def _plan_links(self, plan: CollectivePlan, lanes: Lanes | None, src: IntArray, dst: IntArray) -> IntArray:
+        """Every link the collective's messages cross."""
+        if not self.shared:
+            return np.empty(0, dtype=np.int64)
+        if lanes is not None:
+            used: set[int] = set()
+            for s, d in set(zip(src.tolist(), dst.tolist(), strict=True)):
+                used.update(int(lanes.orbit[i]) for i in self.routes.links(s, d)[0])
+            return lanes.links_of(used)
+        out: set[int] = set()
+        for s, d in set(zip(src.tolist(), dst.tolist(), strict=True)):
+            out.update(self.routes.links(s, d)[0])
+        return np.fromiter(sorted(out), dtype=np.int64, count=len(out))
+
+    def _emit_timing(self, act: Activity) -> None:
+        t = act.timing
+        assert t is not None and act.plan is not None
+        if not len(t.src):
+            return
+        kind, _, ctx = act.ctx
+        if act.plan.lane:
+            dims = [(s, n) for s, n, _ in self.routes.dims]
+            idx, src, dst = lane_images(len(act.members), dims, t.dst, t.xor)
+        else:
+            idx = np.arange(len(t.src))
+            src, dst = t.src, t.dst
+        self.emit(kind, ctx, act.start + t.t_send[idx], act.start + t.t_arrive[idx], src, dst, t.nbytes[idx],
+                  t.chunk[idx], t.step[idx])

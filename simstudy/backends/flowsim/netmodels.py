@@ -1,0 +1,298 @@
+"""flowsim's three network models: how long a message takes on links that other messages also use.
+
+Every transfer (a collective's message, a point-to-point send) is a `Msg` handed to the model,
+which calls `msg.deliver(msg)` when it has arrived. A message names the links of its route by
+key: link ids on the whole network, or link orbits when a symmetric collective is simulated for
+one representative rank (then `mult` says how many links of each orbit the route crosses).
+
+* `UnawareNet` - ASTRA-SIM's congestion-unaware analytical model: a message takes a fixed time,
+  computed by the caller from its route (`Msg.alone_ns`); links are never shared.
+* `AwareNet` - ASTRA-SIM's congestion-aware analytical model: a message is stored and forwarded
+  hop by hop as one chunk; each link sends one message at a time, in FIFO order; a hop takes
+  int(size / bandwidth) of the link's time and arrives int(latency + size / bandwidth) after it
+  started (astra-network-analytical's `Link::schedule_chunk_transmission`).
+* `FluidNet` - every message is a flow; flows that share links get max-min fair rates
+  (progressive filling), recomputed once per instant at which flows start or end, over the flows
+  connected to the change through shared links only. A message arrives its path latency after
+  its last byte left; a flow that kept one rate all along arrives exactly
+  int(latency + size / rate) after it started, as ASTRA-SIM charges an uncontended message.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from simstudy.backends.flowsim.sched import Scheduler
+
+#: Components of at most this many flows are filled in pure Python; larger ones with numpy.
+_SMALL = 12
+
+
+class Msg:
+    """One transfer on the network."""
+
+    __slots__ = ("alone_ns", "ctx", "deliver", "dst", "keys", "latency", "mult", "size", "src", "t_arrive",
+                 "t_send")
+
+    def __init__(self, src: int, dst: int, size: int, keys: tuple[int, ...], mult: tuple[int, ...] | None,
+                 latency: float, alone_ns: int, deliver: Callable[[Msg], None], ctx: Any = None) -> None:
+        self.src = src
+        self.dst = dst
+        self.size = size
+        self.keys = keys
+        self.mult = mult
+        self.latency = latency
+        self.alone_ns = alone_ns
+        self.deliver = deliver
+        self.ctx = ctx
+        self.t_send = 0
+        self.t_arrive = 0
+
+
+class NetModel:
+    """What every model offers: `send` a message now, on the scheduler `sched`."""
+
+    name = ""
+
+    def __init__(self, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float]) -> None:
+        self.sched = sched
+        self.capacity = list(capacity)
+        self.latency = list(latency)
+
+    def send(self, msg: Msg) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def _arrive(self, msg: Msg) -> None:
+        msg.t_arrive = self.sched.now
+        msg.deliver(msg)
+
+
+class UnawareNet(NetModel):
+    name = "unaware"
+
+    def send(self, msg: Msg) -> None:
+        s = self.sched
+        msg.t_send = s.now
+        s.at(s.now + msg.alone_ns, self._arrive, msg)
+
+
+class _Link:
+    __slots__ = ("bpns", "busy", "latency", "waiting")
+
+    def __init__(self, bpns: float, latency: float) -> None:
+        self.bpns = bpns
+        self.latency = latency
+        self.busy = False
+        self.waiting: deque[tuple[Msg, int]] = deque()
+
+
+class AwareNet(NetModel):
+    name = "aware"
+
+    def __init__(self, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float]) -> None:
+        super().__init__(sched, capacity, latency)
+        self.links: dict[int, _Link] = {}
+
+    def _link(self, key: int) -> _Link:
+        link = self.links.get(key)
+        if link is None:
+            link = self.links[key] = _Link(self.capacity[key], self.latency[key])
+        return link
+
+    def send(self, msg: Msg) -> None:
+        msg.t_send = self.sched.now
+        if not msg.keys:
+            self.sched.at(self.sched.now, self._arrive, msg)
+            return
+        self._enter(msg, 0)
+
+    def _enter(self, msg: Msg, hop: int) -> None:
+        link = self._link(msg.keys[hop])
+        if link.busy:
+            link.waiting.append((msg, hop))
+        else:
+            self._transmit(link, msg, hop)
+
+    def _transmit(self, link: _Link, msg: Msg, hop: int) -> None:
+        link.busy = True
+        s = self.sched
+        ser = msg.size / link.bpns
+        s.at(s.now + int(link.latency + ser), self._hop_done, msg, hop)
+        s.at(s.now + int(ser), self._free, link)
+
+    def _hop_done(self, msg: Msg, hop: int) -> None:
+        if hop + 1 == len(msg.keys):
+            self._arrive(msg)
+        else:
+            self._enter(msg, hop + 1)
+
+    def _free(self, link: _Link) -> None:
+        link.busy = False
+        if link.waiting:
+            msg, hop = link.waiting.popleft()
+            self._transmit(link, msg, hop)
+
+
+class _Flow:
+    __slots__ = ("const", "msg", "mult", "rate", "remaining", "t_upd", "version")
+
+    def __init__(self, msg: Msg, mult: tuple[int, ...], now: int) -> None:
+        self.msg = msg
+        self.mult = mult
+        self.remaining = float(msg.size)
+        self.rate = 0.0
+        self.t_upd = now
+        self.version = 0
+        self.const = True
+
+
+class FluidNet(NetModel):
+    name = "fluid"
+
+    def __init__(self, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float]) -> None:
+        super().__init__(sched, capacity, latency)
+        self.on_link: dict[int, set[_Flow]] = {}
+        self._dirty: tuple[Scheduler, int, set[int]] | None = None
+        self.recomputes = 0
+
+    def send(self, msg: Msg) -> None:
+        now = self.sched.now
+        msg.t_send = now
+        if not msg.keys:
+            self.sched.at(now + int(msg.latency), self._arrive, msg)
+            return
+        flow = _Flow(msg, msg.mult or (1,) * len(msg.keys), now)
+        for k in msg.keys:
+            flows = self.on_link.get(k)
+            if flows is None:
+                flows = self.on_link[k] = set()
+            flows.add(flow)
+        self._mark(msg.keys)
+
+    def _mark(self, keys: Sequence[int]) -> None:
+        s = self.sched
+        d = self._dirty
+        if d is None or d[0] is not s or d[1] != s.now:
+            d = self._dirty = (s, s.now, set())
+            s.after_all(s.now, self._recompute, d[2])
+        d[2].update(keys)
+
+    def _component(self, keys: set[int]) -> list[_Flow]:
+        seen_keys = set(keys)
+        stack = list(keys)
+        flows: dict[_Flow, None] = {}
+        on_link = self.on_link
+        while stack:
+            for f in on_link.get(stack.pop(), ()):
+                if f not in flows:
+                    flows[f] = None
+                    for k in f.msg.keys:
+                        if k not in seen_keys:
+                            seen_keys.add(k)
+                            stack.append(k)
+        return list(flows)
+
+    def _recompute(self, keys: set[int]) -> None:
+        if self._dirty is not None and self._dirty[2] is keys:
+            self._dirty = None
+        flows = self._component(keys)
+        if not flows:
+            return
+        self.recomputes += 1
+        now = self.sched.now
+        for f in flows:
+            if f.t_upd != now:
+                f.remaining -= f.rate * (now - f.t_upd)
+                f.t_upd = now
+        rates = self._maxmin(flows)
+        s = self.sched
+        for f, r in zip(flows, rates, strict=True):
+            if r != f.rate:
+                if f.rate:
+                    f.const = False
+                f.rate = r
+                f.version += 1
+                s.at(now + max(math.floor(f.remaining / r), 0), self._drain, f, f.version)
+
+    def _maxmin(self, flows: list[_Flow]) -> list[float]:
+        cap = self.capacity
+        if len(flows) == 1:
+            f = flows[0]
+            return [min(cap[k] / m for k, m in zip(f.msg.keys, f.mult, strict=True))]
+        if len(flows) <= _SMALL:
+            return _fill_small(flows, cap)
+        return _fill_numpy(flows, cap)
+
+    def _drain(self, f: _Flow, version: int) -> None:
+        if version != f.version:
+            return
+        f.version += 1
+        msg = f.msg
+        for k in msg.keys:
+            flows = self.on_link[k]
+            flows.discard(f)
+            if not flows:
+                del self.on_link[k]
+        self._mark(msg.keys)
+        now = self.sched.now
+        t = msg.t_send + int(msg.latency + msg.size / f.rate) if f.const else now + int(msg.latency)
+        self.sched.at(max(t, now), self._arrive, msg)
+
+
+def _fill_small(flows: list[_Flow], cap: list[float]) -> list[float]:
+    rem: dict[int, float] = {}
+    weight: dict[int, int] = {}
+    for f in flows:
+        for k, m in zip(f.msg.keys, f.mult, strict=True):
+            if k not in rem:
+                rem[k] = cap[k]
+                weight[k] = 0
+            weight[k] += m
+    rates = [0.0] * len(flows)
+    active = set(range(len(flows)))
+    while active:
+        s = min(rem[k] / w for k, w in weight.items() if w > 0)
+        limit = s * (1 + 1e-12)
+        bottleneck = {k for k, w in weight.items() if w > 0 and rem[k] / w <= limit}
+        frozen = [i for i in active if any(k in bottleneck for k in flows[i].msg.keys)]
+        for i in frozen:
+            rates[i] = s
+            for k, m in zip(flows[i].msg.keys, flows[i].mult, strict=True):
+                rem[k] -= m * s
+                weight[k] -= m
+        active.difference_update(frozen)
+    return rates
+
+
+def _fill_numpy(flows: list[_Flow], cap: list[float]) -> list[float]:
+    n = len(flows)
+    flow_idx = np.repeat(np.arange(n), [len(f.msg.keys) for f in flows])
+    link_idx = np.fromiter((k for f in flows for k in f.msg.keys), dtype=np.int64, count=len(flow_idx))
+    mult = np.fromiter((m for f in flows for m in f.mult), dtype=np.float64, count=len(flow_idx))
+    links, local = np.unique(link_idx, return_inverse=True)
+    remaining = np.asarray(cap, dtype=np.float64)[links]
+    rates = np.zeros(n)
+    active = np.ones(n, dtype=bool)
+    while active.any():
+        on = active[flow_idx]
+        weight = np.bincount(local[on], weights=mult[on], minlength=len(links))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(weight > 0, remaining / np.where(weight > 0, weight, 1), np.inf)
+        s = share.min()
+        bottleneck = share <= s * (1 + 1e-12)
+        frozen = np.zeros(n, dtype=bool)
+        frozen[flow_idx[on & bottleneck[local]]] = True
+        frozen &= active
+        rates[frozen] = s
+        sel = frozen[flow_idx]
+        remaining = remaining - np.bincount(local[sel], weights=mult[sel], minlength=len(links)) * s
+        active &= ~frozen
+    return [float(r) for r in rates]
+
+
+NETMODELS: dict[str, type[NetModel]] = {"unaware": UnawareNet, "aware": AwareNet, "fluid": FluidNet}
