@@ -22,12 +22,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from simstudy import __version__, layout
+from simstudy.capture.frameworks import framework_of, tf_cluster
 from simstudy.capture.testbed import CaptureError, Host, Testbed, is_root, require_tools
 from simstudy.compile.costs import DDP_DEFAULT_BUCKET_BYTES, ddp_buckets, layer_costs
+from simstudy.compile.frameworks import messages
 from simstudy.compile.parameter_server import pieces, server_rank
 from simstudy.compile.resolve import resolve
 from simstudy.spec import ParameterServer, Scenario
 from simstudy.spec.capture import CaptureSpec
+from simstudy.spec.framework import Horovod, TensorFlowMWMS
+from simstudy.spec.load import SpecError
 from simstudy.traffic.meta import CaptureMeta, write_meta
 
 #: IPv4 (20) + TCP with timestamps (32) header bytes of every segment; Ethernet adds 14 on the wire.
@@ -48,12 +52,11 @@ def _say(progress: Callable[[str], None] | None, text: str) -> None:
         progress(text)
 
 
-def _check_environment() -> None:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise CaptureError("torch is not installed: pip install -e '.[capture]' "
-                           "(on CPU-only machines: pip install torch==2.13.0)") from None
+def _check_environment(spec: CaptureSpec, source: str | Path | None) -> None:
+    fw = framework_of(spec)
+    if not fw.installed():
+        raise SpecError(source, "framework", f"{spec.framework} needs {fw.module}, which is not installed here: "
+                                             f"{fw.install}")
     require_tools(["tcpdump"])
     if not is_root():
         raise CaptureError("capturing packets needs root (tcpdump): run with sudo")
@@ -143,6 +146,40 @@ def _bucket_cap_mb(spec: CaptureSpec) -> float | None:
     return None if p.bucket_size_bytes == DDP_DEFAULT_BUCKET_BYTES else p.bucket_size_mib
 
 
+def _tf_options(spec: CaptureSpec) -> dict[str, Any]:
+    """CommunicationOptions of a TensorFlow job, from its tensorflow_mwms preset."""
+    fw = spec.parallelism.framework
+    if not isinstance(fw, TensorFlowMWMS):
+        return {}
+    return {"bytes_per_pack": fw.bytes_per_pack, "implementation": fw.implementation}
+
+
+def _hvd_options(spec: CaptureSpec) -> dict[str, Any]:
+    """Horovod's environment knobs, from the job's horovod preset."""
+    fw = spec.parallelism.framework
+    if not isinstance(fw, Horovod):
+        return {}
+    return {"port": spec.capture.port, "fusion_threshold_bytes": int(fw.fusion_buffer_mib * 1024 * 1024),
+            "cycle_time_ms": fw.cycle_time_ms}
+
+
+def _start_rendezvous(host: Host, ranks: int, port: int, work: Path) -> subprocess.Popen[bytes]:
+    """Horovod's Gloo rendezvous server in rank 0's namespace (horovodrun's job), on `port`."""
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
+    err: IO[bytes] = (work / "rendezvous.log").open("wb")
+    proc = subprocess.Popen(host.wrap([sys.executable, "-m", "simstudy.capture.hvd_rendezvous", str(ranks), str(port)]),
+                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                            start_new_session=True)
+    err.close()
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if b"ready" not in line:
+        proc.kill()
+        raise CaptureError(f"Horovod's rendezvous server did not start: "
+                           f"{(work / 'rendezvous.log').read_text(errors='replace').strip()[-500:]}")
+    return proc
+
+
 def _probe(bed: Testbed, seconds: float, work: Path) -> dict[str, float]:
     """RTT and goodput between the first two hosts (one bulk TCP stream)."""
     a, b = bed.hosts[0], bed.hosts[1]
@@ -206,7 +243,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
     out = Path(out)
     c = spec.capture
     where = c.where or ("namespaces" if is_root() else "loopback")
-    _check_environment()
+    _check_environment(spec, source)
     if out.exists() and any(out.iterdir()) and not force:
         raise CaptureError(f"{out}: already holds a capture; give another -o or --force to replace it")
     scenario = resolve(Scenario.model_validate(spec.scenario_dict(bandwidth_gbps=1.0, latency_ns=0.0)),
@@ -216,11 +253,12 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
     work = tmp / "logs"
     work.mkdir(parents=True)
     procs: list[subprocess.Popen[bytes]] = []
+    helpers: list[subprocess.Popen[bytes]] = []  # e.g. Horovod's rendezvous server
     dumps: list[tuple[Host, subprocess.Popen[bytes]]] = []
     logs: list[IO[bytes]] = []
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        with Testbed(spec.ranks, where, c.link, c.mtu, c.offloads) as bed:
+        with Testbed(spec.ranks, where, c.link, c.mtu, c.offloads, hostnames=spec.framework == "horovod") as bed:
             _say(progress, f"testbed: {spec.ranks} ranks on {where}")
             probe = _probe(bed, 0.5, work) if spec.ranks >= 2 else {"rtt_s": 0.0, "goodput_bps": 0.0}
             _say(progress, f"link: rtt {probe['rtt_s'] * 1e6:.0f} us, goodput {probe['goodput_bps'] / 1e6:.0f} Mbit/s")
@@ -232,8 +270,13 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
             plan = ps_plan(scenario) if strategy == "ps" else None
             zoo = spec.model.model_dump(mode="json")
             env = {**os.environ, "PYTHONPATH": _pythonpath(), "OMP_NUM_THREADS": str(c.threads)}
+            fw = framework_of(spec)
+            cluster = tf_cluster([h.ip for h in bed.hosts], c.port, loopback)
+            if spec.framework == "horovod":
+                helpers.append(_start_rendezvous(bed.hosts[0], spec.ranks, c.port, work))
             for host in bed.hosts:
                 cfg = {"rank": host.rank, "world": spec.ranks, "master_addr": bed.hosts[0].ip,
+                       "cluster": cluster, "tensorflow": _tf_options(spec), "horovod": _hvd_options(spec),
                        "master_port": c.port, "ifname": host.ifname, "model": zoo,
                        "batch": spec.training.batch_size_per_worker, "seed": c.seed, "strategy": strategy,
                        "bucket_cap_mb": _bucket_cap_mb(spec), "ps": plan,
@@ -243,10 +286,10 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
                 cfg_path.write_text(json.dumps(cfg))
                 log: IO[bytes] = (work / f"rank{host.rank}.log").open("wb")
                 logs.append(log)
-                procs.append(subprocess.Popen(host.wrap([sys.executable, "-m", "simstudy.capture.worker",
-                                                         str(cfg_path)]),
+                procs.append(subprocess.Popen(host.wrap([sys.executable, "-m", fw.worker, str(cfg_path)]),
                                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-            _say(progress, f"training: {strategy}, {c.iterations} recorded iterations")
+            how = "parameter servers" if strategy == "ps" else f"all-reduce ({spec.parallelism.framework.name} preset)"
+            _say(progress, f"training: {spec.framework}, {how}, {c.iterations} recorded iterations")
             _wait(procs, work, c.timeout_s)
             _say(progress, "collecting the packets")
             _settle([tmp / (layout.LOOPBACK_PCAP if loopback else layout.rank_pcap(h.rank)) for h, _ in dumps])
@@ -276,7 +319,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
-        for p in procs:
+        for p in procs + helpers:
             _kill(p)
         for _, d in dumps:
             _kill(d)
@@ -329,17 +372,18 @@ def _meta(spec: CaptureSpec, scenario: Scenario, hosts: list[Host], results: lis
     sim = spec.scenario_dict(bandwidth_gbps=round(goodput / 1e9, 6), latency_ns=round(probe["rtt_s"] / 2 * 1e9, 1),
                              measured=measured)
     Scenario.model_validate(sim)  # it must be a valid scenario for `validate`
+    fw = framework_of(spec)
     if where == "namespaces":
         ranks: dict[str, Any] = {str(h.rank): h.ip for h in hosts}
-        control = [f"{hosts[0].ip}:{c.port}"]
     else:
         ranks = {str(r["rank"]): r["endpoints"] for r in results}
-        control = [f"127.0.0.1:{c.port}"]
-    import torch
+    control = fw.control([h.ip for h in hosts], c.port)
 
     return CaptureMeta.model_validate({
         "simstudy": __version__,
-        "torch": torch.__version__,
+        "framework": spec.framework,
+        "framework_version": fw.version(),
+        "torch": fw.version() if spec.framework == "pytorch" else None,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "spec": spec.model_dump(mode="json"),
         "scenario": sim,
@@ -353,8 +397,7 @@ def _meta(spec: CaptureSpec, scenario: Scenario, hosts: list[Host], results: lis
         "wire": {"mss": mss, "header_bytes": IP_TCP_HEADER} if mss else None,
         "tcpdump": stats,
         "buckets": None if scenario.parallelism.aggregation.kind != "allreduce" else [
-            b.size_bytes for b in ddp_buckets(layer_costs(scenario, scenario.resolved_model),
-                                              scenario.parallelism.bucket_size_bytes)],
+            b.size_bytes for b in messages(resolve(Scenario.model_validate(sim)))],
         "ddp_buckets": {r["rank"]: r["ddp_buckets"] for r in workers if "ddp_buckets" in r},
         "strategy": "ps" if servers else "ddp",
     })

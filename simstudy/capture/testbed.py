@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -23,6 +24,8 @@ from types import TracebackType
 from simstudy.spec.capture import Link
 
 PREFIX = "ss"
+#: `ip netns exec NAME` bind-mounts the files of /etc/netns/NAME/ over /etc/ (hosts, resolv.conf).
+NETNS_ETC = Path("/etc/netns")
 _OURS = re.compile(rf"^{PREFIX}(\d+)-(br|\d+)$")
 
 
@@ -103,6 +106,7 @@ def _delete_netns(name: str) -> None:
         if pids:
             time.sleep(0.05)
     subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+    shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
 
 
 @dataclass
@@ -114,6 +118,10 @@ class Testbed:
     link: Link = field(default_factory=Link)
     mtu: int = 1500
     offloads: bool = False
+    #: make the machine's hostname resolve to each rank's own address inside its namespace (as on
+    #: a real cluster), for frameworks that find their address from the hostname (Horovod's Gloo
+    #: process-set contexts); the file goes to /etc/netns/<namespace>/hosts
+    hostnames: bool = False
     hosts: list[Host] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
 
@@ -163,6 +171,9 @@ class Testbed:
                 _run(["ip", *args], "veth")
             host = Host(r, ns, rank_ip(r), "eth0")
             self.hosts.append(host)
+            if self.hostnames:
+                (NETNS_ETC / ns).mkdir(parents=True, exist_ok=True)
+                (NETNS_ETC / ns / "hosts").write_text(f"127.0.0.1 localhost\n{host.ip} {socket.gethostname()}\n")
             if not self.offloads:
                 for where, dev in ((host.wrap([]), "eth0"), (["ip", "netns", "exec", bridge_ns], port)):
                     _run([*where, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"], "offloads")

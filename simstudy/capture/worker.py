@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -31,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from simstudy.capture.models import TrainModel, build_torch_model
+from simstudy.capture.sockets import local_endpoints
 from simstudy.compile.parameter_server import PULL, PUSH, tag_number
 
 
@@ -99,39 +99,6 @@ class LayerClock:
                 out[name] = max(0.0, t - prev) * 1e6
                 prev = t
         return out
-
-
-def local_endpoints() -> list[str]:
-    """"ip:port" of this process's TCP sockets (from /proc), to map captured packets to ranks."""
-    inodes = set()
-    for fd in Path("/proc/self/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    out = []
-    for table, v6 in (("/proc/self/net/tcp", False), ("/proc/self/net/tcp6", True)):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            f = line.split()
-            if len(f) < 10 or f[9] not in inodes:
-                continue
-            addr, port = f[1].split(":")
-            raw = bytes.fromhex(addr)
-            if v6:
-                words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
-                ip = socket.inet_ntop(socket.AF_INET6, words)
-                if ip.startswith("::ffff:"):
-                    ip = ip[7:]
-            else:
-                ip = socket.inet_ntop(socket.AF_INET, raw[::-1])
-            out.append(f"{ip}:{int(port, 16)}")
-    return sorted(set(out))
 
 
 class Job:

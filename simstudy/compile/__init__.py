@@ -11,7 +11,7 @@ from simstudy.compile.atomic import atomic_directory
 from simstudy.compile.bundle import Bundle, BundleError
 from simstudy.compile.chakra_out import write_traces
 from simstudy.compile.cluster import JobInfo, build_cluster_graph, job_scenario, read_jobs, write_jobs
-from simstudy.compile.data_parallel import compile_data_parallel
+from simstudy.compile.frameworks import compile_framework
 from simstudy.compile.graph import Collective, ExecutionGraph, RankGraph, Task, TaskKind
 from simstudy.compile.hybrid import compile_hybrid
 from simstudy.compile.parameter_server import compile_parameter_server
@@ -89,7 +89,7 @@ def build_graph(scenario: Scenario) -> ExecutionGraph:
     if not isinstance(p.aggregation, AllReduce):
         graph = compile_parameter_server(scenario)
     elif p.is_plain_data_parallel:
-        graph = compile_data_parallel(scenario)
+        graph = compile_framework(scenario)
     else:
         graph = compile_hybrid(scenario)
     graph.check()

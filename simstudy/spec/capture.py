@@ -7,11 +7,18 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from simstudy.spec.base import Spec
+from simstudy.spec.base import FieldError, Spec
 from simstudy.spec.model import ModelSpec
 from simstudy.spec.parallelism import AllReduce, Parallelism, ParameterServer
 from simstudy.spec.scenario import tag_model
 from simstudy.spec.training import Training
+
+#: Frameworks `simstudy capture` can run.
+CaptureFramework = Literal["pytorch", "tensorflow", "horovod"]
+#: Zoo models with a Keras version (simstudy.capture.keras_models), for framework: tensorflow.
+KERAS_MODELS = ("small_cnn", "lstm_lm", "encoder")
+#: The `parallelism.framework` preset that simulates a captured framework's job.
+PRESET_OF = {"pytorch": "pytorch_ddp", "tensorflow": "tensorflow_mwms", "horovod": "horovod"}
 
 
 class Link(Spec):
@@ -63,6 +70,12 @@ class CaptureSpec(Spec):
     it with a switch topology of the job's ranks, the link's rate and the measured compute."""
 
     name: str = Field(default="capture", description="job name (letters, digits, _ . -)")
+    framework: CaptureFramework = Field(
+        default="pytorch",
+        description="the training framework that runs the job: pytorch (torch.distributed over gloo: DDP "
+        "or parameter servers), tensorflow (MultiWorkerMirroredStrategy over gRPC, Keras models) or horovod "
+        "(Horovod's PyTorch API over Gloo)",
+    )
     model: ModelSpec = Field(description="a zoo model name or a zoo reference with options")
     parallelism: Parallelism = Field(default_factory=Parallelism, description="dp and aggregation")
     training: Training = Field(default_factory=Training, description="batch per worker; fp32 only")
@@ -73,6 +86,13 @@ class CaptureSpec(Spec):
     def _short_forms(cls, data: Any) -> Any:
         if isinstance(data, dict) and "model" in data:
             data = {**data, "model": tag_model(data["model"])}
+        if isinstance(data, dict) and isinstance(data.get("framework"), str):
+            par = data.get("parallelism")
+            par = dict(par) if isinstance(par, dict) else {}
+            preset = PRESET_OF.get(data["framework"])
+            if preset is not None and "framework" not in par:
+                par["framework"] = preset  # the preset that simulates this framework's job
+                data = {**data, "parallelism": par}
         return data
 
     @model_validator(mode="after")
@@ -83,9 +103,24 @@ class CaptureSpec(Spec):
         if p.dp < 2 and not isinstance(p.aggregation, ParameterServer):
             raise ValueError("an all-reduce capture needs dp >= 2 workers")
         agg = p.aggregation
+        if p.framework.name != PRESET_OF[self.framework]:
+            raise FieldError("parallelism.framework", f"a {self.framework} job is simulated with the "
+                             f"{PRESET_OF[self.framework]} preset, not {p.framework.name}")
         if isinstance(agg, AllReduce) and agg.algorithm != "ring":
-            raise ValueError(f"gloo's all-reduce is a ring: set parallelism.aggregation.algorithm to ring, "
+            what = "gloo's all-reduce" if self.framework == "pytorch" else "TensorFlow's CPU all-reduce (RingReduce)"
+            raise FieldError("parallelism.aggregation.algorithm",
+                             f"{what} is a ring: set parallelism.aggregation.algorithm to ring, "
                              f"not {agg.algorithm}")
+        if self.framework == "horovod" and isinstance(agg, ParameterServer):
+            raise FieldError("parallelism.aggregation", "Horovod has no parameter server; capture one with "
+                             "framework: pytorch")
+        if self.framework == "tensorflow":
+            if isinstance(agg, ParameterServer):
+                raise FieldError("parallelism.aggregation", "a tensorflow capture runs MultiWorkerMirroredStrategy "
+                                 "(collective all-reduce); parameter servers are captured with framework: pytorch")
+            if self.model.kind == "zoo" and self.model.zoo not in KERAS_MODELS:
+                raise FieldError("model", f"{self.model.zoo!r} has no Keras version for a tensorflow capture; "
+                                 f"expected one of {', '.join(KERAS_MODELS)}")
         if isinstance(agg, ParameterServer) and agg.placement != "dedicated":
             raise ValueError("a capture runs parameter servers as ranks of their own: use placement: dedicated")
         if self.training.precision != "fp32":

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from simstudy.spec.base import FieldError, Spec
+from simstudy.spec.framework import FrameworkSpec, KungFu, PyTorchDDP, TensorFlowMWMS, framework_value
 
 AllReduceAlgorithm = Literal["ring", "direct", "halving_doubling", "double_binary_tree"]
 
@@ -54,6 +55,11 @@ class Parallelism(Spec):
     aggregation: Aggregation = Field(
         default_factory=AllReduce, description="how data-parallel replicas combine gradients"
     )
+    framework: FrameworkSpec = Field(
+        default_factory=lambda: PyTorchDDP(name="pytorch_ddp"),
+        description="the framework preset that turns gradients into messages: pytorch_ddp (default), horovod, "
+        "tensorflow_mwms or kungfu; a name, or {name: ..., knob: value} (see simstudy.spec.framework)",
+    )
     bucket_size_mib: float = Field(
         default=25.0,
         gt=0,
@@ -82,6 +88,25 @@ class Parallelism(Spec):
         "gradients, all-gather updated parameters), zero3 or fsdp (all-gather each layer's parameters "
         "before its forward and backward, reduce-scatter its gradients after backward)",
     )
+
+    @model_serializer(mode="wrap")
+    def _drop_default_framework(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Leave `framework` out when it is the default pytorch_ddp, so that scenarios written before
+        presets existed keep their canonical JSON (and their sweep run keys)."""
+        data = handler(self)
+        if isinstance(data, dict):
+            if data.get("framework") == {"name": "pytorch_ddp"}:
+                del data["framework"]
+            elif isinstance(self.aggregation, AllReduce):
+                data.pop("bucket_size_mib", None)  # DDP's knob: another preset's dump leaves it out
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _framework_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "framework" in data:
+            data = {**data, "framework": framework_value(data["framework"])}
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -122,6 +147,33 @@ class Parallelism(Spec):
         """Only data parallelism: no model split, no sharding, one microbatch."""
         return self.tp == 1 and self.pp == 1 and self.sharding == "none" and self.microbatches == 1
 
+    def _check_framework(self) -> None:
+        """What a framework preset needs of the rest of the parallelism."""
+        fw = self.framework
+        if isinstance(fw, PyTorchDDP):
+            return
+        if not self.is_plain_data_parallel:
+            raise FieldError("framework", f"the {fw.name} preset models data parallelism only (tp = pp = 1, "
+                                          "sharding none, one microbatch); use framework: pytorch_ddp for hybrids")
+        agg = self.aggregation
+        if isinstance(agg, ParameterServer):
+            if not isinstance(fw, TensorFlowMWMS):
+                raise FieldError("aggregation", f"{fw.name} has no parameter server; use aggregation kind "
+                                                "allreduce (parameter servers: pytorch_ddp or tensorflow_mwms, "
+                                                "for TensorFlow's ParameterServerStrategy)")
+            return
+        if "bucket_size_mib" in self.model_fields_set:
+            raise FieldError("bucket_size_mib", f"bucket_size_mib is PyTorch DDP's bucket cap; it does not apply "
+                                                f"to framework {fw.name} (see its knobs under framework)")
+        if isinstance(fw, KungFu) and agg.algorithm != "ring":
+            raise FieldError("aggregation.algorithm", "kungfu all-reduces along framework.graph (point-to-point "
+                                                      f"reduce and broadcast), not a collective algorithm "
+                                                      f"({agg.algorithm})")
+        if isinstance(fw, TensorFlowMWMS) and agg.algorithm != "ring":
+            raise FieldError("aggregation.algorithm", f"TensorFlow's CPU all-reduce is RingReduce "
+                                                      f"(implementation {fw.implementation}): use ring, not "
+                                                      f"{agg.algorithm}")
+
     @model_validator(mode="after")
     def _check(self) -> Parallelism:
         agg = self.aggregation
@@ -141,6 +193,7 @@ class Parallelism(Spec):
             if self.microbatches != 1:
                 raise FieldError("microbatches", "a parameter server trains one batch per iteration; "
                                                  f"microbatches must be 1, got {self.microbatches}")
+        self._check_framework()
         if self.schedule == "1f1b" and self.pp > 1 and self.microbatches < self.pp:
             raise FieldError(
                 "microbatches",

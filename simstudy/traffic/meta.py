@@ -165,6 +165,8 @@ class CaptureMeta(_Model):
 
     simstudy: str | None = Field(default=None, description="simstudy version that wrote the capture")
     torch: str | None = Field(default=None, description="torch version of the job")
+    framework: str | None = Field(default=None, description="the job's framework: pytorch, tensorflow, ...")
+    framework_version: str | None = Field(default=None, description="that framework's version")
     created: str | None = Field(default=None, description="when the capture was made (ISO 8601)")
     spec: dict[str, Any] | None = Field(default=None, description="the capture spec (CaptureSpec JSON)")
     scenario: dict[str, Any] | None = Field(default=None, description="the scenario to simulate (Scenario JSON)")

@@ -77,3 +77,47 @@ def test_synchronous_jobs_take_the_slowest_worker_of_each_calibration_pass() -> 
     assert slowest["layers"]["fc"] == {"forward_us": 25.0, "backward_us": 25.0}
     mean = measured_compute(workers, [], synchronous=False)  # async workers do not wait for each other
     assert (mean["forward_us"], mean["backward_us"]) == (20.0, 20.0)
+
+
+@pytest.mark.parametrize(("body", "field", "expected"), [
+    ("framework: mxnet\nparallelism: {dp: 2}", "framework", "pytorch"),
+    ("framework: tensorflow\nparallelism: {dp: 2, aggregation: {servers: 1}}", "parallelism.aggregation",
+     "MultiWorkerMirroredStrategy"),
+    ("framework: tensorflow\nparallelism: {dp: 2, aggregation: {algorithm: direct}}",
+     "parallelism.aggregation.algorithm", "RingReduce"),
+])
+def test_bad_framework_specs_name_file_and_field(tmp_path: Path, body: str, field: str, expected: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"name: bad\nmodel: small_cnn\n{body}\n")
+    with pytest.raises(SpecError) as err:
+        load_spec(CaptureSpec, path)
+    text = str(err.value)
+    assert str(path) in text and field in text and expected in text
+
+
+def test_tensorflow_capture_needs_a_keras_model(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: bad\nframework: tensorflow\nmodel: resnet50\nparallelism: {dp: 2}\n")
+    with pytest.raises(SpecError, match=r"model: 'resnet50' has no Keras version.*small_cnn, lstm_lm, encoder"):
+        load_spec(CaptureSpec, path)
+
+
+def test_capture_of_a_framework_that_is_not_installed_exits_2(tmp_path: Path) -> None:
+    """Horovod does not build here (see simstudy.capture.frameworks): one clear error, exit 2, no
+    testbed made and no output written."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("horovod") is not None:
+        pytest.skip("horovod is installed here")
+    spec = tmp_path / "hvd.yaml"
+    spec.write_text("name: hvd\nframework: horovod\nmodel: small_cnn\nparallelism: {dp: 2}\n")
+    done = subprocess.run([sys.executable, "-m", "simstudy", "capture", str(spec), "-o", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error" in line]  # (progress bars aside)
+    assert len(errors) == 1 and errors[0].startswith("simstudy: error: ")
+    assert str(spec) in errors[0] and "framework: horovod needs horovod.torch" in errors[0]
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()

@@ -51,6 +51,15 @@ CASES: dict[str, dict[str, Any]] = {
                                             "sharding": "fsdp"},
         "topology": {"kind": "ring", "npus": 8},
     },
+    # the framework presets (simstudy.compile.frameworks)
+    "preset_horovod": {"model": "resnet50", "parallelism": {"dp": 4, "framework": {
+        "name": "horovod", "fusion_buffer_mib": 16, "cycle_time_ms": 0.5}}, "topology": {"kind": "ring", "npus": 4}},
+    "preset_tensorflow_mwms": {"model": "lstm_lm", "parallelism": {"dp": 4, "framework": {
+        "name": "tensorflow_mwms", "bytes_per_pack": 8 << 20}}, "topology": {"kind": "switch", "npus": 4}},
+    "preset_kungfu_binary_tree_star": {"model": "small_cnn", "parallelism": {"dp": 6, "framework": "kungfu"},
+                                       "topology": {"kind": "switch", "npus": 6}},
+    "preset_kungfu_clique": {"model": "small_cnn", "parallelism": {"dp": 4, "framework": {
+        "name": "kungfu", "graph": "clique"}}, "topology": {"kind": "fully_connected", "npus": 4}},
     "ps_async_colocated": {
         "model": "lstm_lm",
         "parallelism": {"dp": 4, "aggregation": {"kind": "parameter_server", "servers": 2,
