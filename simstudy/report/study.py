@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from simstudy import layout
+from simstudy.report.findings import findings
 from simstudy.spec import PlotSpec
 from simstudy.sweep import BaselineReport, SweepResult, label, metric_columns
 from simstudy.sweep.clusters import hottest_links, is_cluster_study, job_rows, slowdown_by_axis, tier_bytes
@@ -190,6 +191,9 @@ def _report_text(result: SweepResult, params: list[str], made: list[tuple[str, P
     lines += ["", f"Backend `{study.backend}`; {exp.total} combinations, {len(exp.points)} scenarios, "
               f"{len(exp.skipped)} skipped; runs: {c['ok']} computed, {c['cached']} reused, {c['failed']} failed.",
               ""]
+    found = findings(summary, params, [{"reason": sk.reason} for sk in exp.skipped])
+    if found:
+        lines += ["## Findings", "", *(f"- {f.sentence}" for f in found), ""]
     if exp.skipped:
         lines += ["### Skipped combinations", ""]
         lines += [f"- {', '.join(f'{k}={v}' for k, v in s.params.items())}: {s.reason}" for s in exp.skipped]

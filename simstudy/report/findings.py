@@ -1,0 +1,203 @@
+"""What a study found, in sentences computed from its summary, each with its numbers.
+
+Every `Finding` keeps the numbers its sentence states (`values`), so a test can check the
+sentence against the summary, and no sentence is written that the numbers do not support:
+
+* `bound`: which scenarios are communication-bound (exposed communication >= COMM_BOUND of the
+  iteration) and which compute-bound (<= COMPUTE_BOUND); nothing is claimed of a class that is empty;
+* `burstiness`: the burstiest and the smoothest model (or scenario) by peak-to-mean throughput
+  (1 ms bins) and duty cycle, only when they differ by more than BURSTY_RATIO;
+* `axis`: per swept axis, how iteration time and bytes per iteration change along it (mean over
+  the other axes), when they change by more than CHANGE;
+* `failed` / `skipped`: what did not run, with the first reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from simstudy import layout
+
+#: Exposed communication / iteration time at or above which a scenario is communication-bound.
+COMM_BOUND = 0.5
+#: ... and at or below which it is compute-bound.
+COMPUTE_BOUND = 0.2
+#: Peak-to-mean ratios closer than this factor are "about equally bursty".
+BURSTY_RATIO = 1.05
+#: An axis that changes a metric by less than this fraction does not change it.
+CHANGE = 0.02
+_LIST = 6
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    sentence: str
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+def _names(labels: list[str]) -> str:
+    shown = labels[:_LIST]
+    more = f" and {len(labels) - _LIST} more" if len(labels) > _LIST else ""
+    return ", ".join(shown) + more
+
+
+def _label(row: pd.Series, params: list[str]) -> str:
+    return ", ".join(f"{p}={row[p]}" for p in params) if params else str(row.get("key", "?"))
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}" if abs(x) < 1e4 else f"{x:.3e}"
+
+
+def bound(ok: pd.DataFrame, params: list[str]) -> list[Finding]:
+    if "exposed_comm_frac" not in ok.columns or ok.empty:
+        return []
+    frac = ok["exposed_comm_frac"].astype(float)
+    comm = ok[frac >= COMM_BOUND]
+    comp = ok[frac <= COMPUTE_BOUND]
+    out = []
+    n = len(ok)
+    if len(comm):
+        labels = [f"{_label(r, params)} ({r['exposed_comm_frac']:.0%})" for _, r in comm.iterrows()]
+        out.append(Finding("bound", f"{len(comm)} of {n} scenarios are communication-bound (exposed communication "
+                           f">= {COMM_BOUND:.0%} of the iteration): {_names(labels)}.",
+                           {"communication_bound": len(comm), "scenarios": n}))
+    if len(comp):
+        labels = [f"{_label(r, params)} ({r['exposed_comm_frac']:.0%})" for _, r in comp.iterrows()]
+        out.append(Finding("bound", f"{len(comp)} of {n} scenarios are compute-bound (exposed communication "
+                           f"<= {COMPUTE_BOUND:.0%} of the iteration): {_names(labels)}.",
+                           {"compute_bound": len(comp), "scenarios": n}))
+    if not len(comm) and not len(comp):
+        out.append(Finding("bound", f"No scenario is clearly communication- or compute-bound: exposed communication "
+                           f"is {frac.min():.0%}-{frac.max():.0%} of the iteration in all {n}.",
+                           {"min": float(frac.min()), "max": float(frac.max())}))
+    elif len(comm) == n:
+        out.append(Finding("bound", "None is compute-bound.", {"compute_bound": 0}))
+    elif len(comp) == n:
+        out.append(Finding("bound", "None is communication-bound.", {"communication_bound": 0}))
+    return out
+
+
+def burstiness(ok: pd.DataFrame, params: list[str]) -> list[Finding]:
+    if "peak_to_mean" not in ok.columns or ok["peak_to_mean"].isna().all():
+        return []
+    by = "model" if "model" in params and ok["model"].nunique() > 1 else None
+    if by:
+        g = ok.groupby(by, sort=False).agg(ptm=("peak_to_mean", "mean"), duty=("duty_cycle", "mean"))
+        names = [str(i) for i in g.index]
+    else:
+        g = pd.DataFrame({"ptm": ok["peak_to_mean"].to_numpy(), "duty": ok["duty_cycle"].to_numpy()})
+        names = [_label(r, params) for _, r in ok.iterrows()]
+    g = g.assign(name=names).dropna(subset=["ptm"])
+    if len(g) < 2:
+        return []
+    hi = g.loc[g["ptm"].idxmax()]
+    lo = g.loc[g["ptm"].idxmin()]
+    ratio = float(hi["ptm"] / lo["ptm"])
+    what = "model" if by else "scenario"
+    vals = {"burstiest": hi["name"], "peak_to_mean": float(hi["ptm"]), "smoothest": lo["name"],
+            "smoothest_peak_to_mean": float(lo["ptm"]), "ratio": ratio}
+    if ratio < BURSTY_RATIO:
+        return [Finding("burstiness", f"Every {what}'s traffic is about equally bursty: peak-to-mean throughput "
+                        f"(1 ms bins) {lo['ptm']:.2f}-{hi['ptm']:.2f}.", vals)]
+    duty = (f"; duty cycle {hi['duty']:.2f} against {lo['duty']:.2f}"
+            if math.isfinite(hi["duty"]) and math.isfinite(lo["duty"]) else "")
+    return [Finding("burstiness", f"The burstiest {what} is {hi['name']}: peak-to-mean throughput (1 ms bins) "
+                    f"{hi['ptm']:.2f}, {ratio:.2f}x that of the smoothest, {lo['name']} ({lo['ptm']:.2f}){duty}"
+                    f"{' (means over the other axes)' if by and len(params) > 1 else ''}.", vals)]
+
+
+def _axis_values(ok: pd.DataFrame, axis: str, metric: str) -> pd.Series:
+    means = ok.groupby(axis, sort=False)[metric].mean()
+    try:
+        return means.sort_index(key=lambda s: pd.to_numeric(s))
+    except (ValueError, TypeError):
+        return means
+
+
+def axis_effects(ok: pd.DataFrame, params: list[str]) -> list[Finding]:
+    out = []
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for axis in params:  # axes zipped together split the scenarios the same way: one sentence
+        if ok[axis].astype(str).nunique() >= 2:
+            groups.setdefault(tuple(int(c) for c in pd.factorize(ok[axis].astype(str))[0]), []).append(axis)
+    independent = len(groups)
+    for together in groups.values():
+        axis = together[0]
+        parts = []
+        vals: dict[str, Any] = {"axis": axis}
+        for metric, name, unit in (("iteration_ms", "iteration time", " ms"), ("bytes_per_iter", "bytes per iteration",
+                                                                                "")):
+            if metric not in ok.columns:
+                continue
+            m = _axis_values(ok, axis, metric).dropna()
+            if len(m) < 2 or m.min() <= 0:
+                continue
+            ratio = float(m.max() / m.min())
+            vals[metric] = {str(k): float(v) for k, v in m.items()}
+            if ratio - 1 < CHANGE:
+                parts.append(f"leaves {name} unchanged ({_fmt(float(m.mean()))}{unit}, within {CHANGE:.0%})")
+                continue
+            numeric = pd.to_numeric(pd.Series(m.index), errors="coerce").notna().all()
+            if numeric:
+                first, last = m.index[0], m.index[-1]
+                parts.append(f"takes {name} from {_fmt(float(m.iloc[0]))}{unit} at {first} to "
+                             f"{_fmt(float(m.iloc[-1]))}{unit} at {last} ({float(m.iloc[-1] / m.iloc[0]):.2f}x)")
+            else:
+                parts.append(f"spans {name} from {_fmt(float(m.min()))}{unit} ({m.idxmin()}) to "
+                             f"{_fmt(float(m.max()))}{unit} ({m.idxmax()}), {ratio:.2f}x")
+        if parts:
+            avg = " (means over the other axes)" if independent > 1 else ""
+            name = f"`{axis}`" + (f" (with {', '.join(f'`{a}`' for a in together[1:])})" if len(together) > 1 else "")
+            out.append(Finding("axis", f"{name} " + "; it ".join(parts) + f"{avg}.", vals))
+    return out
+
+
+def failures(summary: pd.DataFrame, params: list[str], skipped: list[dict[str, Any]]) -> list[Finding]:
+    out = []
+    failed = summary[summary["status"] != "ok"]
+    if len(failed):
+        first = failed.iloc[0]
+        out.append(Finding("failed", f"{len(failed)} of {len(summary)} scenarios failed: "
+                           f"{_names([_label(r, params) for _, r in failed.iterrows()])} (first error: "
+                           f"{str(first.get('error', ''))[:200]}).", {"failed": len(failed)}))
+    if skipped:
+        reason = str(skipped[0].get("reason", skipped[0].get("error", "")))[:200]
+        out.append(Finding("skipped", f"{len(skipped)} combinations were skipped (first reason: {reason}).",
+                           {"skipped": len(skipped)}))
+    return out
+
+
+def findings(summary: pd.DataFrame, params: list[str], skipped: list[dict[str, Any]] | None = None) -> list[Finding]:
+    """Every finding of a study's summary (see the module's docstring for the rules)."""
+    if summary.empty:
+        return [Finding("empty", "The study has no scenarios.")]
+    ok = summary[summary["status"] == "ok"]
+    out = bound(ok, params) + burstiness(ok, params) + axis_effects(ok, params)
+    return out + failures(summary, params, skipped or [])
+
+
+def _skipped(out: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads((out / layout.SKIPPED_JSON).read_text())
+    except (OSError, ValueError):
+        return []
+    return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
+
+
+def study_findings(out: Path) -> tuple[str, ...]:
+    """The sentences of a study results directory (for the dashboard's summary)."""
+    from simstudy.sweep import metric_columns
+
+    summary = pd.read_parquet(out / layout.SUMMARY)
+    ids = {"index", "key", "status", "error", "cached", "run_s", "backend_wall_s"}
+    metrics = set(metric_columns(summary))
+    params = [c for c in summary.columns if c not in ids and c not in metrics and c != "bytes_per_iter"]
+    return tuple(f.sentence for f in findings(summary, params, _skipped(out)))
