@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 a check failed (e.g. a regression or validation), 2 bad
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -178,10 +179,12 @@ def _analyze(args: argparse.Namespace) -> int:
     from simstudy.report.traffic import render_analysis
     from simstudy.traffic.features import analyze
     from simstudy.traffic.sources import load_traffic
+    from simstudy.validate import payload_view
 
     source = load_traffic(args.path, rank_map=_rank_map(args.ranks))
     out = Path(args.output) if args.output else source.path / layout.ANALYSIS_DIR
-    features = analyze(source.table, boundaries=source.boundaries, roles=source.roles)
+    table = payload_view(source.table) if args.count == "payload" else source.table
+    features = analyze(table, boundaries=source.boundaries, roles=source.roles)
     notes = list(source.warnings)
     if source.experiment:
         notes.append("experiment: " + ", ".join(f"{k}={v}" for k, v in source.experiment.model_dump().items()))
@@ -301,6 +304,42 @@ def _cluster(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _dashboard(args: argparse.Namespace) -> int:
+    from simstudy.dashboard import load, write
+    from simstudy.report.findings import study_findings
+
+    path = Path(args.path)
+    kind, data = load(path, findings_for=study_findings)
+    out = Path(args.output) if args.output else path / layout.DASHBOARD_HTML
+    page = write(kind, data, out)
+    print(f"{kind} dashboard {page} ({page.stat().st_size / 1e6:.1f} MB)")
+    if args.serve:
+        _serve(page, args.port)
+    return EXIT_OK
+
+
+def _serve(page: Path, port: int) -> None:
+    import functools
+    import http.server
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(page.parent))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
+        print(f"serving http://127.0.0.1:{server.server_address[1]}/{page.name} (Ctrl-C stops)", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from simstudy.report.chrome_trace import chrome_trace, write_trace
+
+    run = Path(args.run)
+    trace = chrome_trace(run, iterations=args.iterations, ranks=args.ranks, transfers=args.transfers)
+    out = Path(args.output) if args.output else run / "trace.json"
+    write_trace(trace, out)
+    print(f"trace {out}: {trace.counts()} (open in https://ui.perfetto.dev or chrome://tracing)")
+    return EXIT_OK
+
+
 def _field_help(name: str) -> str:
     from simstudy.spec import BackendOptions
 
@@ -411,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="capture directory (pcap/pcapng files, meta.json) or run directory")
     p.add_argument("-o", "--output", help="where features.json, plots and analysis.md go (default PATH/analysis)")
     p.add_argument("--ranks", metavar="MAP.yaml", help=ranks_help)
+    p.add_argument("--count", default="payload", choices=["payload", "ip"],
+                   help="capture bytes to analyse: TCP/UDP payload (default; what the application sent, and "
+                        "what the period is found from without ACKs between bursts) or IP bytes as captured")
     p.set_defaults(func=_analyze)
 
     p = sub.add_parser("validate", help="simulate a captured job and compare, metric by metric")
@@ -445,6 +487,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="plot file (default results/cluster.png)")
     p.set_defaults(func=_cluster)
 
+    p = sub.add_parser("dashboard", help="one self-contained HTML page for a study, run, capture or validation")
+    p.add_argument("path", help="a study results directory, a run directory, a capture directory or a validation "
+                                "directory")
+    p.add_argument("-o", "--output", help="HTML file (default PATH/dashboard.html)")
+    p.add_argument("--serve", action="store_true", help="also serve it on 127.0.0.1 and print the URL")
+    p.add_argument("--port", type=int, default=0, help="--serve: port (default: any free one)")
+    p.set_defaults(func=_dashboard)
+
+    p = sub.add_parser("trace", help="export a run's per-rank timeline as a Chrome trace (Perfetto, chrome://tracing)")
+    p.add_argument("run", help="run directory (spans.parquet, traffic.parquet)")
+    p.add_argument("-o", "--output", help="JSON file (default RUN/trace.json)")
+    p.add_argument("--iterations", type=int, default=2,
+                   help="the first N iterations' time slots (finish / iterations each; default 2; 0: all)")
+    p.add_argument("--ranks", type=int, default=64, help="at most this many ranks, the first ones (default 64; 0: all)")
+    p.add_argument("--transfers", type=int, default=20_000,
+                   help="at most this many transfers drawn as flow arrows (default 20000; 0: none)")
+    p.set_defaults(func=_trace)
+
     p = sub.add_parser("models", help="list the built-in models with parameter counts and GFLOPs")
     p.set_defaults(func=_models)
     return parser
@@ -453,6 +513,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _bad_input_types() -> tuple[type[BaseException], ...]:
     from simstudy.chakra import ChakraFormatError
     from simstudy.compile import BundleError, CompileError
+    from simstudy.dashboard import DashboardError
+    from simstudy.report.chrome_trace import TraceError
     from simstudy.spec import SpecError
     from simstudy.sweep import SweepError
     from simstudy.traffic.meta import MetaError
@@ -460,7 +522,7 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
     from simstudy.traffic.sources import SourceError
 
     return (SpecError, CompileError, BundleError, ChakraFormatError, SweepError, PcapError, SourceError,
-            MetaError, FileNotFoundError)
+            MetaError, FileNotFoundError, DashboardError, TraceError)
 
 
 def _failure_types() -> tuple[type[BaseException], ...]:

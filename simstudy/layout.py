@@ -39,6 +39,8 @@ STUDY_JSON = "study.json"
 SKIPPED_JSON = "skipped.json"
 REPORT_MD = "report.md"
 PLOTS_DIR = "plots"
+#: `simstudy dashboard PATH` writes PATH/dashboard.html by default.
+DASHBOARD_HTML = "dashboard.html"
 
 # -- capture directory -------------------------------------------------------------------------
 META = "meta.json"

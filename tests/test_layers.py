@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "validate": 7,
     "capture": 8,
     "report": 9,
+    "dashboard": 9,
     "cli": 10,
 }
 

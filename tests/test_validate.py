@@ -49,7 +49,7 @@ def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_analyze_capture_and_run_agree(capture: Path) -> None:
     for target in ("cap", "run"):
-        proc = _cli("analyze", target, cwd=capture)
+        proc = _cli("analyze", target, "--count", "ip", cwd=capture)
         assert proc.returncode == 0, proc.stderr
         out = capture / target / "analysis"
         assert (out / "analysis.md").is_file() and (out / "plots" / "timeline.png").stat().st_size > 1000
