@@ -42,9 +42,9 @@ FloatArray = NDArray[np.float64]
 #: The finest bin of a timeline (the issue's "down to 1 ms bins").
 FINEST_BIN_S = 1e-3
 #: The coarsest level of a pyramid has at most this many bins (the whole run at a glance).
-COARSEST_BINS = 400
+COARSEST_BINS = 500
 #: A zoom shows the finest level whose bins in the visible range are at most this many.
-SHOWN_BINS = 2000
+SHOWN_BINS = 500
 #: At most this many values in all the levels of one pyramid (about 8 bytes each in the page):
 #: a longer run gets a coarser finest bin, said on the page.
 PYRAMID_CAP = 1_500_000

@@ -39,7 +39,7 @@ select{margin-right:1em}
 
 _JS = (Path(__file__).parent / "dashboard.js").read_text(encoding="utf-8")
 
-_STUDY_JS = (Path(__file__).parent / "dashboard.js").read_text(encoding="utf-8")
+_STUDY_JS = (Path(__file__).parent / "study.js").read_text(encoding="utf-8")
 
 
 def _num(x: float) -> float | None:

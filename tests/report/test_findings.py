@@ -1,0 +1,85 @@
+"""Findings are computed from real sweep results, and say nothing the numbers do not support."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simstudy.report.findings import COMM_BOUND, COMPUTE_BOUND, findings
+from simstudy.spec import load_study
+from simstudy.sweep import LocalExecutor, run_study
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _sweep(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+    path = tmp_path / "study.yaml"
+    path.write_text(text)
+    return run_study(load_study(path), path, tmp_path / "out", executor=LocalExecutor(2), progress=False)
+
+
+@pytest.fixture(scope="module")
+def main_study(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    path = REPO / "specs" / "cnn_vs_rnn.yaml"
+    return run_study(load_study(path), path, tmp_path_factory.mktemp("cvr"), executor=LocalExecutor(2),
+                     progress=False)
+
+
+def test_the_main_study_shows_both_kinds_and_the_burstiest_model(main_study) -> None:  # type: ignore[no-untyped-def]
+    s = main_study.summary
+    params = main_study.expansion.param_names
+    found = findings(s, params)
+    kinds = [f.kind for f in found]
+    bound = {k: v for f in found if f.kind == "bound" for k, v in f.values.items()}
+    assert bound["communication_bound"] == int((s["exposed_comm_frac"] >= COMM_BOUND).sum()) > 0
+    assert bound["compute_bound"] == int((s["exposed_comm_frac"] <= COMPUTE_BOUND).sum()) > 0
+    (burst,) = [f for f in found if f.kind == "burstiness"]
+    by_model = s.groupby("model")["peak_to_mean"].mean()
+    assert burst.values["burstiest"] == by_model.idxmax() and burst.values["smoothest"] == by_model.idxmin()
+    assert burst.values["ratio"] == pytest.approx(by_model.max() / by_model.min())
+    assert f"{burst.values['ratio']:.2f}x" in burst.sentence
+    axis = {f.values["axis"]: f for f in found if f.kind == "axis"}
+    bw = axis["topology.bandwidth_gbps"]
+    # more bandwidth, shorter iterations; the same bytes
+    its = bw.values["iteration_ms"]
+    assert its["25"] > its["100"] > its["400"]
+    assert "leaves bytes per iteration unchanged" in bw.sentence
+    assert "failed" not in kinds and "skipped" not in kinds
+
+
+def test_no_sentence_claims_an_empty_class(tmp_path: Path) -> None:
+    # Every scenario on a slow link: all communication-bound, none compute-bound, and nothing failed.
+    result = _sweep(tmp_path, """
+name: slow
+base:
+  model: resnet50
+  topology: {kind: ring, npus: 4, bandwidth_gbps: 1, latency_ns: 500}
+  system: {peak_tflops: 120, efficiency: 0.4}
+  training: {batch_size_per_worker: 32, iterations: 2}
+axes:
+  topology.npus: [2, 4]
+""")
+    found = findings(result.summary, result.expansion.param_names)
+    text = " ".join(f.sentence for f in found)
+    assert "2 of 2 scenarios are communication-bound" in text and "None is compute-bound." in text
+    assert "compute-bound (exposed" not in text
+    assert not [f for f in found if f.kind in ("failed", "skipped")]
+
+
+def test_failures_and_skips_are_stated(tmp_path: Path) -> None:
+    result = _sweep(tmp_path, """
+name: some_fail
+base:
+  model: {zoo: decoder, options: {layers: 1, hidden: 48, heads: 3, seq_len: 8, vocab: 64}}
+  topology: {kind: ring, npus: 4, bandwidth_gbps: 10, latency_ns: 500}
+  system: {peak_tflops: 10, efficiency: 0.5}
+  training: {batch_size_per_worker: 16, iterations: 2}
+axes:
+  parallelism.tp: [1, 2]
+""")
+    found = findings(result.summary, result.expansion.param_names, [{"reason": "dp*tp*pp != npus"}])
+    (failed,) = [f for f in found if f.kind == "failed"]
+    assert failed.values["failed"] == 1 and "does not divide the 3 attention heads" in failed.sentence
+    (skipped,) = [f for f in found if f.kind == "skipped"]
+    assert "dp*tp*pp != npus" in skipped.sentence
