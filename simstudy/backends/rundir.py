@@ -84,3 +84,17 @@ def run_to_dir(
         if render is not None:
             render(result, tmp)
     return result
+
+
+def run_iterations(out: Path) -> int:
+    """Training iterations of the run in `out` (the most of any job of a cluster run), from its
+    bundle's scenario.json; 1 when the run has none (an ASTRA-SIM input set)."""
+    try:
+        scen = json.loads((out / layout.BUNDLE_DIR / layout.SCENARIO).read_text())
+    except (OSError, ValueError):
+        return 1
+    if isinstance(scen, dict) and isinstance(scen.get("training"), dict):
+        return int(scen["training"].get("iterations", 1))
+    if isinstance(scen, dict) and isinstance(scen.get("jobs"), list) and scen["jobs"]:
+        return max(int(j.get("training", {}).get("iterations", 1)) for j in scen["jobs"])
+    return 1

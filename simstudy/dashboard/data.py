@@ -28,6 +28,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from simstudy import layout
+from simstudy.backends.rundir import run_iterations
 from simstudy.linktable import read_links
 from simstudy.sweep.runner import run_link_summary
 from simstudy.table import read_table
@@ -301,16 +302,6 @@ class RunData:
     jobs: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _iterations(run: Path) -> int:
-    try:
-        scen = json.loads((run / layout.BUNDLE_DIR / layout.SCENARIO).read_text())
-    except (OSError, ValueError):
-        return 1
-    if isinstance(scen, dict) and isinstance(scen.get("training"), dict):
-        return int(scen["training"].get("iterations", 1))
-    if isinstance(scen, dict) and isinstance(scen.get("jobs"), list) and scen["jobs"]:
-        return max(int(j.get("training", {}).get("iterations", 1)) for j in scen["jobs"])
-    return 1
 
 
 def _jobs(info: dict[str, Any]) -> list[dict[str, Any]]:
@@ -335,7 +326,7 @@ def run_data(run: Path) -> RunData:
     return RunData(run, f"Run {run.name}", facts,
                    pyramid(table, spans) if table is not None else None,
                    traffic_matrix(table) if table is not None else None,
-                   gantt(spans, finish_s, _iterations(run)) if spans is not None else None,
+                   gantt(spans, finish_s, run_iterations(run)) if spans is not None else None,
                    link_view(run, finish_s), _jobs(info))
 
 

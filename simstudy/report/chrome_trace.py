@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from simstudy import layout
+from simstudy.backends.rundir import run_iterations
 from simstudy.table import read_table
 
 MAX_LANES = 8
@@ -65,16 +66,6 @@ def _lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return out
 
 
-def _iterations(run: Path) -> int:
-    try:
-        scen = json.loads((run / layout.BUNDLE_DIR / layout.SCENARIO).read_text())
-    except (OSError, ValueError):
-        return 1
-    if isinstance(scen, dict) and isinstance(scen.get("training"), dict):
-        return int(scen["training"].get("iterations", 1))
-    if isinstance(scen, dict) and isinstance(scen.get("jobs"), list) and scen["jobs"]:
-        return max(int(j.get("training", {}).get("iterations", 1)) for j in scen["jobs"])
-    return 1
 
 
 def chrome_trace(run: Path, *, iterations: int = 2, ranks: int = 64, transfers: int = 20_000) -> ChromeTrace:
@@ -86,7 +77,7 @@ def chrome_trace(run: Path, *, iterations: int = 2, ranks: int = 64, transfers: 
     info = json.loads((run / layout.RUN_JSON).read_text())
     finish_s = float(info.get("finish_ns", 0)) * 1e-9
     spans = pd.read_parquet(run / layout.SPANS)
-    n_it = max(_iterations(run), 1)
+    n_it = max(run_iterations(run), 1)
     hi = finish_s if iterations <= 0 or iterations >= n_it else finish_s * iterations / n_it
     window = (0.0, hi)
     all_ranks = sorted(int(r) for r in spans["rank"].unique())
