@@ -33,7 +33,9 @@ class SpecError(ValueError):
         self.message = message
         where = f"{self.file}: " if self.file else ""
         what = f"{field}: " if field else ""
-        super().__init__(f"{where}{what}{message}")
+        # One line, whatever the user's keys hold (a YAML key may contain a newline).
+        text = f"{where}{what}{message}".strip()
+        super().__init__("".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text))
 
 
 def is_reference(value: object) -> bool:

@@ -153,3 +153,14 @@ def test_random_documents_load_or_fail_clearly(tree: Path, text: str) -> None:
     target.write_text(text, encoding="utf-8", errors="surrogateescape")
     for load in (load_scenario, lambda p: expand(load_study(p), p), lambda p: load_spec(CaptureSpec, p)):
         _load_or_clear_error(load, target)
+
+
+def test_a_key_with_a_newline_is_still_a_one_line_error(tmp_path: Path) -> None:
+    """Found by the mutation test above (it drew a key '\\n' under `parallelism`): the message
+    named the field with the newline in it and spanned two lines."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "s", "model": "small_cnn", "parallelism": {"\n": 1},
+                                    "topology": {"kind": "ring", "npus": 2}}))
+    with pytest.raises(SpecError) as exc:
+        load_scenario(path)
+    assert "\n" not in str(exc.value) and "parallelism.\\n" in str(exc.value)
