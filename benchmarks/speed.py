@@ -45,7 +45,8 @@ if kind == "flowsim":
 else:
     backend = AstraSimBackend(aware=arg["mode"] == "aware")
 r = backend.run(bundle, work / "run", timeout_s=7200)
-own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# this process's own peak (VmHWM): ru_maxrss would carry the parent's peak across fork and exec
+own = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
 kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 print(json.dumps({"wall": r.wall_time_s, "finish": r.finish_ns, "transfers": r.output.transfers,
                   "rss_mb": own if kind == "flowsim" else kids}))
