@@ -124,10 +124,11 @@ def add_job_column(output: TrafficOutput, jobs: list[JobInfo]) -> None:
 
 def read_job_results(run_dir: Path) -> list[JobResult] | None:
     """The jobs of a finished cluster run directory (None for a run of one scenario)."""
-    path = run_dir / layout.RUN_JSON
-    if not path.is_file():
+    try:  # absent, or moved aside for a moment by a process replacing the directory
+        text = (run_dir / layout.RUN_JSON).read_text(encoding="utf-8")
+    except FileNotFoundError:
         return None
-    jobs = json.loads(path.read_text(encoding="utf-8")).get("details", {}).get("jobs")
+    jobs = json.loads(text).get("details", {}).get("jobs")
     return None if jobs is None else [JobResult.from_json(j) for j in jobs]
 
 
@@ -175,10 +176,8 @@ def alone_times(
         alone = alone.model_copy(update={"jobs": (alone.jobs[0].model_copy(update={"start_ms": 0.0}),)})
         d = root / alone_key(alone, backend)
         done = read_job_results(d)
-        if done is None:
-            run(alone, d)
-            done = read_job_results(d)
-        assert done is not None
+        if done is None:  # read from the result: another process may be replacing `d` meanwhile
+            done = [JobResult.from_json(j) for j in run(alone, d).details["jobs"]]
         out[job.name] = done[0].iteration_ms
     return out
 

@@ -24,6 +24,7 @@ from typing import IO, Any
 from simstudy import __version__, layout
 from simstudy.capture.frameworks import framework_of, tf_cluster
 from simstudy.capture.testbed import CaptureError, Host, Testbed, is_root, require_tools
+from simstudy.compile.atomic import replace_directory
 from simstudy.compile.costs import DDP_DEFAULT_BUCKET_BYTES, ddp_buckets, layer_costs
 from simstudy.compile.frameworks import messages
 from simstudy.compile.parameter_server import pieces, server_rank
@@ -301,14 +302,8 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
         meta = _meta(spec, scenario, hosts, results, probe, stats, shaping, where)
         write_meta(meta, tmp / layout.META)
         _say(progress, f"written: {out}")
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp.rename(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        replace_directory(tmp, out)
         return CaptureResult(out, meta, time.monotonic() - t_start)
     except BaseException:
         if tmp.exists():  # keep the logs of a failed capture for a look, beside (never in) `out`

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -40,10 +41,35 @@ def temp_owner(name: str) -> TempOwner | None:
     return TempOwner(int(m["pid"]), m["host"], m["job"])
 
 
+def replace_directory(tmp: Path, out: Path) -> None:
+    """Move the finished directory `tmp` to `out`, replacing whatever `out` holds.
+
+    Safe when several processes finish the same `out` at once (two sweep points that share a
+    job's alone run): a directory cannot be renamed onto a non-empty one, so the one found there
+    is moved aside and removed, and the rename is tried again; the last writer's directory stays,
+    whole. A reader sees `out` whole or (for a moment) absent, never half written."""
+    old = out.parent / f".{out.name}.old-{temp_name(out.name).rpartition('.tmp-')[2]}"
+    for _ in range(100):
+        try:
+            tmp.rename(out)  # onto nothing (or an empty directory): atomic
+            break
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+        try:
+            out.rename(old)
+        except FileNotFoundError:  # another writer moved it aside first: try again
+            continue
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        raise OSError(errno.EBUSY, f"could not replace {out}: other writers kept replacing it")
+
+
 @contextmanager
 def atomic_directory(out: Path) -> Iterator[Path]:
     """Yield a temporary sibling of `out` to fill; on success it replaces `out`, on any error
-    (or Ctrl-C) it is removed and `out` is left as it was."""
+    (or Ctrl-C) it is removed and `out` is left as it was. Several processes may write the same
+    `out` at once: each fills its own sibling, and the last to finish stays (`replace_directory`)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / temp_name(out.name)
     if tmp.exists():
@@ -51,13 +77,7 @@ def atomic_directory(out: Path) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(out)
+        replace_directory(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
