@@ -166,12 +166,18 @@ def dask_scheduler(tmp_path: Path) -> object:
                                 "--nthreads", "1", "--host", "127.0.0.1", *common], stdout=logs, stderr=logs,
                                start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not sched_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
         import json
 
-        address = json.loads(sched_file.read_text())["address"]
+        # the scheduler creates its file before it writes it: wait for a whole one
+        deadline = time.monotonic() + 60
+        address = None
+        while address is None:
+            try:
+                address = json.loads(sched_file.read_text())["address"]
+            except (OSError, ValueError, KeyError):
+                if time.monotonic() > deadline or sched.poll() is not None:
+                    pytest.fail(f"the dask scheduler wrote no address: {(tmp_path / 'scheduler.log').read_text()}")
+                time.sleep(0.1)
         from distributed import Client
 
         with Client(address, timeout=30) as client:
