@@ -36,7 +36,10 @@ the iteration: **a true iteration period repeats the same bytes per cycle**, sen
    one or two iterations).
 6. The iteration is the strong candidate whose cycles repeat the same bytes most exactly (at a
    tie: the most steady cycles, the most regular, the shortest); a whole multiple of a shorter
-   strong candidate that repeats its bytes as well (within `VOLUME_CV_NOISE`) gives way to it,
+   strong candidate that repeats its bytes as well (within `VOLUME_CV_NOISE`) gives way to it
+   unless the shorter one's boundaries cut through traffic where the multiple's fall in quiet
+   gaps (`QUIET_MARGIN`: a ring all-reduce of two workers, one pack after backward, runs its
+   reduce-scatter straight into its all-gather with the same bytes),
    and a candidate that repeats its bytes exactly (`EXACT_CV`) but whose alternate cycles differ
    in length by `ALTERNATION` gives way to its double (a ring all-reduce of two workers moves
    the same bytes in its reduce-scatter and its all-gather, but only one half holds the compute
@@ -111,6 +114,12 @@ VOLUME_CV_NOISE = 0.02
 #: A strong candidate whose alternate cycles differ in mean length by this much is half the
 #: iteration when its double repeats the bytes as exactly.
 ALTERNATION = 0.1
+#: A shorter candidate takes the place of its whole multiple only when its boundaries are about
+#: as quiet: their mean activity, relative to the mean activity of busy bins, at most this much
+#: higher than the multiple's. A sub-multiple that splits the iteration's traffic where it does
+#: not pause (a ring all-reduce of two workers: the reduce-scatter runs straight into the
+#: all-gather, with the same bytes) cuts every other cycle in the middle of the traffic.
+QUIET_MARGIN = 0.25
 #: Bytes per cycle that vary less than this repeat exactly (cycles cut in silent gaps).
 EXACT_CV = 0.01
 #: ... and when the difference is this many times its standard error (the cycles' jitter).
@@ -509,7 +518,9 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
     if not merged:
         return _none("no periodicity: the traffic has no autocorrelation or periodogram peak")
     cuts = [_refined_cut(act, volume, total, first, last, period_s / BIN_S) for period_s, _, _ in merged]
-    stats = [_stats(c, total.sum()) for c in cuts]
+    busy_act = float(act[total > 0].mean())
+    stats = [_stats(c, total.sum(), _smooth(act, max(1, round(p / BIN_S * SMOOTH))), busy_act)
+             for c, (p, _, _) in zip(cuts, merged, strict=True)]
     verdicts: dict[int, str] = {}
     strong = []
     for i, s in enumerate(stats):
@@ -540,6 +551,11 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
         k = stats[best].period_s / stats[i].period_s
         if (i != best and round(k) >= 2 and abs(k / round(k) - 1) <= MULTIPLE_TOLERANCE
                 and stats[i].volume_cv <= stats[best].volume_cv + VOLUME_CV_NOISE):
+            if stats[i].quiet > stats[best].quiet + QUIET_MARGIN:
+                verdicts[i] = (f"1/{round(k)} of {stats[best].period_s * 1e3:.4g} ms: its boundaries cut through "
+                               f"traffic (activity there {stats[i].quiet:.0%} of the busy mean, against "
+                               f"{stats[best].quiet:.0%})")
+                continue
             verdicts[best] = f"{round(k)} x {stats[i].period_s * 1e3:.4g} ms, which repeats its bytes as well"
             best = i
             break
@@ -627,12 +643,16 @@ class _Stats:
     duration_cv: float
     period_s: float
     boundaries: int
+    quiet: float  # mean activity at the steady run's found boundaries / mean activity of busy bins
 
 
-def _stats(cut: _Cut, total: float) -> _Stats:
-    """What a cut shows: steady cycles, the share of bytes they hold, their consistency, and the
-    period as the mean duration of the steady cycles bounded by found boundaries (NaN if none)."""
+def _stats(cut: _Cut, total: float, act: FloatArray, busy_act: float) -> _Stats:
+    """What a cut shows: steady cycles, the share of bytes they hold, their consistency, the
+    period as the mean duration of the steady cycles bounded by found boundaries (NaN if none),
+    and how quiet the traffic is where those boundaries fall."""
     a, b = cut.run
     coverage = float(cut.volumes[a:b].sum() / total) if total > 0 else 0.0
+    at = cut.bounds[a:b + 1][cut.real[a:b + 1]]
+    quiet = float(act[at].mean() / busy_act) if len(at) and busy_act > 0 else 0.0
     return _Stats(b - a, coverage, _volume_cv(cut.volumes[a:b]), _duration_cv(cut), _fit_period(cut) * BIN_S,
-                  int(cut.real[a:b + 1].sum()))
+                  int(cut.real[a:b + 1].sum()), quiet)
