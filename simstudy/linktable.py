@@ -83,3 +83,23 @@ def read_links(path: str | Path) -> pd.DataFrame:
     table = pd.read_parquet(path)
     check_links(table, source=str(path))
     return table
+
+
+#: What a bin's utilisation means under each of flowsim's congestion models (run.json's
+#: `details.congestion`): the table spreads a transfer's bytes evenly over [start, end].
+UTILIZATION_NOTES: dict[str, str] = {
+    "fluid": ("Links are shared max-min fairly and each transfer's bytes are spread evenly over its time "
+              "in the network; its rate changes when others start or end, so one bin can read a little "
+              "above or below what the link carried."),
+    "unaware": ("The congestion-unaware model (ASTRA-SIM's) does not share links: every transfer gets its "
+                "link's full bandwidth however many others use it, so a bin's utilisation can exceed 1. "
+                "Read it as the demand on the link; run with --congestion fluid or aware to see it shared."),
+    "aware": ("In the congestion-aware model a message waits in each link's queue, and its bytes are spread "
+              "over its whole time in the network, the waits included: a queued link's peak in one bin is "
+              "understated, its mean utilisation and its bytes are right."),
+}
+
+
+def utilization_note(congestion: str | None) -> str:
+    """How to read the link table's utilisation for a run of this congestion model ('' if unknown)."""
+    return UTILIZATION_NOTES.get(congestion or "", "")

@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from simstudy import layout
 from simstudy.backends.rundir import run_iterations
-from simstudy.linktable import read_links
+from simstudy.linktable import read_links, utilization_note
 from simstudy.sweep.runner import run_link_summary
 from simstudy.table import read_table
 from simstudy.traffic.compare import ValidationReport, compare
@@ -262,9 +262,11 @@ class LinkView:
     times_s: FloatArray
     utilization: dict[str, FloatArray]
     tier_bytes: dict[str, float]
+    note: str = ""
+    """How to read the utilisation under the run's congestion model (`linktable.utilization_note`)."""
 
 
-def link_view(run: Path, finish_s: float, top: int = 10) -> LinkView | None:
+def link_view(run: Path, finish_s: float, top: int = 10, congestion: str | None = None) -> LinkView | None:
     path = run / layout.LINKS
     if not path.is_file():
         return None
@@ -284,7 +286,7 @@ def link_view(run: Path, finish_s: float, top: int = 10) -> LinkView | None:
         util[ld.name] = b * 8 / (ld.capacity_gbps * 1e9 * bin_s * step)
     return LinkView(tuple(x.name for x in summ.hottest), tuple(x.tier for x in summ.hottest),
                     tuple(x.mean_utilization for x in summ.hottest), tuple(x.peak_utilization for x in summ.hottest),
-                    times, util, {t.tier: t.bytes for t in summ.tiers})
+                    times, util, {t.tier: t.bytes for t in summ.tiers}, utilization_note(congestion))
 
 
 # -- the four kinds --------------------------------------------------------------------------------
@@ -320,14 +322,17 @@ def run_data(run: Path) -> RunData:
     finish_s = float(info.get("finish_ns", 0)) * 1e-9
     spans = pd.read_parquet(run / layout.SPANS) if (run / layout.SPANS).is_file() else None
     table = read_table(run / layout.TRAFFIC) if (run / layout.TRAFFIC).is_file() else None
-    facts = {"backend": str(info.get("backend", "?")), "finish": f"{finish_s * 1e3:.3f} ms",
+    details = info.get("details")
+    congestion = details.get("congestion") if isinstance(details, dict) else None
+    backend = str(info.get("backend", "?")) + (f" ({congestion})" if isinstance(congestion, str) else "")
+    facts = {"backend": backend, "finish": f"{finish_s * 1e3:.3f} ms",
              "ranks": str(len(info.get("ranks", []))), "transfers": f"{int(info.get('transfers', 0)):,}",
              "bytes": f"{float(info.get('bytes', 0)) / 1e9:.3f} GB", "kept": str(info.get("traffic", "rows"))}
     return RunData(run, f"Run {run.name}", facts,
                    pyramid(table, spans) if table is not None else None,
                    traffic_matrix(table) if table is not None else None,
                    gantt(spans, finish_s, run_iterations(run)) if spans is not None else None,
-                   link_view(run, finish_s), _jobs(info))
+                   link_view(run, finish_s, congestion=congestion), _jobs(info))
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,10 @@ def _run_body(d: RunData) -> str:
         hot = pd.DataFrame({"link": lv.names, "tier": lv.tiers, "mean utilisation": lv.mean_utilization,
                             "peak utilisation (one bin)": lv.peak_utilization})
         tiers = pd.DataFrame({"tier": list(lv.tier_bytes), "bytes": list(lv.tier_bytes.values())})
-        parts += ["<h2>Links</h2>", _fig_div("links", fig), "<h3>Hottest links</h3>", _table(hot, "hottest"),
+        parts += ["<h2>Links</h2>"]
+        if lv.note:
+            parts.append(f'<p class="note" id="links-note">{html.escape(lv.note)}</p>')
+        parts += [_fig_div("links", fig), "<h3>Hottest links</h3>", _table(hot, "hottest"),
                   "<h3>Bytes per tier</h3>", _table(tiers, "tiers")]
     if d.gantt is not None and d.gantt.rank:
         g = d.gantt

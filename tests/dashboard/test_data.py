@@ -136,3 +136,28 @@ def test_empty_study_says_so(tmp_path: Path) -> None:
     (tmp_path / "study.json").write_text("{}")
     proc = cli("dashboard", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2 and "wrote nothing yet" in proc.stderr
+
+
+def test_link_utilisation_says_how_to_read_it_under_each_congestion_model(tmp_path: Path) -> None:
+    """Two jobs share a leaf-spine uplink. The congestion-unaware model gives each transfer the
+    link's full bandwidth, so the uplink reads about 2x (its demand); fluid shares it and stays
+    at 1 or under. The page says which it is, next to the plot."""
+    spec = Path(__file__).resolve().parents[2] / "specs" / "multijob_interleave.yaml"
+    import yaml
+
+    cluster = yaml.safe_load(spec.read_text())["base"]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({**cluster, "name": "shared"}))
+    peaks, notes = {}, {}
+    for mode in ("unaware", "fluid", "aware"):
+        proc = cli("run", "c.yaml", "-o", mode, "--congestion", mode, "--traffic", "links", "--quiet", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        _, d = load(tmp_path / mode)
+        assert isinstance(d, RunData) and d.links is not None
+        assert d.facts["backend"] == f"flowsim ({mode})"
+        peaks[mode], notes[mode] = max(d.links.peak_utilization), d.links.note
+    assert peaks["unaware"] > 1.5 and "can exceed 1" in notes["unaware"]
+    assert peaks["fluid"] <= 1.0 + 1e-6 and "max-min" in notes["fluid"]
+    assert "understated" in notes["aware"]
+    page = cli("dashboard", "unaware", "-o", "u.html", cwd=tmp_path)
+    assert page.returncode == 0, page.stderr
+    assert 'id="links-note"' in (tmp_path / "u.html").read_text()
