@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
@@ -25,6 +26,7 @@ from simstudy import layout
 from simstudy.backends import RunResult, simulate
 from simstudy.compile.parameter_server import server_rank
 from simstudy.spec import BackendSpec, ParameterServer, Scenario, SpecError, load_scenario, spec_error
+from simstudy.spec.framework import TensorFlowMWMS
 from simstudy.traffic.compare import DEFAULT_TOLERANCES, JOB, ValidationReport, compare
 from simstudy.traffic.features import Features, analyze
 from simstudy.traffic.meta import RankMap
@@ -66,12 +68,19 @@ def scenario_for(source: TrafficSource, spec: str | Path | None) -> Scenario:
         raise spec_error(exc, data, None, meta_path) from None
 
 
-def comparable_sim(sim: pd.DataFrame, real: TrafficSource) -> pd.DataFrame:
+def comparable_sim(sim: pd.DataFrame, real: TrafficSource, *, grpc_pull: bool = False) -> pd.DataFrame:
     """The simulated table as a capture would see it, so that both go through the same analysis:
 
     - time origin: the job's start when the capture marks iterations, else the first transfer;
     - flows: one per (src, dst) pair, as gloo and NCCL keep one TCP connection per peer pair
       (a simulated flow is one collective chunk, which a packet capture cannot see);
+    - `grpc_pull` (TensorFlow's collectives over gRPC): the receiver pulls every chunk with a
+      RecvBuf request on its own connection to the sender, and the chunk comes back as the
+      response. A capture sees each direction of a connection as a flow, so a sender's payload
+      to a peer travels on two flows when it also pulls from that peer (its requests) and on one
+      otherwise. Each transfer gains its request, from receiver to sender on the same connection,
+      as a row of 0 bytes (the simulation does not count the requests' bytes, about 0.1% of the
+      chunks');
     - no `iteration` column unless the capture marks iterations, so that both tables get their
       period and bytes per iteration from the same estimator.
     """
@@ -83,8 +92,18 @@ def comparable_sim(sim: pd.DataFrame, real: TrafficSource) -> pd.DataFrame:
         out["t_end_s"] -= t0
         if "iteration" in out.columns:
             out = out.drop(columns=["iteration"])
-    pair = out["src"].astype("int64") * 1_000_003 + out["dst"].astype("int64")
-    out["flow"] = pd.factorize(pair)[0].astype("int64")
+    src, dst = out["src"].astype("int64"), out["dst"].astype("int64")
+    if grpc_pull and len(out):
+        # flow = a direction of a connection: (client, server, sender); the receiver is the client
+        requests = out.assign(src=out["dst"], dst=out["src"], bytes=0)
+        requests["t_end_s"] = requests["t_start_s"]
+        out = pd.concat([out, requests], ignore_index=True)
+        client = pd.concat([dst, src], ignore_index=True)
+        server = pd.concat([src, dst], ignore_index=True)
+        key = (client * 1_000_003 + server) * 2 + np.r_[np.zeros(len(src), np.int64), np.ones(len(src), np.int64)]
+        out["flow"] = pd.factorize(key)[0].astype("int64")
+        return out.sort_values("t_start_s", kind="stable").reset_index(drop=True)
+    out["flow"] = pd.factorize(src * 1_000_003 + dst)[0].astype("int64")
     return out
 
 
@@ -156,7 +175,8 @@ def validate(
     say(f"simulating {scenario.name} ({scenario.npus} ranks) on {(backend or BackendSpec()).key}")
     result = simulate(scenario, Path(out) / layout.SIM_DIR, backend or BackendSpec(), astra_sim=astra_sim,
                       source=spec)
-    sim_table = comparable_sim(result.traffic, real)
+    sim_table = comparable_sim(result.traffic, real,
+                               grpc_pull=isinstance(scenario.parallelism.framework, TensorFlowMWMS))
     real_table = payload_view(real.table) if count == "payload" else real.table
     say("analysing the real and the simulated traffic")
     real_features = analyze(real_table, boundaries=real.boundaries, roles=real.roles)

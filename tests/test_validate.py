@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -159,7 +161,9 @@ def test_a_bare_capture_of_one_pack_all_reduced_by_two_workers(tmp_path: Path) -
     cap = tmp_path / "cap"
     cap.mkdir()
     write_pcap(table, cap / "all.pcap")
-    proc = _cli("validate", "--real", "cap", "--spec", "spec.yaml", "-o", "v", "--count", "ip", cwd=tmp_path)
+    # a pcap written from the simulated transfers has one connection per pair, not gRPC's two
+    proc = _cli("validate", "--real", "cap", "--spec", "spec.yaml", "-o", "v", "--count", "ip",
+                "--skip", "flows_per_pair", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {line.split("|")[1].strip(): line.split("|")[2:4] for line in proc.stdout.splitlines()
             if line.startswith("| ")}
@@ -167,3 +171,34 @@ def test_a_bare_capture_of_one_pack_all_reduced_by_two_workers(tmp_path: Path) -
         assert float(side) == pytest.approx(per_iter.mean(), rel=0.03)
     for side in rows["bytes_per_iter_total"]:
         assert float(side) == pytest.approx(table["bytes"].sum() / table["iteration"].nunique(), rel=0.02)
+
+
+def test_grpc_pull_connections_in_the_simulated_table() -> None:
+    """TensorFlow's collectives over gRPC: the receiver of every chunk pulls it on its own
+    connection to the sender. A capture of 2 workers then sees each worker's payload to the other
+    on two flows (chunks as responses on the peer's connection, requests on its own); in a ring of
+    4 a worker sends chunks to one neighbour and requests to the other, one flow each."""
+    from types import SimpleNamespace
+
+    from simstudy.table import check_table, make_table
+    from simstudy.traffic.features import flow_stats
+    from simstudy.validate import comparable_sim
+
+    def ring(n: int, iterations: int = 3) -> pd.DataFrame:  # a ring all-reduce's steps, one pack
+        rows = [(it * 1.0 + step * 0.1, r, (r + 1) % n) for it in range(iterations)
+                for step in range(2 * (n - 1)) for r in range(n)]
+        t, src, dst = (np.array(c) for c in zip(*rows, strict=True))
+        return make_table({"t_start_s": t, "t_end_s": t + 0.09, "src": src, "dst": dst,
+                           "bytes": np.full(len(t), 1000), "flow": np.arange(len(t)),
+                           "op": np.full(len(t), "allreduce")})
+
+    bare = SimpleNamespace(boundaries=())
+    neighbours = {f"{a}->{b}": 1 for a in range(4) for b in ((a + 1) % 4, (a - 1) % 4)}
+    for n, want in ((2, {"0->1": 2, "1->0": 2}), (4, neighbours)):
+        table = ring(n)
+        gloo = comparable_sim(table, bare)  # type: ignore[arg-type]
+        assert set(flow_stats(gloo).per_pair.values()) == {1}
+        grpc = comparable_sim(table, bare, grpc_pull=True)  # type: ignore[arg-type]
+        check_table(grpc)
+        assert flow_stats(grpc).per_pair == want
+        assert grpc["bytes"].sum() == table["bytes"].sum() and len(grpc) == 2 * len(table)
