@@ -89,8 +89,9 @@ def read_links(path: str | Path) -> pd.DataFrame:
 #: `details.congestion`): the table spreads a transfer's bytes evenly over [start, end].
 UTILIZATION_NOTES: dict[str, str] = {
     "fluid": ("Links are shared max-min fairly and each transfer's bytes are spread evenly over its time "
-              "in the network; its rate changes when others start or end, so one bin can read a little "
-              "above or below what the link carried."),
+              "in the network, but its rate changes when others start or end: one bin can read above 1 "
+              "(up to about 1.3 seen) or below what the link carried; a link's mean utilisation and "
+              "bytes are right."),
     "unaware": ("The congestion-unaware model (ASTRA-SIM's) does not share links: every transfer gets its "
                 "link's full bandwidth however many others use it, so a bin's utilisation can exceed 1. "
                 "Read it as the demand on the link; run with --congestion fluid or aware to see it shared."),
