@@ -180,8 +180,22 @@ def findings(summary: pd.DataFrame, params: list[str], skipped: list[dict[str, A
     if summary.empty:
         return [Finding("empty", "The study has no scenarios.")]
     ok = summary[summary["status"] == "ok"]
-    out = bound(ok, params) + burstiness(ok, params) + axis_effects(ok, params)
+    lead = _leads(ok, params)
+    out = bound(ok, lead) + burstiness(ok, lead) + axis_effects(ok, params)
     return out + failures(summary, params, skipped or [])
+
+
+def _leads(ok: pd.DataFrame, params: list[str]) -> list[str]:
+    """The paths that name a scenario: a path whose values move with an earlier one's (a zip
+    group) would only repeat it in every label."""
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for p in params:
+        codes = tuple(int(c) for c in pd.factorize(ok[p].astype(str))[0])
+        if codes not in seen:
+            seen.add(codes)
+            out.append(p)
+    return out
 
 
 def _skipped(out: Path) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from simstudy import layout
 from simstudy.report.findings import findings
-from simstudy.spec import PlotSpec
+from simstudy.spec import PlotSpec, Study
 from simstudy.sweep import BaselineReport, SweepResult, label, metric_columns
 from simstudy.sweep.clusters import hottest_links, is_cluster_study, job_rows, slowdown_by_axis, tier_bytes
 from simstudy.table import empty_table, read_table
@@ -171,9 +171,17 @@ def render_study(result: SweepResult, *, baseline: BaselineReport | None = None)
     return path
 
 
+def lead_params(study: Study, params: list[str]) -> list[str]:
+    """The swept paths a report shows: every axis, and of each zip group only its first path
+    (the others move with it: a column or a line per path would repeat it)."""
+    followers = {p for group in study.zip for p in list(group)[1:]}
+    return [p for p in params if p not in followers]
+
+
 def _report_text(result: SweepResult, params: list[str], made: list[tuple[str, Path]],
                  baseline: BaselineReport | None) -> str:
     study = result.expansion.study
+    shown_params = lead_params(study, params)
     exp = result.expansion
     summary = result.summary
     c = result.counts
@@ -188,6 +196,9 @@ def _report_text(result: SweepResult, params: list[str], made: list[tuple[str, P
             f"`{p}` = {', '.join(str(label(v)) for v in vs)}" for p, vs in group.items()))
     if not params:
         lines.append("- nothing: one scenario")
+    if shown_params != params:
+        lines.append("- below, each group of paths swept together is shown by its first path ("
+                     + ", ".join(f"`{p}`" for p in shown_params if p not in study.axes) + ")")
     lines += ["", f"Backend `{study.backend}`; {exp.total} combinations, {len(exp.points)} scenarios, "
               f"{len(exp.skipped)} skipped; runs: {c['ok']} computed, {c['cached']} reused, {c['failed']} failed.",
               ""]
@@ -208,12 +219,12 @@ def _report_text(result: SweepResult, params: list[str], made: list[tuple[str, P
     if params and not summary[summary["status"] == "ok"].empty:
         lines += ["## What differs", ""]
         for m in metrics:
-            eff = effects(summary, params, m)
+            eff = effects(summary, shown_params, m)
             if eff:
                 lines += [f"**{DEFAULT_METRICS[m]}** (`{m}`):", "", *eff, ""]
     if is_cluster_study(summary):
-        lines += _cluster_section(result.out, summary, params)
-    shown = [*params, *metrics, "bytes_per_iter", "status"]
+        lines += _cluster_section(result.out, summary, params, shown_params)
+    shown = [*shown_params, *metrics, "bytes_per_iter", "status"]
     table = summary[[c for c in dict.fromkeys(shown) if c in summary.columns]]
     lines += ["## Results", "", markdown_table(table.head(200)), ""]
     if len(table) > 200:
@@ -228,12 +239,13 @@ def _report_text(result: SweepResult, params: list[str], made: list[tuple[str, P
     return "\n".join(lines)
 
 
-def _cluster_section(out: Path, summary: pd.DataFrame, params: list[str]) -> list[str]:
-    """Several jobs on one network: how much each slows the others, and where the bytes went."""
+def _cluster_section(out: Path, summary: pd.DataFrame, params: list[str], shown: list[str]) -> list[str]:
+    """Several jobs on one network: how much each slows the others, and where the bytes went
+    (`shown`: the swept paths the tables show, see `lead_params`)."""
     lines = ["## Jobs sharing the network", ""]
     for finding in slowdown_by_axis(summary, params):
         lines += [finding.sentence(), ""]
-    rows = job_rows(summary, params)
+    rows = job_rows(summary, shown)
     if rows:
         table = pd.DataFrame([{**r.params, "job": r.job, "start_ms": r.start_ms, "iteration_ms": r.iteration_ms,
                                "alone_ms": r.alone_iteration_ms, "slowdown": r.slowdown} for r in rows])
@@ -241,11 +253,11 @@ def _cluster_section(out: Path, summary: pd.DataFrame, params: list[str]) -> lis
                   markdown_table(table.head(200)), ""]
     tiers = tier_bytes(summary)
     if tiers:
-        cols = [*params, *(f"tier.{t}.bytes" for t in tiers), "link_utilization_max"]
+        cols = [*shown, *(f"tier.{t}.bytes" for t in tiers), "link_utilization_max"]
         lines += ["Bytes each tier's links carried (both directions; a byte that crosses a tier going up and coming "
                   "down counts twice), and the mean utilisation of the most loaded link:", "",
                   markdown_table(summary[[c for c in cols if c in summary.columns]].head(200)), ""]
-    hot = hottest_links(out, summary, params)
+    hot = hottest_links(out, summary, shown)
     if hot:
         hot_rows = [{**h.params, "rank": i + 1, "link": link.name, "tier": link.tier, "Gbit/s": link.capacity_gbps,
                  "bytes": link.bytes, "mean util": link.mean_utilization, "peak util": link.peak_utilization}

@@ -83,3 +83,33 @@ axes:
     assert failed.values["failed"] == 1 and "does not divide the 3 attention heads" in failed.sentence
     (skipped,) = [f for f in found if f.kind == "skipped"]
     assert "dp*tp*pp != npus" in skipped.sentence
+
+
+def test_paths_swept_together_are_named_once(tmp_path: Path) -> None:
+    """A zip group moves several paths together (the Lingjun study places four jobs at once): the
+    report and the findings name each scenario by the group's first path, not by all of them."""
+    from simstudy.report.study import render_study
+
+    result = _sweep(tmp_path, """
+name: zipped
+base:
+  model: resnet50
+  topology: {kind: ring, npus: 4, bandwidth_gbps: 1, latency_ns: 500}
+  system: {peak_tflops: 120, efficiency: 0.4}
+  training: {batch_size_per_worker: 32, iterations: 2}
+axes:
+  topology.npus: [2, 4]
+zip:
+  - topology.bandwidth_gbps: [1, 100]
+    topology.latency_ns: [500, 700]
+""")
+    params = result.expansion.param_names
+    assert params == ["topology.npus", "topology.bandwidth_gbps", "topology.latency_ns"]
+    text = " ".join(f.sentence for f in findings(result.summary, params))
+    assert "topology.bandwidth_gbps=1" in text and "topology.latency_ns=500" not in text
+    report = render_study(result).read_text()
+    differs = report.split("## What differs")[1].split("##")[0]
+    assert "**topology.bandwidth_gbps**" in differs and "**topology.latency_ns**" not in differs
+    results = report.split("## Results")[1]
+    assert "| topology.npus | topology.bandwidth_gbps |" in results and "topology.latency_ns" not in results
+    assert "shown by its first path (`topology.bandwidth_gbps`)" in report
