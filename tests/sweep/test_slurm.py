@@ -19,6 +19,7 @@ import pytest
 from simstudy import layout
 from simstudy.spec import load_study
 from simstudy.sweep import LocalExecutor, SlurmExecutor, SlurmOptions, read_record, run_study
+from tests.sweep.test_sweep import _finished
 
 pytestmark = pytest.mark.slurm
 
@@ -189,7 +190,7 @@ def test_killing_a_job_mid_run_leaves_the_sweep_resumable(slurm: Path, tmp_path:
     deadline = time.monotonic() + 180
     killed = None
     while time.monotonic() < deadline and killed is None:
-        done = list(runs.glob("*/record.json")) if runs.is_dir() else []
+        done = _finished(runs) if runs.is_dir() else set()
         temps = list(runs.glob(".*.tmp-slurm*")) if runs.is_dir() else []
         if len(done) == 2 and temps:
             killed = temps[0].name.split(".tmp-slurm")[1].split("-")[0]
@@ -199,7 +200,7 @@ def test_killing_a_job_mid_run_leaves_the_sweep_resumable(slurm: Path, tmp_path:
     stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 1, stdout + stderr
     assert "without finishing the run" in stderr
-    finished = {p.parent.name for p in runs.glob("*/record.json")}
+    finished = _finished(runs)
     assert len(finished) == 2
     # nothing finished is lost; the same command resumes and computes only the killed run
     proc = _sweep(path, out)

@@ -114,10 +114,16 @@ axes:
 """
 
 
+def _finished(runs: Path) -> set[str]:
+    """Keys of the finished runs: their record is written into a temporary directory
+    (`.KEY.tmp-...`) first, which only becomes `KEY/` when the run is whole."""
+    return {p.parent.name for p in runs.glob("*/record.json") if not p.parent.name.startswith(".")}
+
+
 def _wait_for_records(runs: Path, n: int, proc: subprocess.Popen[str], timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if runs.is_dir() and sum(1 for _ in runs.glob("*/record.json")) >= n:
+        if runs.is_dir() and len(_finished(runs)) >= n:
             return
         if proc.poll() is not None:
             pytest.fail(f"sweep ended before it could be interrupted: {proc.communicate()}")
@@ -138,7 +144,7 @@ def test_interrupted_sweep_resumes_to_the_same_summary(tmp_path: Path, sig: sign
     proc.communicate(timeout=60)
     if sig == signal.SIGINT:
         assert proc.returncode == 130
-    finished = {p.parent.name for p in (out / "runs").glob("*/record.json")}
+    finished = _finished(out / "runs")  # a run killed inside its temporary directory did not finish
     assert 2 <= len(finished) < 8 and not (out / "summary.parquet").exists()
 
     resumed = _cli("sweep", str(path), "-o", str(out), "--quiet", "--no-report", cwd=tmp_path)
