@@ -521,8 +521,8 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
     if not merged:
         return _none("no periodicity: the traffic has no autocorrelation or periodogram peak")
     cuts = [_refined_cut(act, volume, total, first, last, period_s / BIN_S) for period_s, _, _ in merged]
-    busy_act = float(act[total > 0].mean())
-    stats = [_stats(c, total.sum(), _smooth(act, max(1, round(p / BIN_S * SMOOTH))), busy_act)
+    quiet = _Quiet(act, float(act[total > 0].mean()))
+    stats = [_stats(c, total.sum(), quiet, max(1, round(p / BIN_S * SMOOTH)))
              for c, (p, _, _) in zip(cuts, merged, strict=True)]
     verdicts: dict[int, str] = {}
     strong = []
@@ -649,13 +649,28 @@ class _Stats:
     quiet: float  # mean activity at the steady run's found boundaries / mean activity of busy bins
 
 
-def _stats(cut: _Cut, total: float, act: FloatArray, busy_act: float) -> _Stats:
+class _Quiet:
+    """The activity around given bins (its moving mean, as `_smooth` gives it) relative to the
+    mean activity of busy bins, from one cumulative sum shared by every candidate."""
+
+    def __init__(self, act: FloatArray, busy_act: float) -> None:
+        self.cum = np.concatenate([[0.0], np.cumsum(act)])
+        self.n = len(act)
+        self.busy_act = busy_act
+
+    def at(self, bins: IntArray, width: int) -> float:
+        if not len(bins) or self.busy_act <= 0:
+            return 0.0
+        lo = np.clip(bins - width // 2, 0, self.n)
+        hi = np.clip(bins + width - width // 2, 0, self.n)
+        return float(((self.cum[hi] - self.cum[lo]) / width).mean() / self.busy_act)
+
+
+def _stats(cut: _Cut, total: float, quiet: _Quiet, width: int) -> _Stats:
     """What a cut shows: steady cycles, the share of bytes they hold, their consistency, the
     period as the mean duration of the steady cycles bounded by found boundaries (NaN if none),
-    and how quiet the traffic is where those boundaries fall."""
+    and how quiet the traffic is (smoothed over `width` bins) where those boundaries fall."""
     a, b = cut.run
     coverage = float(cut.volumes[a:b].sum() / total) if total > 0 else 0.0
-    at = cut.bounds[a:b + 1][cut.real[a:b + 1]]
-    quiet = float(act[at].mean() / busy_act) if len(at) and busy_act > 0 else 0.0
     return _Stats(b - a, coverage, _volume_cv(cut.volumes[a:b]), _duration_cv(cut), _fit_period(cut) * BIN_S,
-                  int(cut.real[a:b + 1].sum()), quiet)
+                  int(cut.real[a:b + 1].sum()), quiet.at(cut.bounds[a:b + 1][cut.real[a:b + 1]], width))
