@@ -180,18 +180,18 @@ def findings(summary: pd.DataFrame, params: list[str], skipped: list[dict[str, A
     if summary.empty:
         return [Finding("empty", "The study has no scenarios.")]
     ok = summary[summary["status"] == "ok"]
-    lead = _leads(ok, params)
+    lead = lead_params(summary, params)
     out = bound(ok, lead) + burstiness(ok, lead) + axis_effects(ok, params)
     return out + failures(summary, params, skipped or [])
 
 
-def _leads(ok: pd.DataFrame, params: list[str]) -> list[str]:
-    """The paths that name a scenario: a path whose values move with an earlier one's (a zip
-    group) would only repeat it in every label."""
+def lead_params(summary: pd.DataFrame, params: list[str]) -> list[str]:
+    """The paths that name a scenario: a path whose values move with an earlier one's over every
+    scenario (the rest of a zip group) would only repeat it in every label, line and column."""
     seen: set[tuple[int, ...]] = set()
     out = []
     for p in params:
-        codes = tuple(int(c) for c in pd.factorize(ok[p].astype(str))[0])
+        codes = tuple(int(c) for c in pd.factorize(summary[p].astype(str))[0])
         if codes not in seen:
             seen.add(codes)
             out.append(p)

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from simstudy import layout
-from simstudy.report.findings import findings
-from simstudy.spec import PlotSpec, Study
+from simstudy.report.findings import findings, lead_params
+from simstudy.spec import PlotSpec
 from simstudy.sweep import BaselineReport, SweepResult, label, metric_columns
 from simstudy.sweep.clusters import hottest_links, is_cluster_study, job_rows, slowdown_by_axis, tier_bytes
 from simstudy.table import empty_table, read_table
@@ -171,17 +171,10 @@ def render_study(result: SweepResult, *, baseline: BaselineReport | None = None)
     return path
 
 
-def lead_params(study: Study, params: list[str]) -> list[str]:
-    """The swept paths a report shows: every axis, and of each zip group only its first path
-    (the others move with it: a column or a line per path would repeat it)."""
-    followers = {p for group in study.zip for p in list(group)[1:]}
-    return [p for p in params if p not in followers]
-
-
 def _report_text(result: SweepResult, params: list[str], made: list[tuple[str, Path]],
                  baseline: BaselineReport | None) -> str:
     study = result.expansion.study
-    shown_params = lead_params(study, params)
+    shown_params = lead_params(result.summary, params)
     exp = result.expansion
     summary = result.summary
     c = result.counts
