@@ -256,12 +256,14 @@ def test_regression_study_matches_the_committed_baseline(repo: Path, tmp_path: P
     assert set(metric_columns(moved)) >= {"iteration_ms", "bytes_per_iter"}
     moved.loc[3, "iteration_ms"] *= 1.01
     moved = moved.drop(index=5)
+    moved["gone_ms"] = 1.0  # a metric this sweep no longer measures
     moved.to_parquet(tmp_path / "moved.parquet")
     proc = _cli("sweep", str(repo / "specs" / "regression_small.yaml"), "-o", str(tmp_path / "reg"), "--quiet",
                 "--baseline", str(tmp_path / "moved.parquet"), "--no-report", cwd=tmp_path)
     assert proc.returncode == 1
     assert "MOVED" in proc.stdout and "iteration_ms" in proc.stdout and "changed 0.990%" in proc.stdout
     assert "new (not in the baseline)" in proc.stdout
+    assert "MISSING metric (in the baseline, not in this sweep's summary): gone_ms" in proc.stdout
 
 
 def test_features_are_added_to_runs_finished_without_them(tmp_path: Path) -> None:
