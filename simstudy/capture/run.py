@@ -24,7 +24,7 @@ from typing import IO, Any
 from simstudy import __version__, layout
 from simstudy.capture.frameworks import framework_of, tf_cluster
 from simstudy.capture.testbed import CaptureError, Host, Testbed, is_root, require_tools
-from simstudy.compile.atomic import replace_directory
+from simstudy.compile.atomic import recover_directory, replace_directory, temp_name
 from simstudy.compile.costs import DDP_DEFAULT_BUCKET_BYTES, ddp_buckets, layer_costs
 from simstudy.compile.frameworks import messages
 from simstudy.compile.parameter_server import pieces, server_rank
@@ -245,11 +245,12 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
     c = spec.capture
     where = c.where or ("namespaces" if is_root() else "loopback")
     _check_environment(spec, source)
+    recover_directory(out)  # a capture replaced by a killed `--force` run goes back in place
     if out.exists() and any(out.iterdir()) and not force:
         raise CaptureError(f"{out}: already holds a capture; give another -o or --force to replace it")
     scenario = resolve(Scenario.model_validate(spec.scenario_dict(bandwidth_gbps=1.0, latency_ns=0.0)),
                        source=source)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    tmp = out.parent / temp_name(out.name)
     shutil.rmtree(tmp, ignore_errors=True)
     work = tmp / "logs"
     work.mkdir(parents=True)
