@@ -25,10 +25,12 @@ from its network.yml (`native_topology`).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
 
 from simstudy.compile.astra_config import ASTRA_DIM, gbps_to_astra
 from simstudy.compile.bundle import BundleError
@@ -52,6 +54,7 @@ FORMAT = "simstudy.topology/1"
 #: ASTRA-SIM's analytical network reads bandwidth in GB/s with GB = 2^30 bytes.
 GIB = 2**30
 DimTopology = Literal["Ring", "Switch", "FullyConnected"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +144,7 @@ class NetworkTopology:
             raise bad("switches", "expected a list of switch names")
         nodes = {f"h{i}" for i in range(hosts)} | set(switches)
         links: list[Link] = []
-        for i, raw in enumerate(data.get("links") or []):
-            try:
-                link = Link(**raw)
-            except TypeError as exc:
-                raise bad(f"links[{i}]", f"expected src, dst, bytes_per_ns, latency_ns[, loss, tier, dim] ({exc})") \
-                    from None
+        for i, link in enumerate(_typed(_LINKS, data.get("links") or [], "links", bad)):
             if link.src not in nodes or link.dst not in nodes:
                 raise bad(f"links[{i}]", f"{link.name} joins a node that is neither a host nor a switch")
             if not link.bytes_per_ns > 0 or link.latency_ns < 0 or not 0 <= link.loss < 1:
@@ -155,10 +153,7 @@ class NetworkTopology:
         raw_routing = data.get("routing")
         if not isinstance(raw_routing, dict) or raw_routing.get("kind") not in ("dimension_order", "shortest_path"):
             raise bad("routing.kind", "expected dimension_order or shortest_path")
-        try:
-            dims = tuple(DimRoute(**d) for d in raw_routing.get("dims") or [])
-        except TypeError as exc:
-            raise bad("routing.dims", f"expected topology, npus and stride per dimension ({exc})") from None
+        dims = tuple(_typed(_DIMS, raw_routing.get("dims") or [], "routing.dims", bad))
         if raw_routing["kind"] == "dimension_order":
             total = 1
             for d in dims:
@@ -169,6 +164,22 @@ class NetworkTopology:
                 raise bad("routing.dims", f"the dimensions hold {total} NPUs, not {hosts}")
         routing = Routing(raw_routing["kind"], dims, bool(raw_routing.get("ecmp", False)))
         return cls(str(data.get("kind", "")), hosts, tuple(switches), tuple(links), routing)
+
+
+_LINKS: TypeAdapter[list[Link]] = TypeAdapter(list[Link])
+_DIMS: TypeAdapter[list[DimRoute]] = TypeAdapter(list[DimRoute])
+
+
+def _typed(adapter: TypeAdapter[list[T]], raw: Any, where: str, bad: Callable[[str, str], BundleError]) -> list[T]:
+    """`raw` as a list of typed records; a bad one is a BundleError naming the record and its field."""
+    try:
+        return adapter.validate_python(raw)
+    except ValidationError as exc:
+        errors = exc.errors()
+        shown = "; ".join(f"{'.'.join(map(str, (where, *e['loc'])))}: {e['msg']}" for e in errors[:10])
+        more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
+        field, _, what = shown.partition(": ")
+        raise bad(field, what + more) from None
 
 
 def write_topology(path: Path, topology: NetworkTopology) -> None:
