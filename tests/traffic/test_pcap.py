@@ -19,6 +19,7 @@ import pytest
 from simstudy.traffic import check_table
 from simstudy.traffic.pcap import (
     PcapError,
+    PcapResult,
     parse_experiment_name,
     read_pcap,
     read_pcap_dir,
@@ -563,6 +564,7 @@ def test_corrupted_files_never_fail_outside_pcap_error(tmp_path: Path, kind: str
         base = shb("<") + idb("<", 1, tsresol=9) + idb("<", 113) + b"".join(
             epb("<", i % 2, f.t_ns, f.data if i % 2 == 0 else SLL + f.data[14:]) for i, f in enumerate(frames))
     rng = random.Random(kind)
+    read = refused = 0
     for trial in range(40):
         data = bytearray(base)
         if trial % 3 == 0:
@@ -571,18 +573,24 @@ def test_corrupted_files_never_fail_outside_pcap_error(tmp_path: Path, kind: str
             data[rng.randrange(len(data))] = rng.randrange(256)
         path = tmp_path / f"f.{kind}"
         path.write_bytes(bytes(data))
-        results = []
+        results: list[PcapResult | str] = []
         for chunk in (1 << 20, 3000):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 try:
                     results.append(read_pcap(path, chunk_bytes=chunk))
-                except PcapError:
-                    continue
-        if len(results) == 2:
-            assert results[0].records_read == results[1].records_read
-            pd.testing.assert_frame_equal(results[0].packets, results[1].packets)
-            assert (results[0].packets["payload_bytes"] >= 0).all()
+                except PcapError as exc:
+                    results.append(str(exc))
+        big, small = results
+        if isinstance(big, str) or isinstance(small, str):  # refused: whatever the chunk size, for the same reason
+            assert big == small, (trial, big, small)
+            refused += 1
+            continue
+        assert big.records_read == small.records_read
+        pd.testing.assert_frame_equal(big.packets, small.packets)
+        assert (big.packets["payload_bytes"] >= 0).all()
+        read += 1
+    assert read >= 10, (read, refused)  # most damage is read around, with warnings
 
 
 # ---------------------------------------------------------------------------------------------
