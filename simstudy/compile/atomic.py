@@ -123,10 +123,14 @@ def recover_directory(out: Path, gone: Callable[[TempOwner], bool] = gone_on_thi
     """Clean up after writers of `out` that were killed: put back an old directory one of them
     had moved aside (when `out` is missing), delete their temporary and half-deleted siblings.
     Siblings of writers that may still run (`gone` says no) are left alone."""
-    if not out.parent.is_dir():
+    prefix = f".{out.name}."
+    try:
+        with os.scandir(out.parent) as entries:
+            names = [e.name for e in entries if e.name.startswith(prefix)]
+    except FileNotFoundError:
         return
-    found = [(p, s) for p in out.parent.glob(f".{glob_escape(out.name)}.*-*")
-             if (s := parse_sibling(p.name)) is not None and s.name == out.name and gone(s.owner)]
+    found = [(out.parent / n, s) for n in names
+             if (s := parse_sibling(n)) is not None and s.name == out.name and gone(s.owner)]
     for path, sibling in sorted(found, key=lambda f: f[1].what != "old"):  # put back first
         if sibling.what == "old":
             _put_back(path, out)
@@ -139,11 +143,6 @@ def recover_all(parent: Path, gone: Callable[[TempOwner], bool] = gone_on_this_h
     names = {s.name for p in parent.glob(".*-*") if (s := parse_sibling(p.name)) is not None}
     for name in sorted(names):
         recover_directory(parent / name, gone)
-
-
-def glob_escape(name: str) -> str:
-    """`name` with glob's special characters taken literally."""
-    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 def replace_directory(tmp: Path, out: Path) -> None:
