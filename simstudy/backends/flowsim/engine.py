@@ -249,7 +249,7 @@ class Engine:
         if self.identical:
             alone = _Pending(kind, node_meta(node), {rank: node}, {rank: self.sched.now})
             self.comms.collective(kind, members, self._size(alone), False, self._done_fn(alone), alone.meta,
-                                  report=(rank,))
+                                  report=(rank,), flow=alone.meta.flow * FLOWS_PER_COLLECTIVE)
             return
         seen = self.coll_seen[members]
         index = seen.get(rank, 0)
@@ -267,7 +267,7 @@ class Engine:
             self.comms.join(pending.act, rank)
         elif len(pending.nodes) == len(members):
             self.comms.collective(kind, members, self._size(pending), len(members) < self.info.npus,
-                                  self._done_fn(pending), pending.meta)
+                                  self._done_fn(pending), pending.meta, flow=pending.meta.flow * FLOWS_PER_COLLECTIVE)
         if len(pending.nodes) == len(members):
             del self.coll_waiting[key]
 
@@ -278,7 +278,8 @@ class Engine:
             return
         members = key[0]
         pending.act = self.comms.staggered(pending.kind, members, self._size(pending), len(members) < self.info.npus,
-                                           list(pending.nodes), self._done_fn(pending), pending.meta)
+                                           list(pending.nodes), self._done_fn(pending), pending.meta,
+                                           flow=pending.meta.flow * FLOWS_PER_COLLECTIVE)
 
     @staticmethod
     def _size(pending: _Pending) -> int:
@@ -306,7 +307,7 @@ class Engine:
         tag = int(node.get("comm_tag", 0))
         if not 0 <= dst < len(self.ranks) or dst == rank:
             raise BackendError(f"{self.info.bundle.et_path(rank)}: send node {node.id}: bad destination {dst}")
-        self.comms.send(rank, dst, size, self.on_arrival, (node, tag))
+        self.comms.send(rank, dst, size, self.on_arrival, (node, tag), flow=node_meta(node).flow)
 
     def on_arrival(self, msg: Msg) -> None:
         node, tag = msg.ctx

@@ -251,14 +251,17 @@ Record = tuple[int, int, int, int, int, int, int]
 class CollectiveRun:
     """One collective executed rank by rank on a network model.
 
-    `route(src, dst, size)` gives a message's (keys, multiplicities, latency, uncontended ns);
-    `on_rank_done(rank, t)` is called when a member has finished every chunk; `on_message(msg)`
-    for every message that arrived (its `ctx` is (sim rank, chunk, phase, step))."""
+    `route(src, dst, size, flow)` gives a message's (keys, multiplicities, latency, uncontended
+    ns); chunk c's messages are flow `flow + c`. `on_rank_done(rank, t)` is called when a member
+    has finished every chunk; `on_message(msg)` for every message that arrived (its `ctx` is
+    (sim rank, chunk, phase, step))."""
 
     def __init__(self, plan: CollectivePlan, sched: Scheduler, net: NetModel,
-                 route: Callable[[int, int, int], tuple[tuple[int, ...], tuple[int, ...] | None, float, int]],
-                 on_rank_done: Callable[[int, int], None], on_message: Callable[[Msg], None] | None = None) -> None:
+                 route: Callable[[int, int, int, int], tuple[tuple[int, ...], tuple[int, ...] | None, float, int]],
+                 on_rank_done: Callable[[int, int], None], on_message: Callable[[Msg], None] | None = None, *,
+                 flow: int = 0) -> None:
         self.plan = plan
+        self.flow = flow
         self.n = plan.sim_ranks
         self.lane = plan.lane
         self.progs = [plan.phases, plan.odd_phases or plan.phases]
@@ -331,10 +334,11 @@ class CollectiveRun:
         src = self.plan.members[i]
         k = st * self.n + i
         net, route, deliver = self.net, self.route, self._arrive
+        flow = self.flow + c
         for j in range(ptr[k], ptr[k + 1]):
             dst = dsts[j]
             size = sizes[j]
-            keys, mult, latency, alone = route(src, dst, size)
+            keys, mult, latency, alone = route(src, dst, size, flow)
             net.send(Msg(src, dst, size, keys, mult, latency, alone, deliver, (i, c, p, st)))
         self.sent[i][c] = True
         self._check(i, c)
@@ -378,7 +382,7 @@ class CollectiveRun:
         _, dsts, sizes = self.csr[c & 1][p]
         src = self.plan.members[i]
         for j in queued[:release]:
-            keys, mult, latency, alone = self.route(src, dsts[j], sizes[j])
+            keys, mult, latency, alone = self.route(src, dsts[j], sizes[j], self.flow + c)
             self.net.send(Msg(src, dsts[j], sizes[j], keys, mult, latency, alone, self._arrive, (i, c, p, 1)))
         del queued[:release]
         if not queued:
