@@ -6,6 +6,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import yaml
 
 from simstudy import chakra
 from simstudy.backends.base import BackendError, empty_spans, make_spans
-from simstudy.backends.patterns import Pattern, chunking, collective_pattern, dimensions_pattern
+from simstudy.backends.patterns import CollectiveConfig, Pattern, chunk_messages, chunking
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compile import Bundle
 from simstudy.compile.attributes import FLOWS_PER_COLLECTIVE, node_meta
@@ -45,28 +46,30 @@ class WorkloadInfo:
     def npus(self) -> int:
         return len(self.nodes)
 
+    @cached_property
+    def collectives(self) -> CollectiveConfig:
+        """What decides every collective's messages (see `patterns`)."""
+        return CollectiveConfig.from_system(self.system, self.dim_sizes())
+
     @property
     def chunks(self) -> int:
-        return max(1, int(self.system.get("preferred-dataset-splits", 1)))
+        return self.collectives.splits
 
     def algorithm(self, kind: str) -> str:
-        impl = self.system.get(f"{kind.replace('_', '-')}-implementation") or ["ring"]
-        return str(impl[0]) if isinstance(impl, list) else str(impl)
+        return self.collectives.algorithm(kind)
 
     def algorithms(self, kind: str) -> list[str]:
         """The configured algorithm of each network dimension."""
-        impl = self.system.get(f"{kind.replace('_', '-')}-implementation") or ["ring"]
-        return [str(a) for a in impl] if isinstance(impl, list) else [str(impl)]
+        return list(self.collectives.algorithms(kind))
 
     @property
     def optimization(self) -> str:
-        return str(self.system.get("collective-optimization", "baseline"))
+        return self.collectives.optimization
 
     def by_dimension(self, kind: str, members: Sequence[int]) -> bool:
         """True when ASTRA-SIM runs this collective dimension by dimension: a collective of every
         NPU (not all-to-all) on a network with more than one dimension of several NPUs."""
-        return (len(members) == self.npus and kind != "all_to_all"
-                and sum(1 for d in self.dims if d.npus > 1) > 1)
+        return self.collectives.by_dimension(kind, members)
 
     def dim_sizes(self) -> list[int]:
         return [d.npus for d in self.dims]
@@ -293,16 +296,13 @@ def build_traffic(info: WorkloadInfo, spans: Spans) -> Any:
             size = int(node.get("comm_size", 0))
             chunk_bytes, chunks = chunking(size, info.chunks, kind, info.npus)
             patterns: list[Pattern] = []
-            for turn in (0, 1) if algorithm == "doubleBinaryTree" else (0,):  # its two trees take turns
+            by_dim = info.by_dimension(kind, members)
+            for turn in (0, 1) if algorithm == "doubleBinaryTree" and not by_dim else (0,):  # its trees take turns
                 key = (kind, algorithm, members, chunk_bytes, turn)
                 pattern = cache.get(key)
                 if pattern is None:
-                    if info.by_dimension(kind, members):
-                        pattern = dimensions_pattern(kind, info.algorithms(kind), info.dim_sizes(), chunk_bytes,
-                                                     info.optimization)
-                    else:
-                        pattern = collective_pattern(kind, algorithm, list(members), chunk_bytes, variant=turn)
-                    cache[key] = pattern
+                    pattern = cache[key] = chunk_messages(info.collectives, kind, members, chunk_bytes,
+                                                          len(members) < info.npus, turn, honour_backwards=False)
                 patterns.append(pattern)
             slots = chunks * max(patterns[0].steps, 1)
             edges = np.linspace(t0, t1, slots + 1)

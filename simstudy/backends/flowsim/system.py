@@ -29,13 +29,11 @@ from numpy.typing import NDArray
 
 from simstudy.backends.flowsim.netmodels import Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
-from simstudy.backends.patterns import Phase, chunking, dimension_phases
+from simstudy.backends.patterns import PhaseSpec, chunking, collective_phases, phase_messages
 from simstudy.backends.traffic_build import WorkloadInfo
 from simstudy.compile.collectives import Pattern, algorithm
 
 IntArray = NDArray[np.int64]
-#: The MemBus delay of a communicator group's ring (ASTRA-SIM's `Transmition::Fast`).
-GROUP_DELAY_NS = 10
 
 
 @dataclass(frozen=True)
@@ -118,13 +116,15 @@ def _program(pattern: Pattern, sim: IntArray, local: dict[int, int] | None, n_si
 
 
 class Planner:
-    """Builds (and caches) the plan of every collective of a bundle."""
+    """Builds (and caches) the plan of every collective of a bundle: the messages `patterns`
+    defines, as a program per phase. `lanes`: symmetric collectives of every rank are planned for
+    rank 0 alone (on link orbits, see `comms.Lanes`)."""
 
     def __init__(self, info: WorkloadInfo, *, lanes: bool) -> None:
         self.info = info
         self.lanes = lanes
         system = info.system
-        self.endpoint_delay = int(float(system.get("endpoint-delay", 10)))
+        self.cfg = info.collectives
         self.mem_bw = float(system.get("local-mem-bw", 1600)) or 1600.0
         self.active = max(1, int(system.get("active-chunks-per-dimension", 1)))
         self.native = info.topology.routing.kind == "dimension_order"
@@ -140,41 +140,18 @@ class Planner:
             found = self.cache[key] = self._plan(kind, members, size, group, turn % 2)
         return found
 
-    def uses_trees(self, kind: str, members: tuple[int, ...], group: bool) -> bool:
-        """Whether a collective runs ASTRA-SIM's double binary tree (whose two trees alternate)."""
-        return any(algo == "doubleBinaryTree" for _, algo, *_ in self._phases(kind, members, 1 << 20, group))
-
-    def _phases(self, kind: str, members: tuple[int, ...], chunk: int, group: bool) -> list[tuple[Phase, str, int,
-                                                                                                 bool, int]]:
-        """(phase, algorithm, queue, ring backwards, delay) of one chunk."""
-        info = self.info
-        if group:
-            return [(Phase(kind, -1, chunk), "ring", 0, False, GROUP_DELAY_NS)]
-        if not info.by_dimension(kind, list(members)):
-            return [(Phase(kind, -1, chunk), info.algorithm(kind), 0, False, self.endpoint_delay)]
-        algos = info.algorithms(kind)
-        out = []
-        lba = kind == "all_reduce" and info.optimization != "baseline"
-        for ph in dimension_phases(kind, info.dim_sizes(), chunk, info.optimization):
-            algo = algos[ph.dim] if ph.dim < len(algos) else algos[-1]
-            # localBWAware: a dimension's all-gather shares the queue of its reduce-scatter and, as
-            # ASTRA-SIM allocates it (`get_next_queue_id_last`), runs its ring anticlockwise.
-            backwards = lba and ph.kind == "all_gather"
-            out.append((ph, algo, ph.dim, backwards, self.endpoint_delay))
-        return out
-
     def _plan(self, kind: str, members: tuple[int, ...], size: int, group: bool, turn: int) -> CollectivePlan:
         info = self.info
         chunk_bytes, chunks = chunking(size, info.chunks, kind, info.npus)
-        spec = self._phases(kind, members, chunk_bytes, group)
+        spec = collective_phases(self.cfg, kind, members, chunk_bytes, group)
         lane = self.lanes and self.native and not group and members == tuple(range(info.npus)) and all(
-            self._symmetric(ph, algo) for ph, algo, *_ in spec)
+            self._symmetric(ph) for ph in spec)
         phases = self._programs(spec, members, lane, turn)
-        odd = self._programs(spec, members, lane, turn + 1) if any(a == "doubleBinaryTree" for _, a, *_ in spec) \
-            else None
+        odd = self._programs(spec, members, lane, turn + 1) if any(
+            algorithm(ph.algorithm).name == "double_binary_tree" for ph in spec) else None
         return CollectivePlan(kind, members, chunks, chunk_bytes, self.active, phases, lane, size, group, odd)
 
-    def _programs(self, spec: list[tuple[Phase, str, int, bool, int]], members: tuple[int, ...], lane: bool,
+    def _programs(self, spec: list[PhaseSpec], members: tuple[int, ...], lane: bool,
                   turn: int) -> list[PhaseProgram]:
         info = self.info
         dim_sizes = info.dim_sizes()
@@ -183,8 +160,8 @@ class Planner:
         m = np.asarray(members, dtype=np.int64)
         sim = m[:1] if lane else m
         local: dict[int, int] | None = None if lane else {}
-        for ph, algo_name, queue, backwards, delay in spec:
-            algo = algorithm(algo_name)
+        for ph in spec:
+            algo = algorithm(ph.algorithm)
             if ph.dim < 0:
                 line = m
                 n = len(members)
@@ -192,12 +169,7 @@ class Planner:
                 stride = int(np.prod(dim_sizes[: ph.dim], dtype=np.int64))
                 n = dim_sizes[ph.dim]
                 line = np.arange(n, dtype=np.int64) * stride
-            if lane:
-                pattern = algo.pattern(ph.kind, line, ph.size, only=0, reverse=backwards)
-            elif ph.dim < 0:
-                pattern = algo.pattern(ph.kind, line, ph.size, reverse=backwards, variant=turn)
-            else:
-                pattern = _all_lines(algo_name, ph, dim_sizes, backwards, turn)
+            pattern = phase_messages(ph, m, dim_sizes, turn, first_only=lane)
             steps = pattern.steps
             if steps == 0:
                 continue
@@ -207,20 +179,20 @@ class Planner:
             if gated:
                 position = {int(r): j for j, r in enumerate(line.tolist())} if ph.dim < 0 else {
                     r: (r // stride) % n for r in range(info.npus)}
-            phases.append(_program(pattern, sim, local, len(sim), kind=ph.kind, queue=queue, delay=delay,
+            phases.append(_program(pattern, sim, local, len(sim), kind=ph.kind, queue=ph.queue, delay=ph.delay_ns,
                                    proc=algo.processing(ph.kind, n, ph.size), mem_bw=self.mem_bw, offset=offset,
                                    symmetry=symmetry, dim=ph.dim, steps=steps, gated=gated, position=position))
             offset += steps
         return phases
 
-    def _symmetric(self, ph: Phase, algo_name: str) -> bool:
+    def _symmetric(self, ph: PhaseSpec) -> bool:
         """Whether every rank of a phase does what rank 0 does, mapped by a symmetry of the network."""
-        sym = algorithm(algo_name).symmetry_of(ph.kind)
+        sym = algorithm(ph.algorithm).symmetry_of(ph.kind)
         dims = self.info.topology.routing.dims
         if ph.dim < 0 and sum(1 for d in dims if d.npus > 1) > 1:
             # One ring or tree over every rank of a multi-dimensional network: only a pattern in
             # which every rank sends to every other one maps onto itself dimension by dimension.
-            return algo_name != "ring" and ph.kind == "all_to_all"
+            return ph.algorithm != "ring" and ph.kind == "all_to_all"
         if sym == "rotate":
             return True
         if sym == "xor":
@@ -228,18 +200,6 @@ class Planner:
             return all(d.topology != "Ring" and d.npus & (d.npus - 1) == 0 for d in used) and (
                 ph.dim >= 0 or len(used) == 1)
         return False
-
-
-def _all_lines(algo_name: str, phase: Phase, dim_sizes: list[int], backwards: bool, turn: int = 0) -> Pattern:
-    """A phase's transfers on every line of its dimension."""
-    stride = int(np.prod(dim_sizes[: phase.dim], dtype=np.int64))
-    n = dim_sizes[phase.dim]
-    total = int(np.prod(dim_sizes, dtype=np.int64))
-    algo = algorithm(algo_name)
-    parts = [algo.pattern(phase.kind, [s + j * stride for j in range(n)], phase.size, reverse=backwards, variant=turn)
-             for s in range(total) if (s // stride) % n == 0]
-    cols = [np.concatenate([getattr(p, f) for p in parts]) for f in ("step", "src", "dst", "nbytes")]
-    return Pattern(*cols)
 
 
 # -- running a plan ----------------------------------------------------------------------------
