@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from simstudy.backends.base import BackendError
 from simstudy.compile.collectives import Pattern, algorithm, collective_pattern, empty_pattern
 
 __all__ = ["GROUP_DELAY_NS", "CollectiveConfig", "Pattern", "Phase", "PhaseSpec", "TreeTurns", "chunk_messages",
@@ -148,8 +149,9 @@ def collective_phases(cfg: CollectiveConfig, kind: str, members: Sequence[int], 
     if group:
         return [PhaseSpec(kind, -1, chunk_bytes, "ring", 0, False, GROUP_DELAY_NS)]
     if not cfg.by_dimension(kind, members):
-        return [PhaseSpec(kind, -1, chunk_bytes, cfg.algorithm(kind), 0, False, cfg.endpoint_delay_ns)]
-    algos = cfg.algorithms(kind)
+        return [PhaseSpec(kind, -1, chunk_bytes, _implementing(cfg.algorithm(kind), kind), 0, False,
+                          cfg.endpoint_delay_ns)]
+    algos = [_implementing(a, kind) for a in cfg.algorithms(kind)]
     lba = kind == "all_reduce" and cfg.optimization != "baseline"
     out: list[PhaseSpec] = []
     for ph in dimension_phases(kind, cfg.dim_sizes, chunk_bytes, cfg.optimization):
@@ -159,6 +161,15 @@ def collective_phases(cfg: CollectiveConfig, kind: str, members: Sequence[int], 
         backwards = lba and ph.kind == "all_gather"
         out.append(PhaseSpec(ph.kind, ph.dim, ph.size, algo, ph.dim, backwards, cfg.endpoint_delay_ns))
     return out
+
+
+def _implementing(name: str, kind: str) -> str:
+    """`name`, when that algorithm implements collective `kind` (as ASTRA-SIM c459ab6 runs it)."""
+    algo = algorithm(name)
+    if kind not in algo.kinds:
+        raise BackendError(f"system.json: {kind.replace('_', '-')}-implementation: {algo.astra} implements "
+                           f"{', '.join(sorted(algo.kinds))}, not {kind} (ASTRA-SIM cannot run it either)")
+    return name
 
 
 def dim_line(dim_sizes: Sequence[int], dim: int, base: int = 0) -> np.ndarray:
@@ -204,6 +215,12 @@ def chunk_messages(cfg: CollectiveConfig, kind: str, members: Sequence[int], chu
     if not parts:
         return empty_pattern()
     return Pattern(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("step", "src", "dst", "nbytes")))
+
+
+def uses_trees(cfg: CollectiveConfig, kind: str, members: Sequence[int], group: bool) -> bool:
+    """Whether a collective runs ASTRA-SIM's double binary tree (whose two trees take turns)."""
+    return any(algorithm(s.algorithm).name == "double_binary_tree"
+               for s in collective_phases(cfg, kind, members, 1 << 20, group))
 
 
 class TreeTurns:

@@ -16,7 +16,7 @@ import yaml
 
 from simstudy import chakra
 from simstudy.backends.base import BackendError, empty_spans, make_spans
-from simstudy.backends.patterns import CollectiveConfig, Pattern, chunk_messages, chunking
+from simstudy.backends.patterns import CollectiveConfig, Pattern, TreeTurns, chunk_messages, chunking, uses_trees
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compile import Bundle
 from simstudy.compile.attributes import FLOWS_PER_COLLECTIVE, node_meta
@@ -279,11 +279,13 @@ def busy_times(info: WorkloadInfo, spans: Spans) -> dict[int, tuple[int, int]]:
 
 
 def build_traffic(info: WorkloadInfo, spans: Spans) -> Any:
-    """The TrafficTable of a run from its node spans (ASTRA-SIM's own timing)."""
+    """The TrafficTable of a run from its node spans (ASTRA-SIM's own timing): each collective's
+    messages (`patterns`) spread evenly over its interval on each rank, each send one transfer."""
     builder = TrafficBuilder()
     by_id = [{n.id: n for n in nodes} for nodes in info.nodes]
-    cache: dict[tuple[str, str, tuple[int, ...], int, int], Pattern] = {}
-    for (rank, node_id), (t0, t1) in sorted(spans.items()):
+    cache: dict[tuple[str, tuple[int, ...], int, int], Pattern] = {}
+    turns = [TreeTurns() for _ in range(info.npus)]  # each rank's trees, in the order it issues collectives
+    for (rank, node_id), (t0, t1) in sorted(spans.items(), key=lambda kv: (kv[0][0], kv[1][0], kv[0][1])):
         node = by_id[rank].get(node_id)
         if node is None:
             continue
@@ -291,18 +293,18 @@ def build_traffic(info: WorkloadInfo, spans: Spans) -> Any:
             kind = COLLECTIVE_KIND.get(CollectiveType(int(node.get("comm_type", 0))))
             if kind is None:
                 continue
-            group, algorithm = info.plan(node, rank, kind)
-            members = tuple(group)
+            members = tuple(info.members(node, rank))
+            group = len(members) < info.npus
             size = int(node.get("comm_size", 0))
             chunk_bytes, chunks = chunking(size, info.chunks, kind, info.npus)
+            trees = uses_trees(info.collectives, kind, members, group)
+            turn = turns[rank].take(kind, chunks) if trees else 0
             patterns: list[Pattern] = []
-            by_dim = info.by_dimension(kind, members)
-            for turn in (0, 1) if algorithm == "doubleBinaryTree" and not by_dim else (0,):  # its trees take turns
-                key = (kind, algorithm, members, chunk_bytes, turn)
+            for t in (turn, turn + 1) if trees else (0,):  # the two trees take turns, chunk after chunk
+                key = (kind, members, chunk_bytes, t % 2)
                 pattern = cache.get(key)
                 if pattern is None:
-                    pattern = cache[key] = chunk_messages(info.collectives, kind, members, chunk_bytes,
-                                                          len(members) < info.npus, turn, honour_backwards=False)
+                    pattern = cache[key] = chunk_messages(info.collectives, kind, members, chunk_bytes, group, t)
                 patterns.append(pattern)
             slots = chunks * max(patterns[0].steps, 1)
             edges = np.linspace(t0, t1, slots + 1)

@@ -250,8 +250,6 @@ class Algorithm:
         m = np.asarray(members, dtype=np.int64)
         if len(m) < 2:
             return empty_pattern()
-        if kind == "all_to_all" and self.name != "ring":
-            return _direct(m, 1, max(size // len(m), 1), only)
         if kind not in self.kinds:
             raise ValueError(f"{self.astra} implements {', '.join(sorted(self.kinds))}, not {kind}")
         if self.name == "double_binary_tree":
@@ -260,14 +258,12 @@ class Algorithm:
 
     def processing(self, kind: str, n: int, size: int) -> dict[int, int]:
         """Step -> bytes a rank reduces after receiving that step (one chunk of `size` bytes)."""
-        if n < 2 or (kind == "all_to_all" and self.name != "ring"):
+        if n < 2:
             return {}
         return self.process(kind, n, size)
 
     def symmetry_of(self, kind: str) -> str | None:
         """The symmetry of this algorithm's pattern for collective `kind`."""
-        if kind == "all_to_all" and self.name != "ring":
-            return "rotate"
         return self.symmetry
 
 
@@ -277,9 +273,12 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               _ring_pattern, _ring_processing, "rotate"),
     Algorithm("direct", "direct", ("oneDirect",), _ALL, frozenset({"all_reduce", "all_gather", "reduce_scatter"}),
               _direct_pattern, _direct_processing, "rotate"),
-    Algorithm("halving_doubling", "halvingDoubling", ("oneHalvingDoubling",), _ALL, frozenset({"all_reduce"}),
+    # ASTRA-SIM runs no all-to-all with halving-doubling (its ranks never finish).
+    Algorithm("halving_doubling", "halvingDoubling", ("oneHalvingDoubling",),
+              frozenset({"all_reduce", "all_gather", "reduce_scatter"}), frozenset({"all_reduce"}),
               _hd_pattern, _hd_processing, "xor"),
-    # Two trees used in turn, chunk after chunk (variant = the chunk's turn).
+    # Two trees used in turn, chunk after chunk (variant = the chunk's turn). ASTRA-SIM runs an
+    # all-to-all configured with it as the same tree all-reduce (`DoubleBinaryTreeAllReduce`).
     Algorithm("double_binary_tree", "doubleBinaryTree", (), frozenset({"all_reduce", "all_to_all"}),
               frozenset({"all_reduce"}), _dbt_pattern, _dbt_processing, None),
 )}

@@ -29,6 +29,7 @@ from simstudy.backends.flowsim.netmodels import NETMODELS, Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, Planner, lane_images
 from simstudy.backends.network import Network
+from simstudy.backends.patterns import TreeTurns
 from simstudy.backends.traffic_build import WorkloadInfo
 
 IntArray = NDArray[np.int64]
@@ -211,7 +212,7 @@ class Comms:
         self.lane_planner = planner or Planner(info, lanes=True)
         self.full_planner = Planner(info, lanes=False)
         self.timings: dict[tuple[int, tuple[int, ...]], Timing] = {}
-        self.tree_turn = 0
+        self.tree_turns = TreeTurns()
         self._turn = 0
         self._plan_links: dict[tuple[int, tuple[int, ...]], IntArray] = {}
         self._plan_pairs: dict[int, list[tuple[int, int]]] = {}
@@ -285,10 +286,11 @@ class Comms:
     def _plan(self, kind: str, members: tuple[int, ...], size: int, group: bool) -> CollectivePlan:
         """The (lane) plan of a collective starting now; the double binary tree's two trees are
         used in turn, chunk after chunk, across collectives (ASTRA-SIM's DoubleBinaryTreeTopology)."""
-        turn = self.tree_turn
-        plan = self.lane_planner.plan(kind, members, size, group, turn)
+        plan = self.lane_planner.plan(kind, members, size, group)
+        turn = 0
         if plan.odd_phases is not None:
-            self.tree_turn += plan.chunks
+            turn = self.tree_turns.take(kind, plan.chunks)
+            plan = self.lane_planner.plan(kind, members, size, group, turn)
         self._turn = turn
         return plan
 
