@@ -63,11 +63,15 @@ def _ring(members: IntArray, steps: int, size: int, only: int | None = None, rev
     return Pattern(step, src, dst, np.full(len(step), size, dtype=np.int64))
 
 
-def _direct(members: IntArray, steps: int, size: int, only: int | None = None) -> Pattern:
+def _direct(members: IntArray, steps: int, size: int, only: int | None = None, reverse: bool = False) -> Pattern:
+    """Every member sends to every other one at every step, in ring order from the next member
+    (the previous one when `reverse`), as ASTRA-SIM's direct algorithm (`AllToAll`) picks them."""
     n = len(members)
-    i, j = np.meshgrid(np.arange(n) if only is None else np.array([only]), np.arange(n), indexing="ij")
-    mask = i != j
-    src1, dst1 = members[i[mask]], members[j[mask]]
+    idx = np.arange(n) if only is None else np.array([only])
+    k = np.arange(1, n)
+    i = np.repeat(idx, n - 1)
+    j = (i - np.tile(k, len(idx))) % n if reverse else (i + np.tile(k, len(idx))) % n
+    src1, dst1 = members[i], members[j]
     step = np.repeat(np.arange(steps, dtype=np.int64), len(src1))
     return Pattern(step, np.tile(src1, steps), np.tile(dst1, steps), np.full(len(step), size, dtype=np.int64))
 
@@ -182,8 +186,8 @@ def _ring_processing(kind: str, n: int, size: int) -> dict[int, int]:
 def _direct_pattern(kind: str, m: IntArray, size: int, only: int | None, reverse: bool) -> Pattern:
     n = len(m)
     if kind == "all_reduce":
-        return _direct(m, 2, max(size // n, 1), only)
-    return _direct(m, 1, size if kind == "all_gather" else max(size // n, 1), only)
+        return _direct(m, 2, max(size // n, 1), only, reverse)
+    return _direct(m, 1, size if kind == "all_gather" else max(size // n, 1), only, reverse)
 
 
 def _direct_processing(kind: str, n: int, size: int) -> dict[int, int]:

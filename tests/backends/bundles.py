@@ -48,7 +48,7 @@ def collective_node(node_id: int, kind: str, size: int, *, deps: tuple[int, ...]
     attrs = [chakra.is_cpu_op(False), chakra.comm_type(TYPES[kind]), chakra.comm_size(size)]
     if group is not None:
         attrs.append(chakra.pg_name(group))
-    return Node(node_id, f"{kind}{node_id}", NodeType.COMM_COLL_NODE, ctrl_deps=list(deps), attrs=attrs)
+    return Node(node_id, f"{kind}{node_id}", NodeType.COMM_COLL_NODE, data_deps=list(deps), attrs=attrs)
 
 
 def write_bundle(out: Path, dims: list[tuple[str, int, float, float]], traces: list[list[Node]], *,

@@ -197,7 +197,7 @@ class Comms:
 
     def __init__(self, info: WorkloadInfo, net: Network, mode: str, sched: Scheduler,
                  emit: Callable[..., None], *, planner: Planner | None = None,
-                 count: Callable[[int, int, NDArray[np.float64]], None] | None = None) -> None:
+                 count: Callable[[int, int, NDArray[np.float64]], None] | None = None, isolated: bool = True) -> None:
         if mode not in NETMODELS:
             raise ValueError(f"unknown congestion mode {mode!r}; expected one of {', '.join(NETMODELS)}")
         self.info = info
@@ -219,6 +219,8 @@ class Comms:
         self._plan_multi: dict[int, list[tuple[int, int, int]]] = {}
         self._lanes: dict[tuple[str, ...], Lanes] = {}
         self.shared = mode != "unaware"
+        #: the shortcut: time a collective alone when nothing else uses its links (else: always message by message)
+        self.isolated = isolated
         nlinks = len(net.capacity)
         self.fast_owner: list[Activity | None] = [None] * nlinks
         self.detailed = np.zeros(nlinks, dtype=np.int64)
@@ -237,7 +239,7 @@ class Comms:
         choices = self._choices(plan, flow)
         act = Activity(self._links(plan, flow, choices), True, start, plan, None, members, ctx=(kind, done, ctx),
                        report=members if report is None else report, turn=self._turn, flow=flow, choices=choices)
-        if self.shared and not self._isolated(act.links):
+        if not self.isolated or (self.shared and not self._isolated(act.links)):
             self._detailed(act)
             return
         self.stats["fast"] += 1
@@ -353,11 +355,15 @@ class Comms:
                 rows.clear()
                 self.emit(kind, ctx, *cols)
 
+        report = set(act.report)
+        left = [len(act.members)]
+
         def rank_done(rank: int, t: int) -> None:
-            if rank not in act.reported and (len(act.report) == len(act.members) or rank in act.report):
+            if rank not in act.reported and rank in report:
                 act.reported.add(rank)
                 done(rank, t)
-            if len(act.reported) == len(act.report) and not act.finished:
+            left[0] -= 1
+            if not left[0] and not act.finished:  # every member done: its links are free, its rows whole
                 act.finished = True
                 self.detailed[act.links] -= 1
                 flush()

@@ -71,13 +71,15 @@ class Engine:
 
     def __init__(self, info: WorkloadInfo, net: Network, *, mode: str, timeout_s: float | None, emit: Emit,
                  progress: Callable[[float], None] | None = None, identical: bool = False,
-                 planner: Planner | None = None, count: Callable[..., None] | None = None) -> None:
+                 planner: Planner | None = None, count: Callable[..., None] | None = None,
+                 isolated: bool = True) -> None:
         self.info = info
         self.net = net
         self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self.sched = Scheduler()
         self.emit_rows = emit
-        self.comms = Comms(info, net, mode, self.sched, self._emit_collective, planner=planner, count=count)
+        self.comms = Comms(info, net, mode, self.sched, self._emit_collective, planner=planner, count=count,
+                           isolated=isolated)
         #: Every rank runs the same trace and only collectives of every rank that finish together:
         #: rank 0 is simulated for all of them (see `identical_ranks`).
         self.identical = identical
@@ -341,10 +343,10 @@ class Engine:
                      for c in self.span_cols)
 
 
-def identical_ranks(info: WorkloadInfo, lane_plan: Callable[[str, tuple[int, ...], int], bool]) -> bool:
+def identical_ranks(info: WorkloadInfo, symmetric: Callable[[str, tuple[int, ...], int], bool]) -> bool:
     """Whether every rank runs the same as rank 0 from start to end: one trace for all (the same
     decoded list), no point-to-point transfers, and only collectives of every rank, in order,
-    that every rank finishes at once (`lane_plan(kind, members, size)`: symmetric)."""
+    that every rank finishes at once (`symmetric(kind, members, size)`)."""
     first = info.nodes[0]
     if any(nodes is not first for nodes in info.nodes):
         return False
@@ -357,6 +359,6 @@ def identical_ranks(info: WorkloadInfo, lane_plan: Callable[[str, tuple[int, ...
         kind = COLLECTIVE_KIND.get(CollectiveType(int(n.get("comm_type", 0))))
         if kind is None:
             continue
-        if tuple(info.members(n, 0)) != everyone or not lane_plan(kind, everyone, int(n.get("comm_size", 0))):
+        if tuple(info.members(n, 0)) != everyone or not symmetric(kind, everyone, int(n.get("comm_size", 0))):
             return False
     return True

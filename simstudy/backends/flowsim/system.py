@@ -88,7 +88,7 @@ class CollectivePlan:
 
 def _program(pattern: Pattern, sim: IntArray, local: dict[int, int] | None, n_sim: int, *, kind: str, queue: int,
              delay: int, proc: dict[int, int], mem_bw: float, offset: int, symmetry: str | None, dim: int,
-             steps: int, gated: bool = False, position: dict[int, int] | None = None) -> PhaseProgram:
+             steps: int, gated: bool = False) -> PhaseProgram:
     """The CSR program of a pattern for the simulated ranks `sim` (global ids)."""
     if local is None:  # lane: the pattern holds rank 0's transfers only
         src_local = np.zeros(len(pattern.src), dtype=np.int64)
@@ -101,14 +101,7 @@ def _program(pattern: Pattern, sim: IntArray, local: dict[int, int] | None, n_si
         dst_local = lut[pattern.dst]
         inc = np.bincount(pattern.step * n_sim + dst_local, minlength=steps * n_sim).reshape(steps, n_sim)
     key = pattern.step * n_sim + src_local
-    if gated and position is not None:
-        # ASTRA-SIM's AllToAll sends to its peers in ring order from the next one: rank +1, +2, ...
-        n = len(position)
-        pos = np.vectorize(position.__getitem__, otypes=[np.int64])
-        rot = (pos(pattern.dst) - pos(pattern.src)) % n if len(pattern.src) else np.zeros(0, dtype=np.int64)
-        order = np.lexsort((rot, key))
-    else:
-        order = np.argsort(key, kind="stable")
+    order = np.argsort(key, kind="stable")  # a rank's messages of a step in the order the pattern sends them
     ptr = np.searchsorted(key[order], np.arange(steps * n_sim + 1))
     proc_ns = tuple(3 * math.floor(proc[s] / mem_bw) if s in proc else 0 for s in range(steps))
     return PhaseProgram(kind, queue, delay, steps, ptr.astype(np.int64), pattern.dst[order], pattern.nbytes[order],
@@ -140,12 +133,20 @@ class Planner:
             found = self.cache[key] = self._plan(kind, members, size, group, turn % 2)
         return found
 
+    def symmetric(self, kind: str, members: tuple[int, ...], size: int) -> bool:
+        """Whether a collective of every rank is symmetric: every rank does what rank 0 does,
+        mapped by a symmetry of an ASTRA-SIM network (so every rank finishes at once)."""
+        info = self.info
+        if not self.native or members != tuple(range(info.npus)):
+            return False
+        chunk_bytes, _ = chunking(size, info.chunks, kind, info.npus)
+        return all(self._symmetric(ph) for ph in collective_phases(self.cfg, kind, members, chunk_bytes, False))
+
     def _plan(self, kind: str, members: tuple[int, ...], size: int, group: bool, turn: int) -> CollectivePlan:
         info = self.info
         chunk_bytes, chunks = chunking(size, info.chunks, kind, info.npus)
         spec = collective_phases(self.cfg, kind, members, chunk_bytes, group)
-        lane = self.lanes and self.native and not group and members == tuple(range(info.npus)) and all(
-            self._symmetric(ph) for ph in spec)
+        lane = self.lanes and not group and self.symmetric(kind, members, size)
         phases = self._programs(spec, members, lane, turn)
         odd = self._programs(spec, members, lane, turn + 1) if any(
             algorithm(ph.algorithm).name == "double_binary_tree" for ph in spec) else None
@@ -162,26 +163,16 @@ class Planner:
         local: dict[int, int] | None = None if lane else {}
         for ph in spec:
             algo = algorithm(ph.algorithm)
-            if ph.dim < 0:
-                line = m
-                n = len(members)
-            else:
-                stride = int(np.prod(dim_sizes[: ph.dim], dtype=np.int64))
-                n = dim_sizes[ph.dim]
-                line = np.arange(n, dtype=np.int64) * stride
+            n = len(members) if ph.dim < 0 else dim_sizes[ph.dim]
             pattern = phase_messages(ph, m, dim_sizes, turn, first_only=lane)
             steps = pattern.steps
             if steps == 0:
                 continue
             symmetry = algo.symmetry_of(ph.kind) if lane else None
             gated = ph.kind == "all_reduce" and algo.name == "direct" and steps == 2
-            position = None
-            if gated:
-                position = {int(r): j for j, r in enumerate(line.tolist())} if ph.dim < 0 else {
-                    r: (r // stride) % n for r in range(info.npus)}
             phases.append(_program(pattern, sim, local, len(sim), kind=ph.kind, queue=ph.queue, delay=ph.delay_ns,
                                    proc=algo.processing(ph.kind, n, ph.size), mem_bw=self.mem_bw, offset=offset,
-                                   symmetry=symmetry, dim=ph.dim, steps=steps, gated=gated, position=position))
+                                   symmetry=symmetry, dim=ph.dim, steps=steps, gated=gated))
             offset += steps
         return phases
 
@@ -301,6 +292,9 @@ class CollectiveRun:
             keys, mult, latency, alone = route(src, dst, size, flow)
             net.send(Msg(src, dst, size, keys, mult, latency, alone, deliver, (i, c, p, st)))
         self.sent[i][c] = True
+        if st == 0 and self.progs[c & 1][p].gated:
+            self._gate(i, c, p)  # its step-0 messages may all have arrived (and been reduced) already
+            return
         self._check(i, c)
 
     def _arrive(self, msg: Msg) -> None:
@@ -322,6 +316,11 @@ class CollectiveRun:
         """A received step-0 message of a gated phase has been reduced: one more message of step 1
         may go, once every step-0 message has arrived (ASTRA-SIM's AllToAll all-reduce)."""
         self.free[(i, c)] += 1
+        self._gate(i, c, p)
+
+    def _gate(self, i: int, c: int, p: int) -> None:
+        """Send what a gated phase's reduced step-0 messages allow: step 1 begins once the rank has
+        sent its step 0 and every step-0 message has arrived; then one step-1 message per reduced one."""
         if self.phase[i][c] != p or (not self.sent[i][c] and self.step[i][c] == 0):
             return
         key = (i, c)
