@@ -21,8 +21,9 @@ import numpy as np
 from simstudy.backends.base import BackendError
 from simstudy.compile.collectives import Pattern, algorithm, collective_pattern, empty_pattern
 
-__all__ = ["GROUP_DELAY_NS", "CollectiveConfig", "Pattern", "Phase", "PhaseSpec", "TreeTurns", "chunk_messages",
-           "chunking", "collective_pattern", "collective_phases", "dimension_phases", "phase_messages"]
+__all__ = ["GROUP_DELAY_NS", "CollectiveConfig", "Pattern", "Phase", "PhaseSpec", "TreeTurns",
+           "chunk_messages", "chunking", "collective_pattern", "collective_phases",
+           "dimension_phases", "phase_messages", "uses_trees"]
 
 #: The MemBus delay of a communicator group's ring (ASTRA-SIM's `Transmition::Fast`).
 GROUP_DELAY_NS = 10
@@ -61,7 +62,8 @@ def dimension_phases(kind: str, dim_sizes: Sequence[int], size: int, optimizatio
     * all-reduce, `localBWAware`: reduce-scatter on every dimension but the last (the size
       shrinking by each dimension's NPUs), all-reduce on the last, all-gather back down;
     * reduce-scatter: innermost first, the size shrinking by each dimension's NPUs;
-    * all-gather: outermost first, the contribution growing by each dimension's NPUs.
+    * all-gather: outermost first, the contribution growing by each dimension's NPUs;
+    * all-to-all: innermost first, the whole size on each.
     """
     active = [k for k, n in enumerate(dim_sizes) if n > 1]
     if kind == "all_gather":
@@ -121,9 +123,9 @@ class CollectiveConfig:
 
     def by_dimension(self, kind: str, members: Sequence[int]) -> bool:
         """True when ASTRA-SIM runs this collective dimension by dimension: a collective of every
-        NPU (not all-to-all) on a network with more than one dimension of several NPUs."""
-        return (len(members) == self.npus and kind != "all_to_all"
-                and sum(1 for n in self.dim_sizes if n > 1) > 1)
+        NPU on a network with more than one dimension of several NPUs (an all-to-all too: each
+        dimension's algorithm on its lines, the whole size each time)."""
+        return len(members) == self.npus and sum(1 for n in self.dim_sizes if n > 1) > 1
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,14 @@ import yaml
 
 from simstudy import chakra
 from simstudy.backends.base import BackendError, empty_spans, make_spans
-from simstudy.backends.patterns import CollectiveConfig, Pattern, TreeTurns, chunk_messages, chunking, uses_trees
+from simstudy.backends.patterns import (
+    CollectiveConfig,
+    Pattern,
+    TreeTurns,
+    chunk_messages,
+    chunking,
+    uses_trees,
+)
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compile import Bundle
 from simstudy.compile.attributes import FLOWS_PER_COLLECTIVE, node_meta
@@ -67,8 +74,7 @@ class WorkloadInfo:
         return self.collectives.optimization
 
     def by_dimension(self, kind: str, members: Sequence[int]) -> bool:
-        """True when ASTRA-SIM runs this collective dimension by dimension: a collective of every
-        NPU (not all-to-all) on a network with more than one dimension of several NPUs."""
+        """True when ASTRA-SIM runs this collective dimension by dimension (see `CollectiveConfig`)."""
         return self.collectives.by_dimension(kind, members)
 
     def dim_sizes(self) -> list[int]:

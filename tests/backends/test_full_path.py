@@ -58,3 +58,19 @@ def test_staggered_starts(algorithm: str, kind: str, mode: str, tmp_path: Path) 
         f = FlowsimBackend(congestion=mode, **({} if shortcuts is None else {"shortcuts": shortcuts})).run(
             b, tmp_path / f"f{shortcuts is None}")
         assert [r.finish_ns for r in f.ranks] == [r.finish_ns for r in a.ranks]
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_direct_all_reduce_on_two_dimensions(splits: int, tmp_path: Path) -> None:
+    """A gated direct all-reduce phase per dimension, ranks starting 0-16 us apart: a rank still in
+    its first phase receives (and reduces) messages of the second; they count for the second."""
+    traces = [[Node(0, "compute", NodeType.COMP_NODE, duration_micros=1 + 2 * r,
+                    attrs=[chakra.is_cpu_op(False), chakra.num_ops(1)]),
+               collective_node(1, "all_reduce", 1 << 20, deps=(0,))] for r in range(9)]
+    b = write_bundle(tmp_path / "b", [("FullyConnected", 3, 50.0, 500.0), ("Switch", 3, 25.0, 700.0)], traces,
+                     algorithm="direct", splits=splits)
+    a = AstraSimBackend(binary("unaware")).run(b, tmp_path / "a", timeout_s=120)
+    for shortcuts in (FULL, None):
+        f = FlowsimBackend(congestion="unaware", **({} if shortcuts is None else {"shortcuts": shortcuts})).run(
+            b, tmp_path / f"f{shortcuts is None}")
+        assert [r.finish_ns for r in f.ranks] == [r.finish_ns for r in a.ranks]

@@ -46,11 +46,6 @@ class Routes:
         topo = net.topology
         self.native = topo.routing.kind == "dimension_order"
         self.dims = [(d.stride, d.npus, d.topology) for d in topo.routing.dims]
-        # per dimension: (latency, bytes per ns) of its links, as ASTRA-SIM's unaware model reads them
-        self.dim_link: list[tuple[float, float]] = []
-        for k in range(len(self.dims)):
-            link = next((link for link in topo.links if link.dim == k), None)
-            self.dim_link.append((link.latency_ns, link.bytes_per_ns) if link else (0.0, 1.0))
         self.capacity = net.capacity
         self.effective = [c * (1.0 - loss) for c, loss in zip(net.capacity, net.loss, strict=True)]
         #: whether a route depends on the flow (ECMP hashing flows on a graph)
@@ -72,10 +67,12 @@ class Routes:
     def alone_ns(self, src: int, dst: int, size: int, flow: int = 0) -> int:
         """What a message takes with nothing else on its links, as ASTRA-SIM's congestion-unaware
         model charges it: on ASTRA-SIM dimensions, hops x latency + bytes / bandwidth of the first
-        dimension in which the ends differ (`MultiDimTopology::send`); on a graph, the path's
-        latency + bytes / its narrowest link."""
+        dimension in which the ends differ (`MultiDimTopology::send`), read from the route's links
+        in that dimension (a topology.json may give links of one dimension different speeds: then
+        the sum of their latencies and the narrowest one); on a graph, the path's latency + bytes /
+        its narrowest link."""
         if self.native:
-            for k, (stride, n, kind) in enumerate(self.dims):
+            for stride, n, kind in self.dims:
                 a, b = (src // stride) % n, (dst // stride) % n
                 if a != b:
                     if kind == "Ring":
@@ -83,8 +80,11 @@ class Routes:
                         hops = min(cw, n - cw)
                     else:
                         hops = 2 if kind == "Switch" else 1
-                    lat, bw = self.dim_link[k]
-                    return int(hops * lat + size / bw)
+                    # dimension order: the route's first hops are the ones in this dimension
+                    hop_links = self.links(src, dst)[0][:hops]
+                    lats = {self.net.latency[i] for i in hop_links}
+                    lat = hops * next(iter(lats)) if len(lats) == 1 else sum(self.net.latency[i] for i in hop_links)
+                    return int(lat + size / min(self.capacity[i] for i in hop_links))
             return 0
         _, lat, cap = self.links(src, dst, flow)
         return int(lat + size / cap)
@@ -121,11 +121,14 @@ class Lanes:
                 key = (k, "up" if link.src.startswith("h") else "down")
             orbit[i] = keys.setdefault(key, len(keys))
         self.orbit = orbit
-        self.capacity = [0.0] * len(keys)
-        self.latency = [0.0] * len(keys)
+        self.capacity = [-1.0] * len(keys)
+        self.latency = [-1.0] * len(keys)
         for i, o in enumerate(orbit.tolist()):
-            self.capacity[o] = routes.effective[i]
-            self.latency[o] = routes.net.latency[i]
+            cap, lat = routes.effective[i], routes.net.latency[i]
+            if self.capacity[o] >= 0 and (self.capacity[o], self.latency[o]) != (cap, lat):
+                # the planner plans lanes only on dimensions whose links are all alike
+                raise ValueError(f"link {routes.net.names[i]} differs from the other links of its orbit")
+            self.capacity[o], self.latency[o] = cap, lat
 
     def route(self, src: int, dst: int, size: int, flow: int = 0) -> Route:
         path, lat, _ = self.routes.links(src, dst)
@@ -224,7 +227,7 @@ class Comms:
         nlinks = len(net.capacity)
         self.fast_owner: list[Activity | None] = [None] * nlinks
         self.detailed = np.zeros(nlinks, dtype=np.int64)
-        self.stats = {"fast": 0, "detailed": 0, "replayed": 0, "staggered": 0, "timed": 0}
+        self.stats = {"fast": 0, "detailed": 0, "replayed": 0, "staggered": 0, "timed": 0, "lanes": 0}
 
     # -- collectives -------------------------------------------------------------------------
 
@@ -432,6 +435,7 @@ class Comms:
         if found is not None:
             return found
         self.stats["timed"] += 1
+        self.stats["lanes"] += plan.lane
         sched = Scheduler(0)
         lanes = self._lanes_for(plan) if plan.lane else None
         if lanes is not None:

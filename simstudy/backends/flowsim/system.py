@@ -122,6 +122,12 @@ class Planner:
         self.active = max(1, int(system.get("active-chunks-per-dimension", 1)))
         self.native = info.topology.routing.kind == "dimension_order"
         self.cache: dict[tuple[object, ...], CollectivePlan] = {}
+        # dimensions whose links are all alike (bandwidth, latency, loss): a topology.json may give
+        # each link its own, and then ranks differ and no rank stands for another on that dimension
+        kinds: dict[int, set[tuple[float, float, float]]] = defaultdict(set)
+        for link in info.topology.links:
+            kinds[link.dim].add((link.bytes_per_ns, link.latency_ns, link.loss))
+        self.uniform = {k for k, v in kinds.items() if len(v) == 1}
 
     def plan(self, kind: str, members: tuple[int, ...], size: int, group: bool, turn: int = 0) -> CollectivePlan:
         """The plan of a collective of `size` bytes over `members` (`group`: a communicator group
@@ -141,6 +147,12 @@ class Planner:
             return False
         chunk_bytes, _ = chunking(size, info.chunks, kind, info.npus)
         return all(self._symmetric(ph) for ph in collective_phases(self.cfg, kind, members, chunk_bytes, False))
+
+    def _uniform(self, ph: PhaseSpec) -> bool:
+        """Whether every link of the dimensions a phase uses is alike."""
+        dims = self.info.topology.routing.dims
+        used = [ph.dim] if ph.dim >= 0 else [k for k, d in enumerate(dims) if d.npus > 1]
+        return all(k in self.uniform for k in used)
 
     def _plan(self, kind: str, members: tuple[int, ...], size: int, group: bool, turn: int) -> CollectivePlan:
         info = self.info
@@ -180,10 +192,12 @@ class Planner:
         """Whether every rank of a phase does what rank 0 does, mapped by a symmetry of the network."""
         sym = algorithm(ph.algorithm).symmetry_of(ph.kind)
         dims = self.info.topology.routing.dims
+        if not self._uniform(ph):
+            return False
         if ph.dim < 0 and sum(1 for d in dims if d.npus > 1) > 1:
-            # One ring or tree over every rank of a multi-dimensional network: only a pattern in
-            # which every rank sends to every other one maps onto itself dimension by dimension.
-            return ph.algorithm != "ring" and ph.kind == "all_to_all"
+            # One ring or tree over every rank of a multi-dimensional network (collectives of every
+            # rank run dimension by dimension there): no symmetry of the network maps it onto itself.
+            return False
         if sym == "rotate":
             return True
         if sym == "xor":
@@ -236,7 +250,7 @@ class CollectiveRun:
         self.sent = [[False] * plan.chunks for _ in range(n)]
         self.arrived: dict[tuple[int, int, int, int], int] = defaultdict(int)
         self.left = [plan.chunks] * n
-        self.free: dict[tuple[int, int], int] = defaultdict(int)  # gated phases: MemBus events fired
+        self.free: dict[tuple[int, int, int], int] = defaultdict(int)  # gated phases: MemBus events fired
         self.queued: dict[tuple[int, int], list[int]] = {}  # gated phases: step-1 messages not yet sent
         self.done = 0
 
@@ -315,7 +329,7 @@ class CollectiveRun:
     def _general(self, i: int, c: int, p: int) -> None:
         """A received step-0 message of a gated phase has been reduced: one more message of step 1
         may go, once every step-0 message has arrived (ASTRA-SIM's AllToAll all-reduce)."""
-        self.free[(i, c)] += 1
+        self.free[(i, c, p)] += 1  # of this phase: a later phase's may fire while the rank is still in this one
         self._gate(i, c, p)
 
     def _gate(self, i: int, c: int, p: int) -> None:
@@ -336,8 +350,8 @@ class CollectiveRun:
         queued = self.queued.get(key)
         if not queued or self.step[i][c] != 1:
             return
-        release = min(self.free[key], len(queued))
-        self.free[key] -= release
+        release = min(self.free[(i, c, p)], len(queued))
+        self.free[(i, c, p)] -= release
         _, dsts, sizes = self.csr[c & 1][p]
         src = self.plan.members[i]
         for j in queued[:release]:
@@ -346,7 +360,7 @@ class CollectiveRun:
         del queued[:release]
         if not queued:
             del self.queued[key]
-            self.free.pop(key, None)
+            self.free.pop((i, c, p), None)
             self.sent[i][c] = True
             self._check(i, c)
 
