@@ -21,8 +21,8 @@ import numpy as np
 from simstudy.backends.base import BackendError
 from simstudy.compile.collectives import Pattern, algorithm, collective_pattern, empty_pattern
 
-__all__ = ["GROUP_DELAY_NS", "CollectiveConfig", "Pattern", "Phase", "PhaseSpec", "TreeTurns",
-           "chunk_messages", "chunking", "collective_pattern", "collective_phases",
+__all__ = ["GROUP_DELAY_NS", "CollectiveConfig", "Pattern", "Phase", "PhaseSpec", "TreeTurns", "broadcast_messages",
+           "broadcast_root", "chunk_messages", "chunking", "collective_pattern", "collective_phases",
            "dimension_phases", "phase_messages", "uses_trees"]
 
 #: The MemBus delay of a communicator group's ring (ASTRA-SIM's `Transmition::Fast`).
@@ -223,6 +223,26 @@ def uses_trees(cfg: CollectiveConfig, kind: str, members: Sequence[int], group: 
     """Whether a collective runs ASTRA-SIM's double binary tree (whose two trees take turns)."""
     return any(algorithm(s.algorithm).name == "double_binary_tree"
                for s in collective_phases(cfg, kind, members, 1 << 20, group))
+
+
+def broadcast_root(members: Sequence[int], comm_src: int | None) -> int:
+    """A broadcast's root: the node's `comm_src` when it names a member, else the first member."""
+    return comm_src if comm_src is not None and comm_src in members else int(members[0])
+
+
+def broadcast_messages(members: Sequence[int], size: int, root: int) -> Pattern:
+    """A broadcast of `size` bytes from `root`: a chain through the members in ring order from the
+    root (as NCCL's ring broadcast), one message per step. ASTRA-SIM c459ab6 does not simulate
+    broadcasts (it waits the node's duration), so both backends keep that timing and spread
+    these messages evenly over it: their bytes are in the table, but they load no link in
+    flowsim's network."""
+    m = [int(r) for r in members]
+    if len(m) < 2 or size <= 0:
+        return empty_pattern()
+    i = m.index(root)
+    chain = np.asarray(m[i:] + m[:i], dtype=np.int64)
+    steps = np.arange(len(chain) - 1, dtype=np.int64)
+    return Pattern(steps, chain[:-1], chain[1:], np.full(len(steps), size, dtype=np.int64))
 
 
 class TreeTurns:

@@ -20,6 +20,8 @@ from simstudy.backends.patterns import (
     CollectiveConfig,
     Pattern,
     TreeTurns,
+    broadcast_messages,
+    broadcast_root,
     chunk_messages,
     chunking,
     uses_trees,
@@ -296,7 +298,18 @@ def build_traffic(info: WorkloadInfo, spans: Spans) -> Any:
         if node is None:
             continue
         if node.type == NodeType.COMM_COLL_NODE:
-            kind = COLLECTIVE_KIND.get(CollectiveType(int(node.get("comm_type", 0))))
+            ctype = CollectiveType(int(node.get("comm_type", 0)))
+            kind = COLLECTIVE_KIND.get(ctype)
+            if ctype == CollectiveType.BROADCAST:  # ASTRA-SIM waits its duration: its messages over that time
+                members = tuple(info.members(node, rank))
+                src = node.get("comm_src")
+                chain = broadcast_messages(members, int(node.get("comm_size", 0)),
+                                           broadcast_root(members, None if src is None else int(src)))
+                meta = node_meta(node)
+                edges = np.linspace(t0, t1, chain.steps + 1)
+                builder.add_pattern(chain, rank, edges[:-1], edges[1:], flow=meta.flow * FLOWS_PER_COLLECTIVE,
+                                    op=meta.op, iteration=meta.iteration, chunk=0)
+                continue
             if kind is None:
                 continue
             members = tuple(info.members(node, rank))

@@ -29,6 +29,7 @@ from simstudy.backends.flowsim.netmodels import Msg
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.network import Network
+from simstudy.backends.patterns import broadcast_messages, broadcast_root
 from simstudy.backends.traffic_build import COLLECTIVE_KIND, WorkloadInfo
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compile.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, node_meta
@@ -238,8 +239,7 @@ class Engine:
         kind = COLLECTIVE_KIND.get(ctype)
         if kind is None:
             if ctype == CollectiveType.BROADCAST:
-                dur = node.duration_micros * 1000 if node.duration_micros else 1
-                self.sched.at(self.sched.now + dur, self.on_done, rank, node.id)
+                self.broadcast(rank, node)
                 return
             raise BackendError(
                 f"{self.info.bundle.et_path(rank)}: node {node.id}: collective {ctype.name} is not supported "
@@ -272,6 +272,27 @@ class Engine:
                                   self._done_fn(pending), pending.meta, flow=pending.meta.flow * FLOWS_PER_COLLECTIVE)
         if len(pending.nodes) == len(members):
             del self.coll_waiting[key]
+
+    def broadcast(self, rank: int, node: Node) -> None:
+        """A broadcast takes the node's duration, as ASTRA-SIM (which does not simulate it) charges
+        it; its messages (`patterns.broadcast_messages`: this rank's, or every rank's when rank 0
+        stands for all) are spread evenly over that time."""
+        now = self.sched.now
+        dur = node.duration_micros * 1000 if node.duration_micros else 1
+        self.sched.at(now + dur, self.on_done, rank, node.id)
+        members = self.info.members(node, rank)
+        src = node.get("comm_src")
+        pattern = broadcast_messages(members, int(node.get("comm_size", 0)),
+                                     broadcast_root(members, None if src is None else int(src)))
+        sel = np.ones(len(pattern.src), dtype=bool) if self.identical else pattern.src == rank
+        if not sel.any():
+            return
+        edges = np.linspace(now, now + dur, pattern.steps + 1)
+        step = pattern.step[sel]
+        meta = node_meta(node)
+        self.emit_rows(meta, edges[step], edges[step + 1], pattern.src[sel], pattern.dst[sel], pattern.nbytes[sel],
+                       np.full(len(step), meta.flow * FLOWS_PER_COLLECTIVE, dtype=np.int64),
+                       np.zeros(len(step), dtype=np.int64), step)
 
     def _staggered(self, key: tuple[tuple[int, ...], int]) -> None:
         """Members issued a collective at different times: start it for those that have."""
