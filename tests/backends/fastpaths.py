@@ -37,10 +37,17 @@ SPAN_COLS = ["rank", "node", "start_ns", "end_ns"]
 
 
 def run_paths(bundle: Bundle, workdir: Path, congestion: str,
-              paths: dict[str, Shortcuts] = PATHS) -> dict[str, RunResult]:
-    """The bundle run by flowsim once per path (`congestion`: fluid, unaware or aware)."""
-    return {name: FlowsimBackend(congestion=congestion, shortcuts=cuts).run(bundle, workdir / f"{congestion}-{name}")
-            for name, cuts in paths.items()}
+              paths: dict[str, Shortcuts] = PATHS) -> dict[str, RunResult | BackendError]:
+    """The bundle run by flowsim once per path (`congestion`: fluid, unaware or aware); a run
+    that fails (a deadlock, which ASTRA-SIM's ranks meet too) gives its BackendError."""
+    out: dict[str, RunResult | BackendError] = {}
+    for name, cuts in paths.items():
+        try:
+            out[name] = FlowsimBackend(congestion=congestion, shortcuts=cuts).run(
+                bundle, workdir / f"{congestion}-{name}")
+        except BackendError as exc:
+            out[name] = exc
+    return out
 
 
 def canonical(result: RunResult) -> tuple[list[tuple[int, int, int, int]], pd.DataFrame, pd.DataFrame]:
@@ -54,12 +61,19 @@ def canonical(result: RunResult) -> tuple[list[tuple[int, int, int, int]], pd.Da
     return ranks, spans, traffic
 
 
-def assert_same(results: dict[str, RunResult], reference: str = "full") -> None:
-    """Every path's result equals the reference path's: ranks, spans and traffic rows."""
-    ref_ranks, ref_spans, ref_traffic = canonical(results[reference])
+def assert_same(results: dict[str, RunResult | BackendError], reference: str = "full") -> None:
+    """Every path's result equals the reference path's: ranks, spans and traffic rows (or every
+    path fails, as the reference does: a deadlock)."""
+    ref = results[reference]
+    if isinstance(ref, BackendError):
+        for name, result in results.items():
+            assert isinstance(result, BackendError) and "deadlock" in str(result), (name, ref, result)
+        return
+    ref_ranks, ref_spans, ref_traffic = canonical(ref)
     for name, result in results.items():
         if name == reference:
             continue
+        assert isinstance(result, RunResult), (name, result)
         ranks, spans, traffic = canonical(result)
         assert ranks == ref_ranks, (name, ranks, ref_ranks)
         assert spans.equals(ref_spans), (name, _first_difference(spans, ref_spans))

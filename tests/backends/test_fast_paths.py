@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from simstudy.backends import FlowsimBackend
+from simstudy.backends import BackendError, FlowsimBackend
 from simstudy.compile import Bundle
 from simstudy.compile.topology_file import NativeDim, native_topology
 from tests.backends.bundles import collective_node, write_bundle
@@ -77,6 +77,21 @@ def test_links_that_differ_are_honoured_not_averaged(mode: str, tmp_path: Path) 
     even = FlowsimBackend(congestion=mode).run(_uneven_ring(tmp_path / "e", "none"), tmp_path / "e")
     assert even.details["lanes"] > 0 and even.details["identical_ranks"]
     assert results["all"].finish_ns > even.finish_ns
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_collective_that_deadlocks_fails_on_every_path(mode: str, tmp_path: Path) -> None:
+    """localBWAware on 3 dimensions, 2 chunks, one chunk in flight per queue, one slow link: ranks
+    drift apart, and a rank's all-gather waits for a queue that its reduce-scatter of the next chunk
+    holds while a neighbour's waits the other way (ASTRA-SIM's ranks never finish such runs either:
+    tests/backends/test_full_path.py). Every path says so; timed alone it reported finish 0."""
+    dims = [("Ring", 2, 12.5, 0.0), ("Ring", 3, 12.5, 0.0), ("Switch", 2, 12.5, 0.0)]
+    topo = native_topology([NativeDim(*d) for d in dims]).to_json()  # type: ignore[arg-type]
+    topo["links"][0]["bytes_per_ns"] /= 2
+    case = Case(dims, ["ring"] * 3, 1, 2, "localBWAware", [Op("all_reduce", size=65536)], topology=topo)
+    results = run_paths(case.bundle(tmp_path / "b"), tmp_path, mode)
+    assert_same(results)
+    assert all(isinstance(r, BackendError) for r in results.values())
 
 
 def test_the_examples_take_the_shortcuts(tmp_path: Path) -> None:

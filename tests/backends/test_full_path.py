@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from simstudy import chakra
-from simstudy.backends import AstraSimBackend, FlowsimBackend
+from simstudy.backends import AstraSimBackend, BackendError, FlowsimBackend
 from simstudy.backends.flowsim import FULL
 from simstudy.backends.locate import describe_search, find_astra_sim
 from simstudy.chakra import Node, NodeType
@@ -74,3 +74,22 @@ def test_direct_all_reduce_on_two_dimensions(splits: int, tmp_path: Path) -> Non
         f = FlowsimBackend(congestion="unaware", **({} if shortcuts is None else {"shortcuts": shortcuts})).run(
             b, tmp_path / f"f{shortcuts is None}")
         assert [r.finish_ns for r in f.ranks] == [r.finish_ns for r in a.ranks]
+
+
+def test_local_bw_aware_chunks_that_wait_for_each_other(tmp_path: Path) -> None:
+    """localBWAware on 3 dimensions, 2 chunks, one in flight per queue, ranks starting 1-8 us apart:
+    a dimension's all-gather shares the queue of its reduce-scatter, and ranks that drifted apart
+    wait for each other's queues. ASTRA-SIM's ranks never finish; flowsim says deadlock on every
+    path."""
+    delays = [1, 5, 1, 2, 1, 3, 3, 3, 8, 3, 1, 1]
+    traces = [[Node(0, "compute", NodeType.COMP_NODE, duration_micros=delays[r],
+                    attrs=[chakra.is_cpu_op(False), chakra.num_ops(1)]),
+               collective_node(1, "all_reduce", 65536, deps=(0,))] for r in range(12)]
+    b = write_bundle(tmp_path / "b", [("Ring", 2, 12.5, 0.0), ("Ring", 3, 12.5, 0.0), ("Switch", 2, 12.5, 0.0)],
+                     traces, splits=2, optimization="localBWAware")
+    with pytest.raises(BackendError, match="did not finish"):
+        AstraSimBackend(binary("unaware")).run(b, tmp_path / "a", timeout_s=120)
+    for shortcuts in (FULL, None):
+        with pytest.raises(BackendError, match="deadlock"):
+            FlowsimBackend(congestion="unaware", **({} if shortcuts is None else {"shortcuts": shortcuts})).run(
+                b, tmp_path / f"f{shortcuts is None}")

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.netmodels import NETMODELS, Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, Planner, lane_images
@@ -451,10 +452,14 @@ class Comms:
         def done(rank: int, t: int) -> None:
             finish[index[rank]] = t
 
-        CollectiveRun(plan, sched, model, route, done, lambda m: rec.add(m, plan), flow=flow).start()
+        run = CollectiveRun(plan, sched, model, route, done, lambda m: rec.add(m, plan), flow=flow)
+        run.start()
         while sched.heap:
             _, _, _, fn, args = sched.pop()
             fn(*args)
+        if run.done < plan.sim_ranks:  # as the full path (and ASTRA-SIM, whose ranks never finish either)
+            raise BackendError(f"flowsim: deadlock: {plan.kind} of {len(plan.members)} ranks never finished on "
+                               f"{plan.sim_ranks - run.done} of them: its chunks wait for queues that others hold")
         if plan.lane:
             finish[:] = finish[0]
         cols = list(zip(*rec.rows, strict=True)) if rec.rows else [()] * 8
