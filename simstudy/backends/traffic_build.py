@@ -82,18 +82,6 @@ class WorkloadInfo:
     def dim_sizes(self) -> list[int]:
         return [d.npus for d in self.dims]
 
-    def plan(self, node: Node, rank: int, kind: str) -> tuple[list[int], str]:
-        """The ranks a collective runs on and the algorithm ASTRA-SIM uses for it.
-
-        As ASTRA-SIM's `CommunicatorGroup::get_collective_plan`: a group of every NPU (or none)
-        runs the system config's algorithm on the network's dimensions; any smaller group runs
-        as one ring over its members in the order the comm-group file lists them, whatever the
-        configured algorithm (each ring step goes from a member to the next one)."""
-        members = self.members(node, rank)
-        if len(members) < self.npus:
-            return members, "ring"
-        return members, self.algorithm(kind)
-
     def members(self, node: Node, rank: int) -> list[int]:
         """The ranks a collective node runs on (its `pg_name` group, or all)."""
         pg = str(node.get("pg_name", "") or "")
