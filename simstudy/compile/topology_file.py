@@ -19,7 +19,11 @@ from its network.yml (`native_topology`).
 * routing `dimension_order` goes dimension by dimension, innermost first, inside each as ASTRA-SIM
   does (Ring: the shorter way round, clockwise on a tie; Switch: up to the line's switch and down;
   FullyConnected: the direct link); `shortest_path` takes a shortest path in hops, and with
-  `ecmp` one of all of them, chosen by a hash of (source, destination, flow).
+  `ecmp` one of all of them, chosen by a hash of (source, destination, flow) when `ecmp_hash` is
+  `flow` (the default: each flow, i.e. each chunk of a collective or each send, the table's `flow`
+  column, takes its own path, as a fabric hashing the 5-tuples of connections does) or of
+  (source, destination) when it is `pair` (every byte between two hosts takes one path).
+  Both backends route every transfer with that rule, and so does the link table.
 """
 
 from __future__ import annotations
@@ -93,6 +97,13 @@ class Routing:
     kind: Literal["dimension_order", "shortest_path"]
     dims: tuple[DimRoute, ...] = ()
     ecmp: bool = False
+    #: what ECMP hashes: `flow` (source, destination, flow id) or `pair` (source, destination)
+    ecmp_hash: Literal["flow", "pair"] = "flow"
+
+    @property
+    def per_flow(self) -> bool:
+        """Whether a route depends on the flow (ECMP hashing flows), not only on the two ends."""
+        return self.ecmp and self.ecmp_hash == "flow"
 
 
 @dataclass(frozen=True)
@@ -121,7 +132,7 @@ class NetworkTopology:
             "hosts": self.hosts,
             "switches": list(self.switches),
             "links": [asdict(link) for link in self.links],
-            "routing": {"kind": self.routing.kind, "ecmp": self.routing.ecmp,
+            "routing": {"kind": self.routing.kind, "ecmp": self.routing.ecmp, "ecmp_hash": self.routing.ecmp_hash,
                         "dims": [asdict(d) for d in self.routing.dims]},
         }
 
@@ -162,7 +173,10 @@ class NetworkTopology:
                 total *= d.npus
             if total != hosts:
                 raise bad("routing.dims", f"the dimensions hold {total} NPUs, not {hosts}")
-        routing = Routing(raw_routing["kind"], dims, bool(raw_routing.get("ecmp", False)))
+        ecmp_hash = raw_routing.get("ecmp_hash", "flow")
+        if ecmp_hash not in ("flow", "pair"):
+            raise bad("routing.ecmp_hash", f"expected flow or pair, got {ecmp_hash!r}")
+        routing = Routing(raw_routing["kind"], dims, bool(raw_routing.get("ecmp", False)), ecmp_hash)
         return cls(str(data.get("kind", "")), hosts, tuple(switches), tuple(links), routing)
 
 
@@ -277,6 +291,7 @@ def graph_topology(topo: GraphTopology) -> NetworkTopology:
     n = topo.total_npus
     b = _Builder()
     ecmp = False
+    ecmp_hash: Literal["flow", "pair"] = "flow"
     if isinstance(topo, Star):
         sw = b.switch("s0")
         for i in range(n):
@@ -307,7 +322,7 @@ def graph_topology(topo: GraphTopology) -> NetworkTopology:
     elif isinstance(topo, FatTree):
         k = topo.k
         half = k // 2
-        ecmp = True
+        ecmp, ecmp_hash = True, topo.ecmp
         for i in range(n):
             pod, rest = divmod(i, half * half)
             b.both(f"h{i}", b.switch(f"e{pod}.{rest // half}"), bpns, lat, loss=loss, tier="edge")
@@ -320,10 +335,11 @@ def graph_topology(topo: GraphTopology) -> NetworkTopology:
                     b.both(f"a{pod}.{a}", b.switch(f"c{a}.{c}"), bpns, lat, loss=loss, tier="core")
     elif isinstance(topo, LeafSpine | Clos3 | ClosCsv):
         _tiered(b, topo)
-        ecmp = True
+        ecmp, ecmp_hash = True, topo.ecmp
     else:  # pragma: no cover - exhaustive
         raise ValueError(f"unsupported graph topology {topo!r}")
-    return NetworkTopology(topo.kind, n, tuple(b.switches), tuple(b.links), Routing("shortest_path", ecmp=ecmp))
+    return NetworkTopology(topo.kind, n, tuple(b.switches), tuple(b.links), Routing("shortest_path", ecmp=ecmp,
+                                                                                       ecmp_hash=ecmp_hash))
 
 
 def _tiered(b: _Builder, topo: LeafSpine | Clos3 | ClosCsv) -> None:

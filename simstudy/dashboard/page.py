@@ -27,7 +27,8 @@ from simstudy.dashboard.data import (
 )
 
 _OP_COLORS = {"allreduce": "#1f77b4", "allgather": "#17becf", "reducescatter": "#9467bd", "alltoall": "#8c564b",
-              "push": "#ff7f0e", "pull": "#2ca02c", "p2p": "#d62728", "tcp": "#7f7f7f", "control": "#bcbd22"}
+              "push": "#ff7f0e", "pull": "#2ca02c", "p2p": "#d62728", "tcp": "#7f7f7f", "control": "#bcbd22",
+              "broadcast": "#e377c2"}
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em}
