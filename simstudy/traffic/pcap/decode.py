@@ -2,45 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
 
-from simstudy.traffic.pcap.base import (
-    I64,
-    LINKTYPE_ETHERNET,
-    LINKTYPE_IPV4,
-    LINKTYPE_IPV6,
-    LINKTYPE_LINUX_SLL,
-    LINKTYPE_LINUX_SLL2,
-    LINKTYPE_LOOP,
-    LINKTYPE_NULL,
-    MALFORMED,
-    NON_IP,
-    OK,
-    RAW_LINKS,
-    Mask,
-    Rel,
-)
+from simstudy.traffic.pcap.base import I64, MALFORMED, NON_IP, OK, Mask, Rel
 from simstudy.traffic.pcap.buffer import Buf, Where
+from simstudy.traffic.pcap.links import LINK_TYPES
+
+#: IPv6 extension headers walked to the transport header: hop-by-hop, routing, fragment, AH,
+#: destination options.
+IPV6_EXTENSIONS: Final = (0, 43, 44, 51, 60)
 
 
-def _lut(size: int, items: Mapping[int, int], dtype: type[np.generic] = np.uint8) -> NDArray[Any]:
-    table = np.zeros(size, dtype=dtype)
-    for k, v in items.items():
-        table[k] = v
-    return table
-
-
-_ETHERTYPE_NET: Final = _lut(65536, {0x0800: 4, 0x86DD: 6})
-_VLAN: Final = _lut(65536, {0x8100: 1, 0x88A8: 1, 0x9100: 1}, np.bool_)
-_VERSION_NET: Final = _lut(16, {4: 4, 6: 6})
-_IPV6_EXT: Final = _lut(256, {0: 1, 43: 1, 60: 1, 44: 1, 51: 1}, np.bool_)
-
-
+_IPV6_EXT: Final = np.zeros(256, dtype=np.bool_)
+_IPV6_EXT[list(IPV6_EXTENSIONS)] = True
 
 
 _FIELDS: Final = ("status", "src4", "dst4", "proto", "sport", "dport", "ip_bytes", "payload", "seq", "l4_truncated")
@@ -100,44 +78,6 @@ def _sub(rel: Rel, rows: NDArray[Any]) -> Rel:
     return rel if isinstance(rel, int) else rel[rows]
 
 
-def _link_layer(buf: Buf, data: Where, cap: I64, link: int) -> tuple[Rel, NDArray[np.uint8] | int, Mask]:
-    """(offset of the IP header, IP version 4/6/0 per packet or 4 for all, link header not captured)."""
-    l3: Rel
-    net: NDArray[np.uint8] | int
-    if link == LINKTYPE_ETHERNET:
-        et = data.read(buf, 12, ">u2")
-        l3 = 14
-        if bool((et == 0x0800).all()):
-            net = 4
-        else:
-            tagged = _VLAN[et]
-            if tagged.any():  # 802.1Q / 802.1ad, up to two tags (QinQ)
-                l3 = np.where(tagged, 18, 14)
-                et = np.where(tagged, data.read(buf, 16, ">u2"), et)
-                inner = tagged & _VLAN[et]
-                if inner.any():
-                    l3 = np.where(inner, 22, l3)
-                    et = np.where(inner, data.read(buf, 20, ">u2"), et)
-            net = _ETHERTYPE_NET[et]
-    elif link == LINKTYPE_LINUX_SLL:
-        l3, net = 16, _ETHERTYPE_NET[data.read(buf, 14, ">u2")]
-    elif link == LINKTYPE_LINUX_SLL2:
-        l3, net = 20, _ETHERTYPE_NET[data.read(buf, 0, ">u2")]
-    elif link in RAW_LINKS:
-        l3, net = 0, _VERSION_NET[data.read(buf, 0, "u1") >> 4]
-    elif link in (LINKTYPE_IPV4, LINKTYPE_IPV6):
-        l3, net = 0, np.full(data.n, 4 if link == LINKTYPE_IPV4 else 6, dtype=np.uint8)
-    elif link in (LINKTYPE_NULL, LINKTYPE_LOOP):
-        af = data.read(buf, 0, "<u4" if link == LINKTYPE_NULL else ">u4")
-        if link == LINKTYPE_NULL:  # host byte order of the capturing machine: either
-            af = np.where(af > 0xFFFF, af.byteswap(), af)
-        l3 = 4
-        net = np.where(af == 2, 4, np.where(np.isin(af, (10, 24, 28, 30)), 6, 0)).astype(np.uint8)
-    else:  # pragma: no cover - callers check the link type first
-        raise AssertionError(link)
-    return l3, net, cap < l3
-
-
 def decode(buf: Buf, h: Headers, out: Decoded) -> None:
     """Decode a block of packets into `out`; `h.link` is one link type or one per packet."""
     link = h.link
@@ -152,8 +92,9 @@ def decode(buf: Buf, h: Headers, out: Decoded) -> None:
             return
         link = int(kinds[0])
     data, cap, wire = h.data, h.cap, h.wire
-    l3, net, short = _link_layer(buf, data, cap, link)
-    if isinstance(net, int) and not short.any():
+    l3, net, need = LINK_TYPES[link].locate(buf, data)
+    short = cap < need
+    if isinstance(net, int) and net == 4 and not short.any():  # IPv4 only, every link header captured
         _ipv4(buf, data, cap, wire, l3, out, None)
         return
     if isinstance(net, int):
