@@ -147,8 +147,9 @@ def test_classic_pcap_both_byte_orders_and_resolutions(tmp_path: Path, order: st
     assert (r.records_read, r.skipped_non_ip, r.skipped_malformed, r.warnings) == (3, 0, 0, [])
     p = r.packets
     assert list(p.columns) == ["time", "src_ip", "dst_ip", "sport", "dport", "proto", "ip_bytes", "payload_bytes",
-                               "cap_bytes", "tcp_seq"]
+                               "cap_bytes", "tcp_seq", "tcp_flags"]
     assert p["tcp_seq"].tolist() == [1, 0, 0xFFFF_FFF0]  # UDP has none
+    assert p["tcp_flags"].tolist() == [0x18, 0, 0x18]  # PSH ACK
     assert list(p["src_ip"].astype(str)) == ["10.0.0.1", "10.0.0.2", "10.0.0.1"]
     assert list(p["dst_ip"].astype(str)) == ["10.0.0.2", "10.0.0.1", "10.0.0.3"]
     assert p["sport"].tolist() == [40000, 5000, 40001]
@@ -160,7 +161,7 @@ def test_classic_pcap_both_byte_orders_and_resolutions(tmp_path: Path, order: st
     assert {str(c): str(t) for c, t in p.dtypes.items()} == {
         "time": "float64", "src_ip": "category", "dst_ip": "category", "sport": "int32", "dport": "int32",
         "proto": "uint8", "ip_bytes": "int64", "payload_bytes": "int64", "cap_bytes": "int32",
-        "tcp_seq": "uint32"}
+        "tcp_seq": "uint32", "tcp_flags": "uint8"}
     step = 1e-9 if nano else 1e-6
     want = [(T0_NS + d) // round(step * 1e9) * step for d in (0, 1_500, 2_000_000_001)]
     np.testing.assert_allclose(p["time"], want, rtol=0, atol=5e-7)

@@ -11,6 +11,7 @@
 | `ip_bytes` | int64 | IP total length (IPv6: payload length + 40), whatever the snap length |
 | `payload_bytes` | int64 | `ip_bytes` minus the IP and TCP/UDP headers (never negative) |
 | `tcp_seq` | uint32 | TCP sequence number (0 for other protocols and when the snap length cut it) |
+| `tcp_flags` | uint8 | TCP flags (FIN 1, SYN 2, RST 4, PSH 8, ACK 16, ...; 0 as for `tcp_seq`) |
 | `cap_bytes` | int32 | bytes captured for the frame (link header included) |
 
 How it stays fast: the file is memory-mapped and read in chunks of `chunk_bytes` (default 64 MiB).

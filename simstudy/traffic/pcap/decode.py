@@ -21,7 +21,8 @@ _IPV6_EXT: Final = np.zeros(256, dtype=np.bool_)
 _IPV6_EXT[list(IPV6_EXTENSIONS)] = True
 
 
-_FIELDS: Final = ("status", "src4", "dst4", "proto", "sport", "dport", "ip_bytes", "payload", "seq", "l4_truncated")
+_FIELDS: Final = ("status", "src4", "dst4", "proto", "sport", "dport", "ip_bytes", "payload", "seq", "flags",
+                  "l4_truncated")
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Decoded:
     ip_bytes: I64
     payload: I64
     seq: NDArray[np.uint32]
+    flags: NDArray[np.uint8]
     l4_truncated: Mask
     v6_rows: list[I64] = field(default_factory=list)  # rows holding IPv6 packets, and their addresses as (hi, lo)
     src6: list[NDArray[np.uint64]] = field(default_factory=list)
@@ -54,6 +56,7 @@ class Decoded:
             ip_bytes=np.zeros(n, dtype=np.int64),
             payload=np.zeros(n, dtype=np.int64),
             seq=np.zeros(n, dtype=np.uint32),
+            flags=np.zeros(n, dtype=np.uint8),
             l4_truncated=np.zeros(n, dtype=np.bool_),
         )
 
@@ -181,10 +184,11 @@ def _transport(
 ) -> None:
     """Ports, transport header length and payload; writes every transport column of `out` at `rows`."""
     tcp = (proto == 6) & first_fragment
-    if rows is None and bool(tcp.all()) and bool((cap >= l4 + 13).all()):  # all TCP, headers captured
+    if rows is None and bool(tcp.all()) and bool((cap >= l4 + 14).all()):  # all TCP, headers captured
         data.read_into(buf, l4, ">u2", out.sport)
         data.read_into(buf, l4 + 2, ">u2", out.dport)
         data.read_into(buf, l4 + 4, ">u4", out.seq)
+        data.read_into(buf, l4 + 13, "u1", out.flags)
         out.proto[:] = 6
         out.ip_bytes[:] = ip_bytes
         tcp_hl = (data.read(buf, l4 + 12, "u1") >> 4).astype(np.int64) * 4
@@ -195,6 +199,7 @@ def _transport(
     sport = np.where(have_ports, data.read(buf, l4, ">u2", np.int32), 0)
     dport = np.where(have_ports, data.read(buf, l4 + 2, ">u2", np.int32), 0)
     seq = np.where(tcp & (cap >= l4 + 8), data.read(buf, l4 + 4, ">u4", np.uint32), 0).astype(np.uint32)
+    flags = np.where(tcp & (cap >= l4 + 14), data.read(buf, l4 + 13, "u1"), 0).astype(np.uint8)
     have_offset = tcp & (cap >= l4 + 13)
     tcp_hl = (data.read(buf, l4 + 12, "u1") >> 4).astype(np.int64) * 4
     l4_hl = np.where(have_offset, tcp_hl, np.where(tcp, 20, np.where(udp, 8, 0)))
@@ -202,11 +207,11 @@ def _transport(
     payload = np.maximum(ip_bytes - ip_hl - l4_hl, 0)
     if rows is None:
         out.proto[:], out.sport[:], out.dport[:] = proto, sport, dport
-        out.ip_bytes[:], out.payload[:], out.seq[:] = ip_bytes, payload, seq
+        out.ip_bytes[:], out.payload[:], out.seq[:], out.flags[:] = ip_bytes, payload, seq, flags
         out.l4_truncated |= truncated
     else:
         out.proto[rows], out.sport[rows], out.dport[rows] = proto, sport, dport
-        out.ip_bytes[rows], out.payload[rows], out.seq[rows] = ip_bytes, payload, seq
+        out.ip_bytes[rows], out.payload[rows], out.seq[rows], out.flags[rows] = ip_bytes, payload, seq, flags
         out.l4_truncated[rows] |= truncated
 
 
