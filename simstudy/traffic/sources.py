@@ -21,7 +21,7 @@ A run directory holds `traffic.parquet` (simulated; its time origin is the start
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -146,7 +146,10 @@ def load_capture(directory: Path, *, rank_map: RankMap | None = None) -> Traffic
     else:  # meta.json may still name the control endpoints
         control = meta.control_keys if meta else []
         table = to_traffic_table(packets, control=control or None, t0_s=0.0)
-        roles, renumber, control_row = classify(table, table.attrs.get("rank_labels"))
+        roles, renumber, control_row = classify(table, table.attrs.get("rank_labels"),
+                                                places=table.attrs.get("places"))
+        if table.attrs.get("processes"):
+            roles = replace(roles, reason=f"{roles.reason}; {table.attrs['processes']}")
         table = apply(table, renumber, control_row)
     if iterations and all(iterations.values()):
         table = _label_iterations(table, iterations)

@@ -666,19 +666,25 @@ def test_to_traffic_table_ranks_flows_and_control(tmp_path: Path) -> None:
 
 
 def test_to_traffic_table_on_a_single_ip_capture() -> None:
-    """Loopback: without metadata only the lower-port (listening) endpoints are numbered."""
+    """Loopback: ranks are processes of `ip:port` endpoints (simstudy.traffic.processes). Two
+    connections whose SYNs name 29500 and 29501 as listening ports: each listener is a process,
+    and each client port belongs to the other one (the fewest processes), as two gRPC tasks
+    that call each other look."""
     p = pd.DataFrame({
-        "time": [1.0, 1.1, 1.2, 1.3],
-        "src_ip": ["127.0.0.1"] * 4, "dst_ip": ["127.0.0.1"] * 4,
-        "sport": [50000, 29500, 50001, 29501], "dport": [29500, 50000, 29501, 50001],
-        "proto": [6, 6, 6, 6], "ip_bytes": [100, 40, 100, 40], "payload_bytes": [60, 0, 60, 0],
+        "time": [1.0, 1.1, 1.2, 1.3, 1.4, 1.5],
+        "src_ip": ["127.0.0.1"] * 6, "dst_ip": ["127.0.0.1"] * 6,
+        "sport": [50000, 29500, 50001, 29501, 50000, 50001], "dport": [29500, 50000, 29501, 50001, 29500, 29501],
+        "proto": [6] * 6, "ip_bytes": [52, 52, 52, 52, 1000, 1000], "payload_bytes": [0, 0, 0, 0, 948, 948],
+        "tcp_flags": [0x02, 0x12, 0x02, 0x12, 0x18, 0x18],
     })
     t = to_traffic_table(p)
-    assert t["src"].tolist() == [-1, 0, -1, 1] and t["dst"].tolist() == [0, -1, 1, -1]
+    assert t["src"].tolist() == [1, 0, 0, 1, 1, 0] and t["dst"].tolist() == [0, 1, 1, 0, 0, 1]
+    assert t.attrs["rank_labels"] == {0: "127.0.0.1:29500", 1: "127.0.0.1:29501"}
+    assert t.attrs["places"][0].endpoints == ("127.0.0.1:29500", "127.0.0.1:50001")
     t = to_traffic_table(p, rank_of={"127.0.0.1:29500": 0, "127.0.0.1:29501": 1, "127.0.0.1:50000": 1,
                                      "127.0.0.1:50001": 0})
-    assert t["src"].tolist() == [1, 0, 0, 1] and t["dst"].tolist() == [0, 1, 1, 0]
-    assert t["flow"].tolist() == [0, 1, 2, 3]
+    assert t["src"].tolist() == [1, 0, 0, 1, 1, 0] and t["dst"].tolist() == [0, 1, 1, 0, 0, 1]
+    assert t["flow"].tolist() == [0, 1, 2, 3, 0, 2]
 
 
 # ---------------------------------------------------------------------------------------------
