@@ -2,8 +2,9 @@
 
 The capture is written into a temporary directory beside `out` and renamed when complete, so a
 failed or interrupted capture never replaces an earlier one. `out` then holds one egress pcap per
-rank (`rank<N>.pcap`; on loopback a single `lo.pcap`), `meta.json` (see `simstudy.traffic.sources`)
-and `logs/` (each rank's output and result).
+rank (`rank<N>.pcap`; with every rank on one host, loopback or one namespace, a single `lo.pcap`),
+`meta.json` (see `simstudy.traffic.sources`), `logs/` (each rank's output and result) and, with
+`capture.also_any`, `any/`: the same packets recorded at the same time by `tcpdump -i any`.
 """
 
 from __future__ import annotations
@@ -86,11 +87,14 @@ def ps_plan(scenario: Scenario) -> dict[str, Any]:
     }
 
 
-def _start_tcpdump(host: Host, path: Path, spec: CaptureSpec, loopback: bool) -> subprocess.Popen[bytes]:
+def _start_tcpdump(host: Host, path: Path, spec: CaptureSpec, one_host: bool, *,
+                   interface: str | None = None) -> subprocess.Popen[bytes]:
+    """tcpdump on the host's interface (one host: its loopback), or on `interface` ("any")."""
     c = spec.capture
-    argv = ["tcpdump", "-i", host.ifname, "-n", "-s", str(c.snaplen), "-B", str(c.buffer_kib),
+    ifname = interface or ("lo" if one_host else host.ifname)
+    argv = ["tcpdump", "-i", ifname, "-n", "-s", str(c.snaplen), "-B", str(c.buffer_kib),
             "--time-stamp-precision=nano", "-w", str(path)]
-    if not loopback:
+    if not one_host:
         argv[3:3] = ["-Q", "out"]
     argv.append("tcp")
     proc = subprocess.Popen(host.wrap(argv), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -105,7 +109,7 @@ def _start_tcpdump(host: Host, path: Path, spec: CaptureSpec, loopback: bool) ->
     if proc.poll() is not None or b"listening on" not in line:
         rest = proc.stderr.read().decode(errors="replace") if proc.poll() is not None else ""
         proc.kill()
-        raise CaptureError(f"tcpdump on {host.ifname} did not start: {(line.decode(errors='replace') + rest).strip()}")
+        raise CaptureError(f"tcpdump on {ifname} did not start: {(line.decode(errors='replace') + rest).strip()}")
     return proc
 
 
@@ -256,6 +260,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
     procs: list[subprocess.Popen[bytes]] = []
     helpers: list[subprocess.Popen[bytes]] = []  # e.g. Horovod's rendezvous server
     dumps: list[tuple[Host, subprocess.Popen[bytes]]] = []
+    anys: list[tuple[Host, subprocess.Popen[bytes]]] = []  # tcpdump -i any beside them (capture.also_any)
     logs: list[IO[bytes]] = []
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -263,16 +268,22 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
             _say(progress, f"testbed: {spec.ranks} ranks on {where}")
             probe = _probe(bed, 0.5, work) if spec.ranks >= 2 else {"rtt_s": 0.0, "goodput_bps": 0.0}
             _say(progress, f"link: rtt {probe['rtt_s'] * 1e6:.0f} us, goodput {probe['goodput_bps'] / 1e6:.0f} Mbit/s")
-            loopback = where == "loopback"
-            for host in bed.hosts[:1] if loopback else bed.hosts:
-                name = layout.LOOPBACK_PCAP if loopback else layout.rank_pcap(host.rank)
-                dumps.append((host, _start_tcpdump(host, tmp / name, spec, loopback)))
+            one_host = bed.one_host
+            files: list[Path] = []
+            for host in bed.hosts[:1] if one_host else bed.hosts:
+                name = layout.LOOPBACK_PCAP if one_host else layout.rank_pcap(host.rank)
+                files.append(tmp / name)
+                dumps.append((host, _start_tcpdump(host, files[-1], spec, one_host)))
+                if c.also_any:  # the same packets from `tcpdump -i any`, at the same time
+                    (tmp / layout.ANY_DIR).mkdir(exist_ok=True)
+                    files.append(tmp / layout.ANY_DIR / name)
+                    anys.append((host, _start_tcpdump(host, files[-1], spec, one_host, interface="any")))
             strategy = "ps" if isinstance(scenario.parallelism.aggregation, ParameterServer) else "ddp"
             plan = ps_plan(scenario) if strategy == "ps" else None
             zoo = spec.model.model_dump(mode="json")
             env = {**os.environ, "PYTHONPATH": _pythonpath(), "OMP_NUM_THREADS": str(c.threads)}
             fw = framework_of(spec)
-            cluster = tf_cluster([h.ip for h in bed.hosts], c.port, loopback)
+            cluster = tf_cluster([h.ip for h in bed.hosts], c.port, one_host)
             if spec.framework == "horovod":
                 helpers.append(_start_rendezvous(bed.hosts[0], spec.ranks, c.port, work))
             for host in bed.hosts:
@@ -293,9 +304,11 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
             _say(progress, f"training: {spec.framework}, {how}, {c.iterations} recorded iterations")
             _wait(procs, work, c.timeout_s)
             _say(progress, "collecting the packets")
-            _settle([tmp / (layout.LOOPBACK_PCAP if loopback else layout.rank_pcap(h.rank)) for h, _ in dumps])
-            stats = {f"rank{h.rank}" if not loopback else "lo": _stop_tcpdump(p) for h, p in dumps}
+            _settle(files)
+            stats = {f"rank{h.rank}" if not one_host else "lo": _stop_tcpdump(p) for h, p in dumps}
+            stats |= {f"any/rank{h.rank}" if not one_host else "any/lo": _stop_tcpdump(p) for h, p in anys}
             dumps.clear()
+            anys.clear()
             shaping = {**bed.shaping(), "qdiscs": bed.qdisc_stats()}
             hosts = list(bed.hosts)
         results = [json.loads((work / f"rank{r}.json").read_text()) for r in range(spec.ranks)]
@@ -316,7 +329,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
         signal.signal(signal.SIGTERM, previous)
         for p in procs + helpers:
             _kill(p)
-        for _, d in dumps:
+        for _, d in dumps + anys:
             _kill(d)
         for log in logs:
             log.close()
