@@ -351,7 +351,7 @@ def _describe(endpoints: list[int], addresses: Mapping[int, str], ports: Mapping
         if kind == "other":
             labels[number] = addr
             places[number] = Place(addr, texts, f"the other ports of {addr} ({len(members)}: the rendezvous "
-                                                f"store, other process groups, one-off connections)")
+                                                f"store, other process groups, one-off connections)", process=False)
             continue
         counts[addr] = counts.get(addr, 0) + 1
         own = sorted((e for e in members if e in listens), key=lambda e: ports[e])

@@ -271,6 +271,8 @@ class Place:
     address: str
     endpoints: tuple[str, ...]
     evidence: str
+    process: bool = True
+    """False for the ports of the address that no training process holds (one control entry)."""
 
 
 def _cycle(hosts: list[int], edges: set[tuple[int, int]]) -> list[int] | None:
