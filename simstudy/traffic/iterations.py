@@ -85,7 +85,7 @@ chosen one won, so that a person can check the choice against the plot.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -183,6 +183,10 @@ MAX_GROUP = 4
 #: Cycles whose durations vary more than this jitter: the period is then the median time between each
 #: sender's iterations' worth of bytes, not the slope through the steady cycles' boundaries.
 JITTER = 0.05
+#: A cycle holds several iterations when this share of its 1/m parts end at a sender's silence ...
+SPLIT_SHARE = 0.9
+#: ... for senders holding this share of the bytes.
+SPLIT_SENDERS = 0.5
 #: Senders whose cycles of bursts are within this of each other agree on the iteration.
 BURST_MULTIPLE_TOLERANCE = 0.15
 #: ... or when it repeats its bytes this many times more exactly, with twice the cycles or more.
@@ -689,10 +693,56 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
         reason = reason.replace(" boundaries against their cycle number", " boundaries against their cycle number: "
                                 f"{period_s * 1e3:.4g} ms)", 1)
         period_s = crossed
+    split = _split_at_silences(volume, per, window[0], window[1])
+    if split > 1:  # the cycles hold `split` iterations each, which the senders' silences separate
+        per, count = per / split, count * split
+        crossed = _crossing_period(volume, per, window[0], window[1], count)
+        period_s = crossed if math.isfinite(crossed) else period_s / split
+        reason += (f"; each of these holds {split} iterations: every sender's cumulative bytes reach each "
+                   f"1/{split} of them at a silence (period {period_s * 1e3:.4g} ms, the median time between them)")
+        was = next(c for c in candidates if c.verdict.startswith("chosen"))
+        candidates = (*(replace(c, verdict=f"{split} x the iteration, whose bytes end at the senders' silences")
+                        if c is was else c for c in candidates),
+                      Candidate(period_s, (f"1/{split} x {was.period_s * 1e3:.4g} ms, at silences",), 0.0, count,
+                                was.volume_cv, was.duration_cv, "chosen"))
     return Iterations(period_s, candidates, reason, edges[a:b], edges[a + 1:b + 1], volumes.sum(axis=1),
                       tuple(int(x) for x in senders),
                       volumes, count, (t0 + lo * BIN_S, t0 + hi * BIN_S),
                       (t0 + window[0] * BIN_S, t0 + window[1] * BIN_S), per, counted_by)
+
+
+def _split_at_silences(volume: FloatArray, per: FloatArray, lo: int, hi: int) -> int:
+    """How many iterations each counted cycle holds (1, or m up to `MAX_GROUP`): the smallest m such
+    that, for the senders holding most of the bytes, nearly every whole multiple of 1/m of their
+    cycle's bytes is reached at the end of a burst (within `CLEAN_CYCLE` of it), and the same holds
+    again for the parts. A cycle that is the iteration splits nowhere: its 1/m parts end in the
+    middle of the traffic (a ring's reduce-scatter runs straight into its all-gather)."""
+    total = 1
+    while True:
+        found = 0
+        for m in range(2, MAX_GROUP + 1):
+            held = clean = 0.0
+            for e in range(volume.shape[1]):
+                b = float(per[e]) / (total * m)
+                v = volume[lo:hi, e]
+                sent = float(v.sum())
+                if b <= 0 or sent < MIN_CYCLES * b:
+                    continue
+                _, _, nbytes = _bursts_of(v, 2)
+                at_ends = np.cumsum(nbytes)
+                levels = b * np.arange(1, int(sent / b + CLEAN_CYCLE) + 1)
+                near = np.abs(at_ends[np.clip(np.searchsorted(at_ends, levels), 0, len(at_ends) - 1)] - levels)
+                near = np.minimum(near, np.abs(at_ends[np.clip(np.searchsorted(at_ends, levels) - 1, 0,
+                                                                len(at_ends) - 1)] - levels))
+                held += sent
+                if np.mean(near <= CLEAN_CYCLE * b) >= SPLIT_SHARE:
+                    clean += sent
+            if held > 0 and clean >= SPLIT_SENDERS * volume[lo:hi].sum():
+                found = m
+                break
+        if not found:
+            return total
+        total *= found
 
 
 # ---------------------------------------------------------------------------------------------
