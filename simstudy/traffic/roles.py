@@ -158,6 +158,21 @@ class _Connections:
         return np.asarray(self.a_to_b + self.b_to_a)
 
 
+def _group_ids(a: np.ndarray, ap: np.ndarray, b: np.ndarray, bp: np.ndarray) -> np.ndarray:
+    """Per row, the number of its (a, ap, b, bp) group in sorted order (as a sorted groupby's
+    ngroup), from one int64 key per row when the values fit (ranks above -2^14, ports below
+    2^16), else from a groupby."""
+    lo = min(int(a.min()), int(b.min())) if len(a) else 0
+    hi = max(int(a.max()), int(b.max())) if len(a) else 0
+    if lo >= -(1 << 14) and hi < (1 << 14):
+        left = ((a - lo) << 16) | ap
+        right = ((b - lo) << 16) | bp
+        codes, _ = pd.factorize((left << 31) | right, sort=True)
+        return np.asarray(codes, dtype=np.int64)
+    frame = pd.DataFrame({"a": a, "ap": ap, "b": b, "bp": bp})
+    return np.asarray(frame.groupby(["a", "ap", "b", "bp"], sort=True).ngroup().to_numpy(), dtype=np.int64)
+
+
 def _volume(table: pd.DataFrame) -> np.ndarray:
     col = "payload_bytes" if "payload_bytes" in table.columns else "bytes"
     return np.asarray(table[col].to_numpy(), dtype=np.float64)
@@ -172,16 +187,14 @@ def _connections(table: pd.DataFrame) -> _Connections:
     forward = (src < dst) | ((src == dst) & (sp <= dp))
     a, b = np.where(forward, src, dst), np.where(forward, dst, src)
     ap, bp = np.where(forward, sp, dp), np.where(forward, dp, sp)
-    frame = pd.DataFrame({"a": a, "ap": ap, "b": b, "bp": bp})
-    of_row = frame.groupby(["a", "ap", "b", "bp"], sort=True).ngroup().to_numpy()
+    of_row = _group_ids(a, ap, b, bp)
     n = int(of_row.max()) + 1 if len(of_row) else 0
     vol = _volume(table)
-    t = table["t_start_s"].to_numpy()
-    first = np.full(n, np.inf)
-    last = np.full(n, -np.inf)
-    np.minimum.at(first, of_row, t)
-    np.maximum.at(last, of_row, table["t_end_s"].to_numpy())
-    _, idx = np.unique(of_row, return_index=True)
+    order = np.argsort(of_row, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(of_row[order]) != 0]) if len(order) else np.zeros(0, np.int64)
+    first = np.minimum.reduceat(table["t_start_s"].to_numpy()[order], starts) if n else np.zeros(0)
+    last = np.maximum.reduceat(table["t_end_s"].to_numpy()[order], starts) if n else np.zeros(0)
+    idx = order[starts]  # each connection's first row
     return _Connections(
         a[idx], ap[idx], b[idx], bp[idx],
         np.bincount(of_row, weights=np.where(forward, vol, 0.0), minlength=n),

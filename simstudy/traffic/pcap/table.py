@@ -146,15 +146,15 @@ def to_traffic_table(
 def _processes(cats: list[str], flows: _Flows, packets: pd.DataFrame) -> Processes:
     """The processes of the endpoints: an endpoint-level table (one rank per distinct ip:port), the
     listening and connecting sides seen in SYNs, then `find_processes`."""
-    table = make_table({
-        "t_start_s": packets["time"].to_numpy(dtype=np.float64),
-        "t_end_s": packets["time"].to_numpy(dtype=np.float64),
+    time = packets["time"].to_numpy(dtype=np.float64)
+    table = pd.DataFrame({  # the columns the connections are read from (not a checked TrafficTable)
+        "t_start_s": time, "t_end_s": time,
         "src": flows.src_end[flows.codes], "dst": flows.dst_end[flows.codes],
-        "bytes": packets["ip_bytes"].to_numpy(dtype=np.int64), "flow": flows.codes,
-        "op": pd.Categorical(np.full(len(packets), "tcp")),
-        "sport": packets["sport"].to_numpy(dtype=np.int32), "dport": packets["dport"].to_numpy(dtype=np.int32),
+        "bytes": packets["ip_bytes"].to_numpy(dtype=np.int64),
+        "op": pd.Categorical.from_codes(np.zeros(len(packets), dtype=np.int8), categories=["tcp"]),
+        "sport": packets["sport"].to_numpy(dtype=np.int64), "dport": packets["dport"].to_numpy(dtype=np.int64),
         "payload_bytes": packets["payload_bytes"].to_numpy(dtype=np.int64),
-    })
+    }, copy=False)
     listening: set[int] = set()
     connecting: set[int] = set()
     if "tcp_flags" in packets.columns:
