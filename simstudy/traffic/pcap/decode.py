@@ -81,6 +81,15 @@ def _sub(rel: Rel, rows: NDArray[Any]) -> Rel:
     return rel if isinstance(rel, int) else rel[rows]
 
 
+def _uniform(x: Rel | NDArray[np.uint8] | int) -> Any:
+    """An array whose values are all the same as that one value (the common case: every frame of a
+    block behind the same link header), else the array."""
+    if isinstance(x, int) or len(x) == 0:
+        return x
+    first = x[0]
+    return int(first) if bool((x == first).all()) else x
+
+
 def decode(buf: Buf, h: Headers, out: Decoded) -> None:
     """Decode a block of packets into `out`; `h.link` is one link type or one per packet."""
     link = h.link
@@ -96,6 +105,7 @@ def decode(buf: Buf, h: Headers, out: Decoded) -> None:
         link = int(kinds[0])
     data, cap, wire = h.data, h.cap, h.wire
     l3, net, need = LINK_TYPES[link].locate(buf, data)
+    l3, net, need = _uniform(l3), _uniform(net), _uniform(need)  # one value for all: strided reads
     short = cap < need
     if isinstance(net, int) and net == 4 and not short.any():  # IPv4 only, every link header captured
         _ipv4(buf, data, cap, wire, l3, out, None)

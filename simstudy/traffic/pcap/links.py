@@ -151,6 +151,8 @@ def _family_one(af: int) -> int:
 
 def _null(buf: Buf, data: Where) -> tuple[Rel, Net, Rel]:
     af = data.read(buf, 0, "<u4")
+    if bool((af == AF_INET).all()):
+        return 4, 4, 4
     af = np.where(af > 0xFFFF, af.byteswap(), af)  # host byte order of the capturing machine: either
     return 4, _family(af), 4
 
@@ -163,7 +165,8 @@ def _null_one(frame: bytes) -> tuple[int, int] | None:
 
 
 def _loop(buf: Buf, data: Where) -> tuple[Rel, Net, Rel]:
-    return 4, _family(data.read(buf, 0, ">u4")), 4
+    af = data.read(buf, 0, ">u4")
+    return 4, 4 if bool((af == AF_INET).all()) else _family(af), 4
 
 
 def _loop_one(frame: bytes) -> tuple[int, int] | None:
