@@ -30,12 +30,10 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from simstudy.compile import compile_any
-    from simstudy.spec import load_runnable
+    from simstudy import api
 
-    spec = load_runnable(args.spec)  # what `run` runs: a scenario or a cluster
     out = Path(args.output) if args.output else Path("results/bundles") / Path(args.spec).stem
-    result = compile_any(spec, out, source=args.spec)
+    result = api.compile(args.spec, out)
     b = result.bundle
     print(
         f"compiled {args.spec} -> {b.directory}/ : {result.scenario.npus} ranks, "
@@ -55,11 +53,9 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from simstudy.backends import make_backend, simulate
-    from simstudy.backends.rundir import run_input_set
+    from simstudy import api
     from simstudy.compile import Bundle
-    from simstudy.report import render_run
-    from simstudy.spec import BackendSpec, SpecError, load_runnable
+    from simstudy.spec import BackendSpec, SpecError
 
     raw = [args.workload, args.network, args.system]
     if args.spec and (any(raw) or args.topology):
@@ -67,14 +63,10 @@ def _run(args: argparse.Namespace) -> int:
     spec = _backend_spec(BackendSpec, name=args.backend, aware=args.aware, congestion=args.congestion,
                          timeout_s=args.timeout, traffic=args.traffic, traffic_bin_s=args.traffic_bin)
     bar = _progress_bar(args.quiet or args.backend != "flowsim")
+    given: str | Bundle
     if args.spec:
-        scenario = load_runnable(args.spec)
+        given = args.spec
         out = Path(args.output) if args.output else Path("results/runs") / Path(args.spec).stem
-        try:
-            result = simulate(scenario, out, spec, astra_sim=args.astra_sim, source=args.spec, render=render_run,
-                              progress=bar)
-        finally:
-            bar.close()
     else:
         if not all(raw):
             raise SpecError(None, "", "without a spec, --workload, --network and --system are all required")
@@ -86,18 +78,17 @@ def _run(args: argparse.Namespace) -> int:
         )
         given.check()
         out = Path(args.output) if args.output else Path("results/runs") / given.name
-        try:
-            result = run_input_set(given, make_backend(spec, astra_sim=args.astra_sim, progress=bar), out,
-                                   timeout_s=args.timeout, render=render_run)
-        finally:
-            bar.close()
-    finish = [r.finish_ns for r in result.ranks]
-    exposed = [r.exposed_comm_ns for r in result.ranks]
+    try:
+        result = api.run(given, out, backend=spec, astra_sim=args.astra_sim, progress=bar)
+    finally:
+        bar.close()
+    times = result.times
+    finish, exposed = times["finish_ns"], times["exposed_comm_ns"]
     print(f"{result.backend} ({result.backend_version}) -> {out}/")
     print(f"  ranks {len(finish)}, finish {max(finish) / 1e6:.3f} ms (min {min(finish) / 1e6:.3f}), "
           f"exposed comm max {max(exposed) / 1e6:.3f} ms")
-    kept = {"rows": layout.TRAFFIC, "links": layout.LINKS, "none": "counts only"}[result.output.mode]
-    print(f"  {result.output.transfers:,} transfers, {result.output.total_bytes / 1e9:.3f} GB ({kept}), "
+    kept = {"rows": layout.TRAFFIC, "links": layout.LINKS, "none": "counts only"}[result.mode]
+    print(f"  {result.transfers:,} transfers, {result.total_bytes / 1e9:.3f} GB ({kept}), "
           f"wall {result.wall_time_s:.2f} s")
     jobs = result.details.get("jobs")
     if jobs:
@@ -147,9 +138,10 @@ def _sweep(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
+    from simstudy import api
     from simstudy.report import render_study
     from simstudy.spec import load_study
-    from simstudy.sweep import SlurmOptions, compare_baseline, expand, get_executor, override, run_study
+    from simstudy.sweep import SlurmOptions, compare_baseline, expand, get_executor, override
 
     t0 = time.perf_counter()
     study = override(load_study(args.study), args.study, backend=args.backend, aware=True if args.aware else None,
@@ -167,7 +159,10 @@ def _sweep(args: argparse.Namespace) -> int:
                          memory=args.mem, jobs=args.jobs)
     executor = get_executor(args.executor, workers=args.workers, scheduler=args.scheduler,
                             connect_timeout_s=args.connect_timeout, workdir=out.resolve() / "slurm", slurm=slurm)
-    result = run_study(study, args.study, out, executor=executor, astra_sim=args.astra_sim, progress=not args.quiet)
+    done = api.sweep(study, out, executor=executor, astra_sim=args.astra_sim, source=args.study,
+                     progress=not args.quiet)
+    assert done.sweep is not None
+    result = done.sweep
     exp = result.expansion
     c = result.counts
     print(f"{study.name}: {exp.total} combinations, {len(exp.points)} scenarios, {len(exp.skipped)} skipped; "
@@ -223,19 +218,16 @@ def _analyze_counters(args: argparse.Namespace) -> int:
 
 
 def _analyze(args: argparse.Namespace) -> int:
+    from simstudy import api
     from simstudy.report.traffic import render_analysis
     from simstudy.traffic.counters import is_counters
-    from simstudy.traffic.features import analyze
-    from simstudy.traffic.sources import load_traffic
-    from simstudy.validate import payload_view
 
     if is_counters(args.path):
         return _analyze_counters(args)
 
-    source = load_traffic(args.path, rank_map=_rank_map(args.ranks))
+    source = api.load_traffic(args.path, ranks=args.ranks)
     out = Path(args.output) if args.output else source.path / layout.ANALYSIS_DIR
-    table = payload_view(source.table) if args.count == "payload" else source.table
-    features = analyze(table, boundaries=source.boundaries, roles=source.roles)
+    features = api.analyze(source, count=args.count)
     notes = list(source.warnings)
     if source.experiment:
         notes.append("experiment: " + ", ".join(f"{k}={v}" for k, v in source.experiment.model_dump().items()))
@@ -309,26 +301,24 @@ def _validate_counters(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from simstudy import api
     from simstudy.report.traffic import render_validation
     from simstudy.spec import BackendSpec
-    from simstudy.traffic.compare import JOB, TRANSPORT
     from simstudy.traffic.counters import is_counters
-    from simstudy.validate import validate
 
     if is_counters(args.real):
         return _validate_counters(args)
 
     out = Path(args.output) if args.output else Path(args.real) / layout.VALIDATION_DIR
-    judge = (JOB, TRANSPORT) if args.judge_transport else (JOB,)
     tolerances = _tolerances(args.tolerance)
     try:
         bar = _StageBar(4, enabled=not args.quiet)
         try:
-            v = validate(args.real, out, spec=args.spec,
-                         backend=_backend_spec(BackendSpec, name=args.backend, timeout_s=args.timeout),
-                         astra_sim=args.astra_sim,
-                         tolerances=tolerances, skip=args.skip, count=args.count,
-                         rank_map=_rank_map(args.ranks), judge=judge, progress=bar)
+            verdict = api.validate(args.real, args.spec, out,
+                                   backend=_backend_spec(BackendSpec, name=args.backend, timeout_s=args.timeout),
+                                   astra_sim=args.astra_sim, tolerances=tolerances, skip=args.skip,
+                                   count=args.count, ranks=args.ranks, judge_transport=args.judge_transport,
+                                   progress=bar)
         finally:
             bar.close()
     except ValueError as exc:
@@ -337,6 +327,7 @@ def _validate(args: argparse.Namespace) -> int:
 
             raise SpecError(None, "--tolerance/--skip", str(exc)) from None
         raise
+    v = verdict.validation
     path = render_validation(v, out)
     print(v.report.to_markdown())
     for w in v.real.warnings:
@@ -383,16 +374,15 @@ def _cluster(args: argparse.Namespace) -> int:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
-    from simstudy.dashboard import load, write
-    from simstudy.report.findings import study_findings
+    from simstudy import api
+    from simstudy.dashboard import detect
 
     path = Path(args.path)
     out = Path(args.output) if args.output else path / layout.DASHBOARD_HTML
     server = _server(out.parent, args.port) if args.serve else None  # a port in use fails before any work
     try:
-        kind, data = load(path, findings_for=study_findings)
-        page = write(kind, data, out)
-        print(f"{kind} dashboard {page} ({page.stat().st_size / 1e6:.1f} MB)")
+        page = api.dashboard(path, out)
+        print(f"{detect(path)[0]} dashboard {page} ({page.stat().st_size / 1e6:.1f} MB)")
         if server is not None:
             _serve(server, page)
     finally:
@@ -616,20 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _bad_input_types() -> tuple[type[BaseException], ...]:
-    from simstudy.chakra import ChakraFormatError
-    from simstudy.compile import BundleError, CompileError
-    from simstudy.dashboard import DashboardError
-    from simstudy.report.chrome_trace import TraceError
-    from simstudy.spec import SpecError
-    from simstudy.sweep import SweepError
-    from simstudy.traffic.cluster import ClusterError
-    from simstudy.traffic.counters import CountersError
-    from simstudy.traffic.meta import MetaError
-    from simstudy.traffic.pcap import PcapError
-    from simstudy.traffic.sources import SourceError
+    from simstudy.api import input_error_types
 
-    return (SpecError, CompileError, BundleError, ChakraFormatError, SweepError, PcapError, SourceError,
-            MetaError, FileNotFoundError, DashboardError, TraceError, ClusterError, CountersError)
+    return input_error_types()
 
 
 def _failure_types() -> tuple[type[BaseException], ...]:

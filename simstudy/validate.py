@@ -56,8 +56,10 @@ class Validation:
         return self.real_features.roles
 
 
-def scenario_for(source: TrafficSource, spec: str | Path | None) -> Scenario:
-    """The scenario to simulate: `spec`, else the `scenario` of the capture's meta.json."""
+def scenario_for(source: TrafficSource, spec: str | Path | Scenario | None) -> Scenario:
+    """The scenario to simulate: `spec` (a file or a scenario), else the `scenario` of the capture's meta.json."""
+    if isinstance(spec, Scenario):
+        return spec
     if spec is not None:
         return load_scenario(spec)
     meta_path = source.path / layout.META
@@ -151,7 +153,7 @@ def validate(
     real_path: str | Path,
     out: str | Path,
     *,
-    spec: str | Path | None = None,
+    spec: str | Path | Scenario | None = None,
     backend: BackendSpec | None = None,
     astra_sim: str | Path | None = None,
     tolerances: Mapping[str, float] | None = None,
@@ -177,7 +179,7 @@ def validate(
     scenario = scenario_for(real, spec)
     say(f"simulating {scenario.name} ({scenario.npus} ranks) on {(backend or BackendSpec()).key}")
     result = simulate(scenario, Path(out) / layout.SIM_DIR, backend or BackendSpec(), astra_sim=astra_sim,
-                      source=spec)
+                      source=None if isinstance(spec, Scenario) else spec)
     sim_table = comparable_sim(result.traffic, real,
                                grpc_pull=isinstance(scenario.parallelism.framework, TensorFlowMWMS))
     real_table = payload_view(real.table) if count == "payload" else real.table

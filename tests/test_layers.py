@@ -13,7 +13,8 @@ PACKAGE = Path(simstudy.__file__).parent
 
 #: Top-level module or package of simstudy -> its layer (DESIGN.md, "Layers").
 LAYERS: dict[str, int] = {
-    "__init__": 0,
+    # the package's own module is its public face: it re-exports the API (lazily, when first used)
+    "__init__": 10,
     "__main__": 10,
     "table": 0,
     "linktable": 0,
@@ -29,6 +30,7 @@ LAYERS: dict[str, int] = {
     "capture": 8,
     "report": 9,
     "dashboard": 9,
+    "api": 10,
     "cli": 10,
 }
 
