@@ -137,14 +137,20 @@ def load_spec(source: SpecSource, *, base_dir: str | Path | None = None) -> Scen
         InputError: The spec does not validate or a referenced file is missing; the message names
             the file, the field and what was expected.
     """
-    from simstudy.spec import Cluster, Scenario, load_runnable, resolve_references, validate_as
+    from simstudy.spec import Cluster, Scenario, SpecError, load_runnable, resolve_references, validate_as
 
     with _input_errors():
         if not isinstance(source, Mapping):
             return load_runnable(source)
-        data, origins = resolve_references(dict(source), Path(base_dir or ".").resolve() / "<mapping>")
-        cls: type[Scenario] | type[Cluster] = Cluster if data.get("kind") == "cluster" else Scenario
-        return validate_as(cls, data, origins=origins)
+        root = Path(base_dir or ".").resolve() / "<mapping>"
+        try:
+            data, origins = resolve_references(dict(source), root)
+            cls: type[Scenario] | type[Cluster] = Cluster if data.get("kind") == "cluster" else Scenario
+            return validate_as(cls, data, origins=origins)
+        except SpecError as exc:  # a problem in the mapping itself names the field, not a file
+            if exc.file != str(root):
+                raise
+            raise SpecError(None, exc.field, exc.message) from None
 
 
 def load_study(source: SpecSource, *, base_dir: str | Path | None = None) -> Study:
