@@ -30,14 +30,19 @@ import pandas as pd
 from simstudy import layout
 
 if TYPE_CHECKING:
+    from simstudy.capture.run import CaptureResult
     from simstudy.compile import Bundle, CompileResult
+    from simstudy.report.chrome_trace import ChromeTrace
     from simstudy.spec import BackendSpec, Cluster, Scenario, Study
+    from simstudy.spec.capture import CaptureSpec
     from simstudy.sweep import Executor, SlurmOptions, SweepResult
     from simstudy.sweep.runner import RunRecord
+    from simstudy.traffic.cluster import Clustering
     from simstudy.traffic.compare import ValidationReport
     from simstudy.traffic.features import Features
     from simstudy.traffic.sources import TrafficSource
     from simstudy.validate import Validation
+    from simstudy.zoo import ZooSummary
 
 __all__ = [
     "InputError",
@@ -45,15 +50,19 @@ __all__ = [
     "StudyResult",
     "Verdict",
     "analyze",
+    "capture",
+    "cluster",
     "compile",
     "dashboard",
     "load_spec",
     "load_study",
     "load_traffic",
+    "models",
     "open_run",
     "open_study",
     "run",
     "sweep",
+    "trace",
     "validate",
 ]
 
@@ -752,3 +761,110 @@ def dashboard(path: str | Path, out: str | Path | None = None) -> Path:
     with _input_errors():
         kind, data = load(path, findings_for=study_findings)
         return write(kind, data, target)
+
+
+def trace(
+    run: str | Path | Run,
+    out: str | Path | None = None,
+    *,
+    iterations: int = 2,
+    ranks: int = 64,
+    transfers: int = 20_000,
+) -> ChromeTrace:
+    """Export a run's per-rank timeline as a Chrome trace (for Perfetto or chrome://tracing).
+
+    Args:
+        run: The run directory (or a `Run`).
+        out: The JSON file to write (default ``<run>/trace.json``).
+        iterations: The first N iterations' time slots (0: all).
+        ranks: At most this many ranks, the first ones (0: all).
+        transfers: At most this many transfers drawn as flow arrows (0: none).
+
+    Returns:
+        The trace written, with its counts (``counts()``).
+
+    Raises:
+        InputError: `run` is not a run directory with spans.
+    """
+    from simstudy.report.chrome_trace import chrome_trace, write_trace
+
+    path = run.path if isinstance(run, Run) else Path(run)
+    with _input_errors():
+        result = chrome_trace(path, iterations=iterations, ranks=ranks, transfers=transfers)
+    write_trace(result, Path(out) if out is not None else path / "trace.json")
+    return result
+
+
+def cluster(paths: Collection[str | Path], *, k: int | None = None) -> Clustering:
+    """Group runs and captures by traffic pattern (k-means on their features).
+
+    Args:
+        paths: Sweep directories, run directories and analysed capture directories.
+        k: The number of clusters (default: the best silhouette).
+
+    Returns:
+        Which items fall together, in which feature space, and why (``lines()`` describes it).
+
+    Raises:
+        InputError: A path holds nothing to cluster, or there are too few items.
+    """
+    from simstudy.traffic.cluster import cluster as cluster_items
+    from simstudy.traffic.cluster import load_items
+
+    with _input_errors():
+        return cluster_items(load_items([Path(p) for p in paths]), k=k)
+
+
+def models() -> list[ZooSummary]:
+    """The built-in models (what a spec's ``model: NAME`` can name).
+
+    Returns:
+        Each model's name, family, parameter count, forward GFLOPs per sample and description.
+    """
+    from simstudy import zoo
+
+    return zoo.list_models()
+
+
+def capture(
+    spec: SpecSource | CaptureSpec,
+    out: str | Path | None = None,
+    *,
+    force: bool = False,
+    source: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> CaptureResult:
+    """Run a real training job (torch.distributed, TensorFlow or Horovod) and record its packets.
+
+    Needs root, tcpdump and the job's framework (see the ``capture`` extras).
+
+    Args:
+        spec: A capture spec (a scenario without topology, plus a ``capture`` section): a file, a
+            mapping or a `simstudy.spec.capture.CaptureSpec`.
+        out: The capture directory (default ``captures/<name>``).
+        force: Replace an existing capture in `out`.
+        source: The file a `CaptureSpec` object came from (named in errors).
+        progress: Called with the name of each stage.
+
+    Returns:
+        The capture directory, its meta.json (ranks, iterations) and the wall time.
+
+    Raises:
+        InputError: The spec is not valid.
+        simstudy.capture.testbed.CaptureError: The machine cannot run or record the job.
+    """
+    from simstudy.capture.run import capture as capture_job
+    from simstudy.spec import validate_as
+    from simstudy.spec.capture import CaptureSpec
+    from simstudy.spec.load import load_spec as load_spec_file
+
+    with _input_errors():
+        file = source
+        if isinstance(spec, CaptureSpec):
+            loaded = spec
+        elif isinstance(spec, Mapping):
+            loaded = validate_as(CaptureSpec, dict(spec))
+        else:
+            loaded, file = load_spec_file(CaptureSpec, spec), spec
+        target = Path(out) if out is not None else Path("captures") / loaded.name
+        return capture_job(loaded, target, force=force, source=file, progress=progress)

@@ -43,9 +43,9 @@ def _compile(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from simstudy import zoo
+    from simstudy import api
 
-    rows = zoo.list_models()
+    rows = api.models()
     print(f"{'model':<16} {'family':<12} {'params':>15} {'GFLOPs/sample':>14}  description")
     for r in rows:
         print(f"{r.name:<16} {r.family:<12} {r.params:>15,} {r.gflops:>14.3f}  {r.description}")
@@ -337,15 +337,14 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _capture(args: argparse.Namespace) -> int:
-    from simstudy.capture.run import capture
+    from simstudy import api
     from simstudy.spec.capture import CaptureSpec
     from simstudy.spec.load import load_spec
 
     spec = load_spec(CaptureSpec, args.spec)
-    out = Path(args.output) if args.output else Path("captures") / spec.name
     bar = _StageBar(5, enabled=not args.quiet)
     try:
-        result = capture(spec, out, force=args.force, source=args.spec, progress=bar)
+        result = api.capture(spec, args.output, force=args.force, source=args.spec, progress=bar)
     finally:
         bar.close()
     meta = result.meta
@@ -361,11 +360,10 @@ def _capture(args: argparse.Namespace) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> int:
+    from simstudy import api
     from simstudy.report.cluster_plot import plot_clusters
-    from simstudy.traffic.cluster import cluster, load_items
 
-    items = load_items([Path(p) for p in args.paths])
-    result = cluster(items, k=args.k)
+    result = api.cluster(args.paths, k=args.k)
     print("\n".join(result.lines()))
     out = Path(args.output) if args.output else Path("results") / "cluster.png"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -413,12 +411,11 @@ def _serve(server: http.server.ThreadingHTTPServer, page: Path) -> None:
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from simstudy.report.chrome_trace import chrome_trace, write_trace
+    from simstudy import api
 
     run = Path(args.run)
-    trace = chrome_trace(run, iterations=args.iterations, ranks=args.ranks, transfers=args.transfers)
     out = Path(args.output) if args.output else run / "trace.json"
-    write_trace(trace, out)
+    trace = api.trace(run, out, iterations=args.iterations, ranks=args.ranks, transfers=args.transfers)
     print(f"trace {out}: {trace.counts()} (open in https://ui.perfetto.dev or chrome://tracing)")
     return EXIT_OK
 

@@ -223,3 +223,18 @@ def test_api_names_win_over_subpackages_of_the_same_name() -> None:
     assert set(s.__all__) <= set(dir(s))
     for name in s.__all__:
         assert name == "__version__" or getattr(s, name).__doc__, name
+
+
+def test_trace_cluster_models_and_a_bad_capture_spec(swept: tuple[Path, str], tmp_path: Path) -> None:
+    out, _ = swept
+    study = s.open_study(out)
+    run = study.run(str(study.summary["key"][0]))
+    trace = s.trace(run, tmp_path / "trace.json", iterations=0)
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert len(events) == len(trace.events) and trace.spans == len(run.spans)
+    grouped = s.cluster([out], k=2)
+    assert len(grouped.items) == 15 and set(grouped.labels) == {0, 1}
+    assert {"resnet50", "vgg16", "bert_base", "small_cnn"} <= {m.name for m in s.models()}
+    with pytest.raises(s.InputError, match="did you mean 'capture'"):  # refused before anything runs
+        s.capture({"name": "x", "model": "small_cnn", "captur": {}}, tmp_path / "cap")
+    assert not (tmp_path / "cap").exists()
