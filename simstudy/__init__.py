@@ -28,10 +28,12 @@ if TYPE_CHECKING:
         StudyResult,
         Verdict,
         analyze,
+        analyze_counters,
         capture,
         cluster,
         compile,
         dashboard,
+        load_counters,
         load_spec,
         load_study,
         load_traffic,
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
         sweep,
         trace,
         validate,
+        validate_counters,
     )
 
 __all__ = [
@@ -51,10 +54,12 @@ __all__ = [
     "Verdict",
     "__version__",
     "analyze",
+    "analyze_counters",
     "capture",
     "cluster",
     "compile",
     "dashboard",
+    "load_counters",
     "load_spec",
     "load_study",
     "load_traffic",
@@ -65,6 +70,7 @@ __all__ = [
     "sweep",
     "trace",
     "validate",
+    "validate_counters",
 ]
 
 _API = frozenset(__all__) - {"__version__"}

@@ -39,9 +39,11 @@ if TYPE_CHECKING:
     from simstudy.sweep.runner import RunRecord
     from simstudy.traffic.cluster import Clustering
     from simstudy.traffic.compare import ValidationReport
+    from simstudy.traffic.counter_features import CounterFeatures
+    from simstudy.traffic.counters import Counters
     from simstudy.traffic.features import Features
     from simstudy.traffic.sources import TrafficSource
-    from simstudy.validate import Validation
+    from simstudy.validate import CounterValidation, Validation
     from simstudy.zoo import ZooSummary
 
 __all__ = [
@@ -50,10 +52,12 @@ __all__ = [
     "StudyResult",
     "Verdict",
     "analyze",
+    "analyze_counters",
     "capture",
     "cluster",
     "compile",
     "dashboard",
+    "load_counters",
     "load_spec",
     "load_study",
     "load_traffic",
@@ -64,6 +68,7 @@ __all__ = [
     "sweep",
     "trace",
     "validate",
+    "validate_counters",
 ]
 
 #: A spec given as a YAML file or as the mapping a YAML file would hold.
@@ -735,6 +740,85 @@ def validate(
                 raise InputError(str(exc)) from exc
             raise
     return Verdict(target, v)
+
+
+# -- switch counters ---------------------------------------------------------------------------------
+
+
+def load_counters(path: str | Path) -> Counters:
+    """Read a switch-counter series: Zhejiang Lab's per-port CSVs, or a CSV of time, device, port, bytes.
+
+    Args:
+        path: The counters directory or CSV file.
+
+    Returns:
+        The series (one row per port and sample), its format and what was noticed reading it.
+
+    Raises:
+        InputError: `path` is not a counter series.
+    """
+    from simstudy.traffic.counters import load_counters as load
+
+    with _input_errors():
+        return load(path)
+
+
+def analyze_counters(counters: str | Path | Counters) -> CounterFeatures:
+    """Analyse a switch-counter series: utilisation and period per port and per tier.
+
+    Args:
+        counters: A counters path or a series from `load_counters`.
+
+    Returns:
+        The analyses: ports, tiers, the hottest ports, the sample interval and grid.
+
+    Raises:
+        InputError: The path is not a counter series.
+    """
+    from simstudy.traffic.counter_features import analyze_counters as analyze_series
+    from simstudy.traffic.counters import Counters
+
+    return analyze_series(counters if isinstance(counters, Counters) else load_counters(counters))
+
+
+def validate_counters(
+    real: str | Path,
+    spec: str | Path,
+    out: str | Path | None = None,
+    *,
+    backend: str | BackendSpec = "flowsim",
+    timeout_s: float = 3600.0,
+    astra_sim: str | Path | None = None,
+    tolerances: Mapping[str, float] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> CounterValidation:
+    """Simulate a scenario keeping its link table and compare it with a switch-counter series.
+
+    Args:
+        real: The counters directory or CSV file.
+        spec: The scenario file to simulate (counters record no scenario).
+        out: The validation directory (default ``validation/`` beside or inside `real`).
+        backend: ``flowsim``, ``astrasim``, or a `simstudy.spec.BackendSpec`.
+        timeout_s: Seconds before the simulation is abandoned.
+        astra_sim: The ASTRA-SIM binary.
+        tolerances: Tolerances to override, by metric.
+        progress: Called with the name of each stage.
+
+    Returns:
+        Both series, their analyses and the comparison (``report``: verdict and ``to_frame()``).
+
+    Raises:
+        InputError: The counters, the spec or a tolerance is not valid.
+        simstudy.backends.BackendError: The simulation did not complete.
+    """
+    from simstudy.validate import validate_counters as validate_series
+
+    path = Path(real)
+    target = Path(out) if out is not None else (path if path.is_dir() else path.parent) / layout.VALIDATION_DIR
+    options = _backend(backend, timeout_s=timeout_s)
+    with _input_errors():
+        return validate_series(real, target, spec=spec, backend=options, astra_sim=astra_sim, tolerances=tolerances,
+                               progress=progress)
 
 
 # -- pages -------------------------------------------------------------------------------------------

@@ -192,12 +192,11 @@ def _rank_map(path: str | None) -> RankMap | None:
 
 
 def _analyze_counters(args: argparse.Namespace) -> int:
+    from simstudy import api
     from simstudy.report.counters import render_counter_analysis
-    from simstudy.traffic.counter_features import analyze_counters
-    from simstudy.traffic.counters import load_counters
 
-    c = load_counters(args.path)
-    f = analyze_counters(c)
+    c = api.load_counters(args.path)
+    f = api.analyze_counters(c)
     out = Path(args.output) if args.output else (c.path if c.path.is_dir() else c.path.parent) / layout.ANALYSIS_DIR
     path = render_counter_analysis(f, out, title=c.label, notes=c.warnings)
     print(f"counters {c.path} ({c.format}): {len(f.ports)} ports, {f.duration_s:.1f} s, a sample every "
@@ -280,9 +279,9 @@ class _StageBar:
 
 
 def _validate_counters(args: argparse.Namespace) -> int:
+    from simstudy import api
     from simstudy.report.counters import render_counter_validation
     from simstudy.spec import BackendSpec, SpecError
-    from simstudy.validate import validate_counters
 
     if not args.spec:
         raise SpecError(None, "--spec", "switch counters record no scenario: give the one to simulate with --spec")
@@ -290,8 +289,8 @@ def _validate_counters(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else (real if real.is_dir() else real.parent) / layout.VALIDATION_DIR
     bar = _StageBar(3, enabled=not args.quiet)
     try:
-        v = validate_counters(real, out, spec=args.spec, backend=BackendSpec(name=args.backend, timeout_s=args.timeout),
-                              astra_sim=args.astra_sim, tolerances=_tolerances(args.tolerance), progress=bar)
+        v = api.validate_counters(real, args.spec, out, backend=BackendSpec(name=args.backend, timeout_s=args.timeout),
+                                  astra_sim=args.astra_sim, tolerances=_tolerances(args.tolerance), progress=bar)
     finally:
         bar.close()
     path = render_counter_validation(v, out)

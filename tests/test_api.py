@@ -238,3 +238,19 @@ def test_trace_cluster_models_and_a_bad_capture_spec(swept: tuple[Path, str], tm
     with pytest.raises(s.InputError, match="did you mean 'capture'"):  # refused before anything runs
         s.capture({"name": "x", "model": "small_cnn", "captur": {}}, tmp_path / "cap")
     assert not (tmp_path / "cap").exists()
+
+
+def test_switch_counters_through_the_api() -> None:
+    from simstudy.traffic.counter_features import analyze_counters
+    from simstudy.traffic.counters import load_counters
+
+    path = REPO / "tests" / "data" / "zhejiang"
+    series = s.load_counters(path)
+    assert series.format == "zhejiang" and len(series.ports) == 6
+    features = s.analyze_counters(path)
+    direct = analyze_counters(load_counters(path))
+    assert len(features.ports) == 6 and features.hottest == direct.hottest
+    assert [(t.tier, t.bytes, t.mean_utilization) for t in features.tiers] == [
+        (t.tier, t.bytes, t.mean_utilization) for t in direct.tiers]
+    with pytest.raises(s.InputError, match="no such file"):
+        s.load_counters(path / "missing.csv")
