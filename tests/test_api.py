@@ -17,6 +17,7 @@ import simstudy as s
 from simstudy.traffic.features import analyze as analyze_table
 from simstudy.traffic.sources import load_traffic
 from simstudy.validate import payload_view
+from tests.sweep.test_sweep import dask_scheduler  # noqa: F401  (a real scheduler and workers on loopback)
 
 REPO = Path(__file__).resolve().parents[1]
 #: The scenario of the golden capture tests/data/captures/ring4_allreduce (tests/data/make_golden_captures.py).
@@ -89,16 +90,25 @@ def test_sweep_reuses_a_finished_directory_and_takes_overrides(swept: tuple[Path
     again = s.sweep(REPO / "specs" / "cnn_vs_rnn.yaml", out)
     assert again.sweep is not None and again.sweep.counts["cached"] == 15 and again.all_ok
     # a study from a mapping, with a base override: one model at two bandwidths
-    study = {"name": "two", "base": {"model": "small_cnn", "topology": {"kind": "switch", "npus": 4,
-                                                                       "bandwidth_gbps": 10},
-                                     "training": {"batch_size_per_worker": 16, "iterations": 2}},
-             "axes": {"topology.bandwidth_gbps": [10, 40]}}
-    two = s.sweep(study, tmp_path / "two", sets=["training.iterations=3"], workers=1)
+    two = s.sweep(TWO, tmp_path / "two", sets=["training.iterations=3"], workers=1)
     assert list(two.summary["topology.bandwidth_gbps"]) == [10, 40]
     finish = two.summary["finish_ms"].to_numpy()
     assert finish[0] > finish[1] > 0  # more bandwidth, earlier finish
     assert json.loads((two.run(str(two.summary["key"][0])).path / "bundle" / "scenario.json").read_text()
                       )["training"]["iterations"] == 3
+
+
+TWO = {"name": "two", "base": {"model": "small_cnn", "topology": {"kind": "switch", "npus": 4, "bandwidth_gbps": 10},
+                               "training": {"batch_size_per_worker": 16, "iterations": 2}},
+       "axes": {"topology.bandwidth_gbps": [10, 40]}}
+
+
+@pytest.mark.slow
+def test_sweep_on_dask_is_the_local_sweep(tmp_path: Path, dask_scheduler: str) -> None:  # noqa: F811
+    dask = s.sweep(TWO, tmp_path / "dask", executor="dask", scheduler=dask_scheduler)
+    local = s.sweep(TWO, tmp_path / "local", workers=1)
+    assert dask.all_ok and len(dask.records) == 2
+    pd.testing.assert_frame_equal(dask.summary.drop(columns=list(TIMINGS)), local.summary.drop(columns=list(TIMINGS)))
 
 
 def test_run_a_mapping_and_open_it_again(tmp_path: Path) -> None:
