@@ -585,7 +585,7 @@ def load_traffic(path: str | Path, *, ranks: str | Path | None = None) -> Traffi
     from simstudy.traffic.sources import load_traffic as load
 
     with _input_errors():
-        return load(Path(path), rank_map=load_rank_map(ranks) if ranks is not None else None)
+        return load(Path(path), rank_map=load_rank_map(ranks) if ranks else None)
 
 
 def analyze(
@@ -728,7 +728,7 @@ def validate(
             scenario = loaded
         elif spec is not None:
             scenario = spec
-        rank_map = load_rank_map(ranks) if ranks is not None else None
+        rank_map = load_rank_map(ranks) if ranks else None
         try:
             v = validate_capture(real, target, spec=scenario, backend=options, astra_sim=astra_sim,
                                  tolerances=tolerances, skip=skip, count=count, rank_map=rank_map,

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from simstudy.sweep import Expansion
-    from simstudy.traffic.meta import RankMap
 
 B = TypeVar("B", bound="BaseModel")
 
@@ -183,12 +182,6 @@ def _sweep(args: argparse.Namespace) -> int:
           f"{result.backend_s:.1f} s of simulator time)")
     ok = result.all_ok and (report is None or report.passed)
     return EXIT_OK if ok else EXIT_FAILED
-
-
-def _rank_map(path: str | None) -> RankMap | None:
-    from simstudy.traffic.meta import load_rank_map
-
-    return load_rank_map(path) if path else None
 
 
 def _analyze_counters(args: argparse.Namespace) -> int:
