@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -101,8 +102,9 @@ def cli_page() -> str:
 
 def type_text(schema: Mapping[str, Any]) -> str:
     """A short type of a JSON Schema: `integer`, `ring | switch`, `Topology`, `list of Layer`..."""
-    if "$ref" in schema:
-        return str(schema["$ref"]).rsplit("/", 1)[-1]
+    if "$ref" in schema:  # a link to the definition's section on the same page
+        name = str(schema["$ref"]).rsplit("/", 1)[-1]
+        return f"[{name}](#{name.lower()})"
     if "const" in schema:
         return code(schema["const"])
     if "enum" in schema:
@@ -148,7 +150,8 @@ def spec_page() -> str:
         required = set(d.get("required", []))
         out += ["| field | type | default | what |", "|---|---|---|---|"]
         for field, prop in d.get("properties", {}).items():
-            default = "required" if field in required else (code(prop["default"]) if "default" in prop else "")
+            default = code(json.dumps(prop["default"])) if "default" in prop else ""
+            default = "required" if field in required else default
             out.append(f"| {code(field)} | {type_text(prop)} | {default} | {cell(prop.get('description', ''))} |")
         out.append("")
     return "\n".join(out)
