@@ -51,6 +51,17 @@ def _models(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _schema(args: argparse.Namespace) -> int:
+    from simstudy.spec.schema import schema_text
+
+    text = schema_text(args.kind)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
 def _run(args: argparse.Namespace) -> int:
     from simstudy import api
     from simstudy.compile import Bundle
@@ -591,6 +602,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("models", help="list the built-in models with parameter counts and GFLOPs")
     p.set_defaults(func=_models)
+
+    p = sub.add_parser("schema", help="the JSON Schema of a spec file, for editors (schemas/KIND.json)")
+    p.add_argument("kind", nargs="?", default="scenario", choices=["scenario", "study", "cluster", "capture"],
+                   help="which spec: scenario (default), study, cluster or capture")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.set_defaults(func=_schema)
     return parser
 
 

@@ -41,6 +41,20 @@ COLUMNS: dict[str, str] = {
     "utilization": "float64",
 }
 
+#: What each column means (the documentation's table reference is built from it).
+MEANINGS: dict[str, str] = {
+    "link": "link id: its index in the bundle's topology.json `links`",
+    "name": "`<src node>-><dst node>` (hosts `h<rank>`, switches named by the topology)",
+    "tier": "where the link sits: its ASTRA-SIM dimension (`ring`, `dim1.switch`...) or its graph tier "
+            "(`intra_host`, `nic`, `spine`, `aggregation`, `core`...)",
+    "dim": "ASTRA-SIM dimension of the link, -1 on graph topologies",
+    "capacity_gbps": "bandwidth of the link, gigabits per second",
+    "t_start_s": "start of the bin, seconds from the start of the run",
+    "bin_s": "width of the bin, seconds",
+    "bytes": "bytes the link carried in the bin",
+    "utilization": "bytes / (capacity x bin width): 1.0 is a link busy the whole bin",
+}
+
 
 class LinkTableError(ValueError):
     """A table that does not follow the link-table schema."""

@@ -39,6 +39,25 @@ OPTIONAL: dict[str, str] = {
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "push", "pull", "p2p", "tcp", "udp", "ip", "control",
        "broadcast")
 
+#: What each column means (the documentation's table reference is built from it).
+MEANINGS: dict[str, str] = {
+    "t_start_s": "start of the transfer, seconds from the start of the trace",
+    "t_end_s": "end of the transfer (equal to the start for a captured packet)",
+    "src": "sending endpoint: a rank (captures map address or address:port to ranks)",
+    "dst": "receiving endpoint",
+    "bytes": "bytes of the transfer; for a packet its IP total length, whatever the snap length",
+    "flow": "flow id: a hash of the 5-tuple for captures; collective, step and chunk for simulation",
+    "op": "what caused it: " + ", ".join(OPS),
+    "iteration": "training iteration of the transfer (simulation; marked iterations of a capture)",
+    "link": "the link a packet was seen on (captures of several interfaces)",
+    "sport": "TCP/UDP source port (captures)",
+    "dport": "TCP/UDP destination port (captures)",
+    "payload_bytes": "TCP/UDP payload bytes of a packet (captures; what `--count payload` counts)",
+    "chunk": "chunk of a collective (simulation)",
+    "step": "step of a collective algorithm (simulation)",
+    "job": "job index of a cluster run (several jobs on one network)",
+}
+
 
 class TrafficTableError(ValueError):
     """A table that does not follow the TrafficTable schema."""

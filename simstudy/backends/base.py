@@ -34,6 +34,11 @@ SPAN_COLUMNS = {"rank": "int32", "node": "int64", "name": "category", "kind": "c
                 "start_ns": "int64", "end_ns": "int64"}
 #: The `kind` of a span, from its Chakra node type.
 SPAN_KINDS = ("compute", "collective", "send", "recv", "other")
+#: What each span column means (the documentation's table reference is built from it).
+SPAN_MEANINGS = {"rank": "rank that ran the node", "node": "Chakra ET node id in the rank's trace",
+                 "name": "node name", "kind": "what the node is: " + ", ".join(SPAN_KINDS),
+                 "start_ns": "when the node started, ns from the start of the run",
+                 "end_ns": "when it finished, ns"}
 
 
 def make_spans(rank: Any, node: Any, name: Any, kind: Any, start_ns: Any, end_ns: Any) -> pd.DataFrame:

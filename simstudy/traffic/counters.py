@@ -67,6 +67,18 @@ COLUMNS: Final[dict[str, str]] = {
     "tier": "category",
     "peer": "category",  # what the port connects to (a server, a switch), "" when unknown
 }
+#: What each column of `Counters.table` means (the documentation's table reference is built from it).
+MEANINGS: Final[dict[str, str]] = {
+    "device": "switch name",
+    "port": "port name on the switch",
+    "t_s": "end of the sample, seconds from the start of the series",
+    "interval_s": "length of the sample, seconds",
+    "rx_bytes": "bytes the port received during the sample",
+    "tx_bytes": "bytes the port sent during the sample",
+    "capacity_gbps": "port speed, gigabits per second (from the file, or the port name)",
+    "tier": "`nic` (server-facing), `spine` (uplink), `management`, or as given",
+    "peer": "what the port connects to (a server, a switch), empty when unknown",
+}
 ZHEJIANG_HEADER: Final = ("SaveTime", "SaveTimeUTC", "DeviceName", "PortName", "InPkts", "InOctets", "OutPkts",
                           "OutOctets")
 _GENERIC_NEED: Final = ("time", "device", "port")

@@ -21,7 +21,7 @@ from simstudy.compile.topology_file import NativeDim, native_topology
 from tests.backends.bundles import collective_node, write_bundle
 from tests.backends.fastpaths import MODES, Case, Op, assert_same, cases, run_paths
 
-#: Examples per test (at least 500 in all run in CI; see README "Shortcuts").
+#: Examples per test (at least 500 in all run in CI; see docs/concepts/backend.md, "Shortcuts").
 ONE_COLLECTIVE = 300
 WORKLOADS = 250
 
