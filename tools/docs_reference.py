@@ -232,6 +232,25 @@ def presets_page() -> str:
     return "\n".join(out)
 
 
+def api_page() -> str:
+    """Every name of `simstudy.__all__`, rendered by mkdocstrings from `simstudy.api` (the package's
+    attributes `compile`, `sweep` and `validate` share their names with subpackages, which a static
+    analysis of the package would render instead)."""
+    import simstudy
+
+    out = ["# Python API", "",
+           "What `import simstudy` exports (`simstudy.__all__`), with its docstrings. Bad input raises",
+           "`InputError`, whose message is the line the CLI prints before exiting with code 2.", "",
+           "```python", "import simstudy as s", "",
+           "result = s.sweep(s.load_study(\"specs/cnn_vs_rnn.yaml\"))", "result.summary.shape", "```", ""]
+    for name in simstudy.__all__:
+        if name.startswith("_"):
+            continue
+        out += [f"::: simstudy.api.{name}", "    options:", "      show_root_heading: true",
+                "      show_root_full_path: false", "      show_source: false", "      heading_level: 2", ""]
+    return "\n".join(out)
+
+
 def pages() -> dict[str, str]:
     """{path under docs/: Markdown} of every generated reference page."""
     return {
@@ -240,6 +259,7 @@ def pages() -> dict[str, str]:
         "reference/tables.md": tables_page(),
         "reference/analyses.md": analyses_page(),
         "reference/presets.md": presets_page(),
+        "reference/api.md": api_page(),
     }
 
 
