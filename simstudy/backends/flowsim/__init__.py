@@ -13,7 +13,8 @@ import pandas as pd
 from simstudy import __version__, layout
 from simstudy.backends.base import SPAN_KINDS, RankStats, RunResult, empty_spans
 from simstudy.backends.flowsim.engine import Engine, identical_ranks
-from simstudy.backends.flowsim.netmodels import NETMODELS
+from simstudy.backends.flowsim.netmodels import NETMODELS, NetModel
+from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.network import Network
 from simstudy.backends.traffic_build import WorkloadInfo, span_kind, union_ns
@@ -76,10 +77,15 @@ class FlowsimBackend:
         sink = make_sink(self.traffic, path=workdir / layout.TRAFFIC, net=net, bin_s=self.traffic_bin_s)
         rows = _Rows(sink)
         planner = Planner(info, lanes=True)
-        identical = identical_ranks(info, lambda k, m, s: planner.plan(k, m, s, False).lane)
+        model = self.network_model(info, net, workdir)
+        identical = model is None and identical_ranks(info, lambda k, m, s: planner.plan(k, m, s, False).lane)
         engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows, progress=self.progress,
-                        identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count)
-        engine.run()
+                        identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count,
+                        model=model)
+        try:
+            engine.run()
+        finally:
+            extra = self.network_done(engine.comms.model)
         rows.flush()
         output = sink.close()
         states = engine.ranks * (info.npus if engine.identical else 1)
@@ -95,9 +101,19 @@ class FlowsimBackend:
             output=output,
             wall_time_s=time.perf_counter() - t0,
             details={"congestion": self.congestion, "network": net.kind, "links": len(net.capacity),
-                     "identical_ranks": engine.identical, **engine.comms.stats},
+                     "identical_ranks": engine.identical, **engine.comms.stats, **extra},
             spans=_spans(engine, info.npus if engine.identical else 1),
         )
+
+
+    def network_model(self, info: WorkloadInfo, net: Network, workdir: Path) -> Callable[[Scheduler], NetModel] | None:
+        """A network model from elsewhere behind flowsim's seam (the packet network), or None for
+        the congestion mode's own."""
+        return None
+
+    def network_done(self, model: NetModel) -> dict[str, Any]:
+        """Called when the engine stops (finished or not): what the model adds to run.json's details."""
+        return {}
 
 
 def _spans(engine: Engine, copies: int) -> pd.DataFrame:

@@ -187,15 +187,16 @@ class Comms:
 
     def __init__(self, info: WorkloadInfo, net: Network, mode: str, sched: Scheduler,
                  emit: Callable[..., None], *, planner: Planner | None = None,
-                 count: Callable[[int, int, NDArray[np.float64]], None] | None = None) -> None:
-        if mode not in NETMODELS:
+                 count: Callable[[int, int, NDArray[np.float64]], None] | None = None,
+                 model: NetModel | None = None) -> None:
+        if model is None and mode not in NETMODELS:
             raise ValueError(f"unknown congestion mode {mode!r}; expected one of {', '.join(NETMODELS)}")
         self.info = info
         self.mode = mode
         self.sched = sched
         self.routes = Routes(net)
         self.route = self.routes.route if mode == "unaware" else self.routes.shared_route
-        self.model: NetModel = NETMODELS[mode](sched, self.routes.effective, net.latency)
+        self.model: NetModel = model or NETMODELS[mode](sched, self.routes.effective, net.latency)
         self.emit = emit
         #: when given, isolated collectives only report (transfers, bytes, bytes sent per rank)
         self.count = count
@@ -222,7 +223,7 @@ class Comms:
         plan = self._plan(kind, members, size, group)
         act = Activity(self._links(plan), True, start, plan, None, members, ctx=(kind, done, ctx),
                        report=members if report is None else report, turn=self._turn)
-        if self.shared and not self._isolated(act.links):
+        if self.shared and (not self.model.timed_alone or not self._isolated(act.links)):
             self._detailed(act)
             return
         self.stats["fast"] += 1

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -54,10 +54,23 @@ class Msg:
         self.t_arrive = 0
 
 
+class Clock(Protocol):
+    """A network with a clock of its own (a packet simulator): the engine calls `advance(t)` before
+    it runs an event at time t (None: it has none left) and goes on while the network is `busy`."""
+
+    def busy(self) -> bool: ...
+
+    def advance(self, t_next: int | None) -> None: ...
+
+
 class NetModel:
     """What every model offers: `send` a message now, on the scheduler `sched`."""
 
     name = ""
+    #: whether a collective whose links carry nothing else may be timed alone once and reused
+    timed_alone = True
+    #: a network with a clock of its own, advanced by the engine (None: the engine's clock is the network's)
+    clock: Clock | None = None
 
     def __init__(self, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float]) -> None:
         self.sched = sched
