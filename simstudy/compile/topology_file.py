@@ -425,7 +425,7 @@ def scenario_topology(scenario: Scenario) -> NetworkTopology:
     """The network of a scenario: its graph, or its ASTRA-SIM dimensions exactly as network.yml gives
     them; TCP connections as the scenario's framework opens them unless the topology says."""
     net = topology_of(scenario.topology)
-    if net.transport.connections is None:
+    if scenario.topology.transport.connections is None:
         per = scenario.parallelism.framework.name in PER_DIRECTION_FRAMEWORKS
         net = replace(net, transport=net.transport.model_copy(
             update={"connections": "per_direction" if per else "per_pair"}))
