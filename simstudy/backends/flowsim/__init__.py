@@ -16,6 +16,7 @@ from simstudy.backends.flowsim.engine import Engine, identical_ranks
 from simstudy.backends.flowsim.netmodels import NETMODELS, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import Planner
+from simstudy.backends.flowsim.tcp import TCP_NETMODELS
 from simstudy.backends.network import Network
 from simstudy.backends.traffic_build import WorkloadInfo, span_kind, union_ns
 from simstudy.backends.traffic_out import TrafficSink, make_sink
@@ -78,7 +79,10 @@ class FlowsimBackend:
         rows = _Rows(sink)
         planner = Planner(info, lanes=True)
         model = self.network_model(info, net, workdir)
-        identical = model is None and identical_ranks(info, lambda k, m, s: planner.plan(k, m, s, False).lane)
+        # every rank draws its own losses under TCP (flowsim.tcp): no rank stands for the others then
+        lossy = self.congestion in TCP_NETMODELS and any(x > 0 for x in net.loss)
+        identical = model is None and not lossy and identical_ranks(
+            info, lambda k, m, s: planner.plan(k, m, s, False).lane)
         engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows, progress=self.progress,
                         identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count,
                         model=model)

@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 from simstudy.backends.flowsim.netmodels import NETMODELS, Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, Planner, lane_images
+from simstudy.backends.flowsim.tcp import TCP_NETMODELS, TcpPaths
 from simstudy.backends.network import Network
 from simstudy.backends.traffic_build import WorkloadInfo
 
@@ -40,7 +41,7 @@ EMIT_BLOCK = 1 << 20
 class Routes:
     """Routes of the whole network and what a message costs on them."""
 
-    def __init__(self, net: Network) -> None:
+    def __init__(self, net: Network, *, cut_loss: bool = True) -> None:
         self.net = net
         topo = net.topology
         self.native = topo.routing.kind == "dimension_order"
@@ -51,7 +52,8 @@ class Routes:
             link = next((link for link in topo.links if link.dim == k), None)
             self.dim_link.append((link.latency_ns, link.bytes_per_ns) if link else (0.0, 1.0))
         self.capacity = net.capacity
-        self.effective = [c * (1.0 - loss) for c, loss in zip(net.capacity, net.loss, strict=True)]
+        #: the capacity a model shares: cut by the links' loss, unless TCP under loss models it
+        self.effective = [c * (1.0 - loss) if cut_loss else c for c, loss in zip(net.capacity, net.loss, strict=True)]
         self._cache: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
 
     def links(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
@@ -194,8 +196,13 @@ class Comms:
         self.info = info
         self.mode = mode
         self.sched = sched
-        self.routes = Routes(net)
+        #: TCP under loss (`tcp`), for the congestion modes that model it, when a link loses packets
+        tcp = TcpPaths(net.topology.transport, net.capacity, net.latency, net.loss)
+        self.tcp = tcp if model is None and tcp.lossy and mode in TCP_NETMODELS else None
+        self.routes = Routes(net, cut_loss=self.tcp is None)
         self.route = self.routes.route if mode == "unaware" else self.routes.shared_route
+        if model is None and self.tcp is not None:
+            model = TCP_NETMODELS[mode](sched, self.routes.effective, net.latency, tcp=self.tcp)  # type: ignore[call-arg]
         self.model: NetModel = model or NETMODELS[mode](sched, self.routes.effective, net.latency)
         self.emit = emit
         #: when given, isolated collectives only report (transfers, bytes, bytes sent per rank)
@@ -223,7 +230,7 @@ class Comms:
         plan = self._plan(kind, members, size, group)
         act = Activity(self._links(plan), True, start, plan, None, members, ctx=(kind, done, ctx),
                        report=members if report is None else report, turn=self._turn)
-        if self.shared and (not self.model.timed_alone or not self._isolated(act.links)):
+        if not self.model.timed_alone or (self.shared and not self._isolated(act.links)):
             self._detailed(act)
             return
         self.stats["fast"] += 1
