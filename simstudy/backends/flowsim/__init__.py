@@ -17,6 +17,7 @@ from simstudy.backends.flowsim.netmodels import NETMODELS, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.flowsim.tcp import TCP_NETMODELS
+from simstudy.backends.iterations import iteration_ends
 from simstudy.backends.network import Network
 from simstudy.backends.traffic_build import WorkloadInfo, span_kind, union_ns
 from simstudy.backends.traffic_out import TrafficSink, make_sink
@@ -98,6 +99,9 @@ class FlowsimBackend:
                       exposed_comm_ns=int(s.finish) - s.compute_ns)
             for r, s in enumerate(states)
         ]
+        spans = _spans(engine, info.npus if engine.identical else 1)
+        # when the job's iterations end (identical ranks: rank 0's are everyone's)
+        ends = iteration_ends(info, spans[spans["rank"] == 0] if engine.identical else spans)
         return RunResult(
             backend=self.name,
             backend_version=__version__,
@@ -105,8 +109,9 @@ class FlowsimBackend:
             output=output,
             wall_time_s=time.perf_counter() - t0,
             details={"congestion": self.congestion, "network": net.kind, "links": len(net.capacity),
-                     "identical_ranks": engine.identical, **engine.comms.stats, **extra},
-            spans=_spans(engine, info.npus if engine.identical else 1),
+                     "identical_ranks": engine.identical, **engine.comms.stats, **extra,
+                     "iteration_ends_ns": ends},
+            spans=spans,
         )
 
 

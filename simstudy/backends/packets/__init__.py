@@ -18,13 +18,13 @@ from simstudy.backends.base import BackendError, RunResult
 from simstudy.backends.flowsim import FlowsimBackend
 from simstudy.backends.flowsim.netmodels import NetModel
 from simstudy.backends.flowsim.sched import Scheduler
+from simstudy.backends.iterations import iteration_spans
 from simstudy.backends.network import Network
 from simstudy.backends.packets.fabric import MISSING, Fabric, available, host_address
 from simstudy.backends.packets.netmodel import Ns3Net
 from simstudy.backends.traffic_build import WorkloadInfo
-from simstudy.compile.attributes import node_meta
 
-__all__ = ["MISSING", "Ns3Backend", "available"]
+__all__ = ["MISSING", "Ns3Backend", "available", "iteration_spans"]
 
 
 class Ns3Backend(FlowsimBackend):
@@ -77,16 +77,8 @@ def write_pcap_meta(pcap_dir: Path, bundle: Any, result: RunResult, info: Worklo
     node of the iteration), the scenario, the link and the wire; so that `simstudy analyze` and
     `validate` read the run's pcaps as they read a capture."""
     t0 = result.details.get("ns3", {}).get("setup_ns", 0)
-    spans = result.spans
-    iterations: dict[str, list[list[float]]] = {}
-    if info is not None and len(spans):
-        for r, nodes in enumerate(info.nodes):
-            it = {n.id: node_meta(n).iteration for n in nodes}
-            mine = spans[spans["rank"] == r]
-            k = mine["node"].map(it)
-            g = mine.assign(k=k).groupby("k")
-            starts, ends = g["start_ns"].min(), g["end_ns"].max()
-            iterations[str(r)] = [[(t0 + float(starts[i])) / 1e9, (t0 + float(ends[i])) / 1e9] for i in starts.index]
+    iterations = {str(r): [[(t0 + a) / 1e9, (t0 + b) / 1e9] for a, b in v]
+                  for r, v in (iteration_spans(info, result.spans) if info is not None else {}).items()}
     topo = info.topology if info is not None else None
     scenario = None
     if getattr(bundle, "scenario", None) is not None and bundle.scenario.is_file():
@@ -104,3 +96,4 @@ def write_pcap_meta(pcap_dir: Path, bundle: Any, result: RunResult, info: Worklo
                         "loss": max((x.loss for x in topo.links), default=0.0)}
         meta["wire"] = {"mss": topo.transport.mss_bytes, "header_bytes": topo.transport.header_bytes}
     (pcap_dir / layout.META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+
