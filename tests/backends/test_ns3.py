@@ -91,12 +91,15 @@ def test_pcaps_hold_the_traffic_table(ns3: None, framework: str, tmp_path: Path)
     want = table.groupby(["src", "dst"])["bytes"].sum()
     got = packets.groupby(["src", "dst"])["bytes"].sum().reindex(want.index)
     assert np.allclose(got.to_numpy(), want.to_numpy(), rtol=1e-3), (got, want)
-    assert abs(int(packets["bytes"].sum()) / int(table["bytes"].sum()) - 1) <= 1e-3
-    flows = packets.groupby(["src", "dst"])["flow"].nunique()
-    assert (flows == 1).all()  # one connection per pair (gloo) or per direction (gRPC): a flow each way
-    # gRPC: a sender is the server of its receiver's connection, so it sends from the port it listens
-    # on; gloo: the lower rank of a pair is the client of their connection
-    assert (set(packets["sport"].unique()) == {5000}) == (framework == "tensorflow_mwms")
+    assert abs(float(got.sum()) / int(table["bytes"].sum()) - 1) <= 1e-3
+    assert (packets.groupby(["src", "dst"])["flow"].nunique() == 1).all()  # one connection, a flow each way
+    # gRPC: every message's receiver sent its sender a request (the ring's reverse pairs carry only those)
+    requests = packets[~packets.set_index(["src", "dst"]).index.isin(want.index)]
+    assert len(requests) == (len(table) if framework == "tensorflow_mwms" else 0)
+    # gRPC: a sender is the server of its receiver's connection, so it sends data from the port it
+    # listens on; gloo: the lower rank of a pair is the client of their connection
+    data = packets[packets.set_index(["src", "dst"]).index.isin(want.index)]
+    assert (set(data["sport"].unique()) == {5000}) == (framework == "tensorflow_mwms")
     f = analyze(packets, boundaries=src.boundaries, roles=src.roles)
     assert f.bytes_per_iteration.total == pytest.approx(float(table["bytes"].sum()) / 3, rel=0.02)
 

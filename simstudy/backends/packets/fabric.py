@@ -53,17 +53,22 @@ MISSING = "the packet network needs ns-3's Python wheel: pip install 'simstudy[n
 
 
 @contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    """Silence C-level stderr (the wheel's JIT prints warnings about static initialisers it skips)."""
+def _quiet_stderr() -> Iterator[list[str]]:
+    """Hold back C-level stderr (the wheel's JIT prints warnings about static initialisers it
+    skips); what was written is in the yielded list afterwards."""
     sys.stderr.flush()
     saved = os.dup(2)
+    said: list[str] = []
     with tempfile.TemporaryFile() as sink:
         os.dup2(sink.fileno(), 2)
         try:
-            yield
+            yield said
         finally:
+            sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
+            sink.seek(0)
+            said.append(sink.read().decode(errors="replace"))
 
 
 def load() -> Any:
@@ -73,10 +78,15 @@ def load() -> Any:
         return _loaded
     if not available():
         raise BackendError(MISSING)
-    with _quiet_stderr():
-        from ns import ns
+    try:
+        with _quiet_stderr() as said:
+            from ns import ns
 
-        ns.cppyy.cppdef(SOURCE)
+            ns.cppyy.cppdef(SOURCE)
+    except (SystemExit, ImportError) as exc:  # the wheel's `ns` exits when its bindings do not import
+        text = " ".join(line for line in "".join(said).splitlines() if "materialize" not in line)
+        raise BackendError(f"ns-3's wheel did not load ({text.strip() or exc!r}); is a file named ns3.py "
+                           "shadowing the ns3 package?") from None
     _loaded = ns
     return ns
 

@@ -6,6 +6,10 @@ the engine runs an event at time t it calls `advance(t)`, which runs ns-3 up to 
 first message that completes before t (delivered to the engine at its time, so the engine reacts
 to it before anything later). Messages go into ns-3 at the engine's time: ns-3 time = `t0_ns` +
 engine time, where `t0_ns` is when the connections opened at the start are up.
+
+With connections per direction (TensorFlow's gRPC) the receiver of every message also sends a
+request of `GRPC_REQUEST_BYTES` to its sender on its own connection, as a RecvBuf call does (the
+message does not wait for it: a worker posts its requests before the data is ready).
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.netmodels import Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.packets.fabric import Fabric
+
+#: Payload bytes of a TensorFlow RecvBuf request (gRPC; the median in the capture matrix's
+#: TensorFlow captures is 197-198 bytes), sent by a message's receiver to its sender.
+GRPC_REQUEST_BYTES = 200
 
 
 class Ns3Net(NetModel):
@@ -33,6 +41,7 @@ class Ns3Net(NetModel):
         self.inflight: dict[int, Msg] = {}
         self.next_id = 0
         self.messages = 0
+        self.requests = 0
         self.clock = self
 
     def send(self, msg: Msg) -> None:
@@ -47,7 +56,12 @@ class Ns3Net(NetModel):
         self.next_id += 1
         self.inflight[mid] = msg
         self.messages += 1
-        fab.send(stream, msg.size, mid, self.t0 + s.now)
+        t = self.t0 + s.now
+        if fab.per_direction:
+            # gRPC: the receiver pulls the message with a request on its own connection
+            self.requests += 1
+            fab.send(stream - 1, GRPC_REQUEST_BYTES, -self.requests, t)
+        fab.send(stream, msg.size, mid, t)
 
     # -- the engine's clock ------------------------------------------------------------------------
 
@@ -61,11 +75,16 @@ class Ns3Net(NetModel):
         if not self.inflight:
             return  # nothing can complete: ns-3 catches up when the next message goes in
         target = -1 if t_next is None else self.t0 + t_next
-        done = self.fabric.run_until(target)
-        if not done and t_next is None:
-            raise BackendError(f"ns-3: {len(self.inflight)} messages in flight but nothing left to happen "
-                               f"at {self.fabric.now_ns - self.t0} ns")
         s = self.sched
-        for mid, t in done:
-            msg = self.inflight.pop(mid)
-            s.at(t - self.t0, self._arrive, msg)
+        while True:
+            done = self.fabric.run_until(target)
+            if not done and t_next is None:
+                raise BackendError(f"ns-3: {len(self.inflight)} messages in flight but nothing left to happen "
+                                   f"at {self.fabric.now_ns - self.t0} ns")
+            delivered = False
+            for mid, t in done:
+                if mid >= 0:  # (requests have negative ids: nothing waits for them)
+                    s.at(t - self.t0, self._arrive, self.inflight.pop(mid))
+                    delivered = True
+            if delivered or t_next is not None:
+                return
