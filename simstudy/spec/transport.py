@@ -4,8 +4,9 @@ link's sending end, and token buckets.
 The packet network (`--backend ns3`) runs them; flowsim reads `Transport` for its TCP model under
 loss (MSS, minimum retransmission timeout). Defaults are Linux's (6.x): CUBIC, an MSS of 1448
 bytes (1500-byte MTU, TCP timestamps), a 200 ms minimum RTO, delayed ACKs every second segment
-or after 40 ms, an initial window of 10 segments, SACK, and socket buffers at the maxima
-autotuning reaches (tcp_wmem 4 MiB, tcp_rmem 6 MiB).
+or after 40 ms, an initial window of 10 segments, SACK with tail loss probes and RACK's
+time-based detection of lost retransmissions, and socket buffers at the maxima autotuning
+reaches (tcp_wmem 4 MiB, tcp_rmem 6 MiB).
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ class Transport(Spec):
     send_buffer_kib: int = Field(default=4096, ge=4, description="socket send buffer, KiB")
     receive_buffer_kib: int = Field(default=6144, ge=4, description="socket receive buffer, KiB")
     sack: bool = Field(default=True, description="selective acknowledgements")
+    loss_recovery: Literal["rack_tlp", "rfc6675"] = Field(
+        default="rack_tlp",
+        description="rack_tlp (Linux's default): SACK recovery plus tail loss probes (the first unacknowledged "
+        "segment resent after max(2 SRTT, 10 ms) without ACKs) and lost retransmissions found by time; rfc6675: "
+        "SACK recovery alone, where a lost tail or a lost retransmission waits for the retransmission timeout",
+    )
     timestamps: bool = Field(default=True, description="TCP timestamps (12 bytes of options per segment)")
     connections: Connections | None = Field(
         default=None,

@@ -12,9 +12,12 @@ throughput", SIGCOMM 1998, with the hosts' `transport` settings):
   a lost retransmission only a timeout finds): each of the first n - k segments starts a
   timeout with probability p Q, Q = min(1, Q_SCALE p) (Padhye's Reno estimate,
   3 sqrt(3 b p / 8), counts the timeouts of a stack without SACK: ten to fifty times too many);
-* **a loss among its last `TAIL_SEGMENTS` segments is always a timeout** (too few segments follow
-  to bring three duplicate ACKs): the tail-loss timeout that stalls a training step for the
-  minimum RTO.
+* **a loss among its last `TAIL_SEGMENTS` segments** cannot bring three duplicate ACKs: with
+  `loss_recovery: rfc6675` it waits for the retransmission timeout, the tail-loss timeout that
+  stalls a training step for the minimum RTO; with Linux's `rack_tlp` (the default) a tail loss
+  probe repairs it after max(2 RTT, 10 ms), unless the probe is lost too. RACK also resends a
+  lost retransmission, so a loss in the middle of a message times out only when that is lost
+  too (probability p Q_RACK p).
 
 A timeout costs the retransmission timeout (max(min RTO, RTT + 4 RTT variance), backed off while
 the retransmission is lost too: Padhye's f(p)), and after one in the middle of a message the
@@ -40,8 +43,12 @@ from simstudy.spec.transport import Transport
 #: window, not 0.5), and how it grows as losses get rarer: W_SCALE x (p / 1%) ** -W_EXPONENT.
 W_SCALE = 1.49
 W_EXPONENT = 0.017
-#: A loss in the middle of a message is a timeout with probability Q_SCALE x p (its retransmission lost).
+#: A loss in the middle of a message is a timeout with probability Q_SCALE x p (its retransmission
+#: lost) under RFC 6675 recovery, Q_RACK x p^2 with RACK (which resends a lost retransmission too).
 Q_SCALE = 1.0
+Q_RACK = 1.0
+#: The shortest tail loss probe timeout (Linux: 10 ms).
+PTO_MIN_NS = 10e6
 #: The last segments of a message whose loss only a timeout repairs (fewer than three follow).
 TAIL_SEGMENTS = 3
 
@@ -60,6 +67,7 @@ class TcpPaths:
         self.b = 2 if transport.delayed_ack else 1
         self.min_rto_ns = transport.min_rto_ms * 1e6
         self.delack_ns = transport.delayed_ack_timeout_ms * 1e6 if transport.delayed_ack else 0.0
+        self.rack_tlp = transport.loss_recovery == "rack_tlp"
         self.rng = np.random.default_rng(transport.seed)
         self._paths: dict[tuple[int, ...], tuple[float, float]] = {}
         self.timeouts = 0
@@ -101,16 +109,19 @@ class TcpPaths:
 
     def timeout_probability(self, p: float) -> float:
         """The probability that a loss in the middle of a message is repaired by a timeout."""
-        return min(1.0, Q_SCALE * p)
+        return min(1.0, Q_RACK * p * p if self.rack_tlp else Q_SCALE * p)
 
     def costs(self, p: float, rtt_ns: float) -> tuple[float, float]:
-        """(ns a timeout in the middle of a message costs, ns one in its tail costs)."""
+        """(ns a timeout in the middle of a message costs, ns a loss in its tail costs)."""
         backoff = 1 + p + 2 * p**2 + 4 * p**3 + 8 * p**4 + 16 * p**5 + 32 * p**6
         rto = self.rto_ns(rtt_ns) * backoff
         # slow start back to half the window; its first segment is ACKed only when the receiver's
         # delayed-ACK timer fires (one segment in flight, and no quick-ACK mode after a timeout)
         regrow = rtt_ns * math.log2(max(self.window(p) / 2, 2.0)) + self.delack_ns
-        return rto + regrow, rto
+        tail = rto
+        if self.rack_tlp:  # a probe after max(2 RTT, 10 ms) repairs it, unless the probe is lost too
+            tail = (1 - p) * (max(2 * rtt_ns, PTO_MIN_NS) + rtt_ns / 2) + p * rto
+        return rto + regrow, tail
 
     def segments(self, size: int) -> int:
         return max(1, -(-size // self.mss))

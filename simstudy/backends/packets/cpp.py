@@ -36,6 +36,39 @@ class HostPairRouting : public Ipv4RoutingProtocol {
     void PrintRoutingTable(Ptr<OutputStreamWrapper>, Time::Unit) const override {}
 };
 
+/** Reaches the protected parts of a TcpSocketBase (pointers to members formed in a derived class). */
+struct TcpPeek : public TcpSocketBase {
+    static uint32_t Resend(TcpSocketBase* s, SequenceNumber32 seq, uint32_t size) {
+        uint32_t (TcpSocketBase::*send)(SequenceNumber32, uint32_t, bool) = &TcpPeek::SendDataPacket;
+        return (s->*send)(seq, size, true);
+    }
+    static TcpSocketState* Tcb(TcpSocketBase* s) {
+        Ptr<TcpSocketState> TcpSocketBase::*m = &TcpPeek::m_tcb;
+        return PeekPointer(s->*m);
+    }
+    static Time Srtt(TcpSocketBase* s) {
+        Ptr<RttEstimator> TcpSocketBase::*m = &TcpPeek::m_rtt;
+        return (s->*m)->GetEstimate();
+    }
+    static Time RtoLeft(TcpSocketBase* s) {
+        EventId TcpSocketBase::*m = &TcpPeek::m_retxEvent;
+        const EventId& e = s->*m;
+        return e.IsPending() ? Simulator::GetDelayLeft(e) : Time::Max();
+    }
+};
+
+/** Linux's loss recovery beyond RFC 6675 (which ns-3 implements), per sending socket: a tail loss
+    probe (RFC 8985) resends the first unacknowledged segment when nothing was acknowledged for
+    max(2 SRTT, 10 ms) (plus the delayed-ACK time when one segment is out), once per hole; and, as
+    RACK finds a lost retransmission by time, the first hole is resent again when ACKs keep coming
+    1.25 SRTT after its retransmission without acknowledging it. */
+struct Recovery {
+    EventId pto;
+    uint32_t probed = 0;         // hole (sequence + 1) probed already
+    uint32_t head = 0;           // hole whose last (re)transmission is timed
+    int64_t head_sent = -1;      // when it was last sent, ns
+};
+
 /** One direction of a TCP connection: the messages written into it, in order. */
 struct Stream {
     Ptr<Socket> tx;                                  // the socket that writes this direction
@@ -141,6 +174,68 @@ class Fabric {
     }
     void Watch(Ptr<Socket> s) {
         s->TraceConnectWithoutContext("CongState", MakeCallback(&Fabric::OnCongState, this));
+        if (linux_recovery) {
+            s->TraceConnectWithoutContext("Tx", MakeCallback(&Fabric::OnTcpTx, this));
+            s->TraceConnectWithoutContext("Rx", MakeCallback(&Fabric::OnTcpRx, this));
+        }
+    }
+
+    // -- Linux's tail loss probe and RACK-like resends (see Recovery) ----------------------------
+
+    bool linux_recovery = false;
+    int64_t delack_ns = 40000000;
+    uint64_t probes = 0, rack_resends = 0;
+    std::unordered_map<TcpSocketBase*, Recovery> recovery;
+
+    static TcpSocketBase* Base(Ptr<const TcpSocketBase> s) { return const_cast<TcpSocketBase*>(PeekPointer(s)); }
+
+    void OnTcpTx(Ptr<const Packet> p, const TcpHeader& h, Ptr<const TcpSocketBase> cs) {
+        TcpSocketBase* s = Base(cs);
+        Recovery& r = recovery[s];
+        if (p->GetSize() > 0 && h.GetSequenceNumber() == s->GetTxBuffer()->HeadSequence()) {
+            r.head = h.GetSequenceNumber().GetValue() + 1;
+            r.head_sent = Simulator::Now().GetNanoSeconds();
+        }
+        Arm(s, r);
+    }
+
+    void OnTcpRx(Ptr<const Packet>, const TcpHeader& h, Ptr<const TcpSocketBase> cs) {
+        if (!(h.GetFlags() & TcpHeader::ACK)) return;
+        TcpSocketBase* s = Base(cs);
+        Recovery& r = recovery[s];
+        Ptr<TcpTxBuffer> tx = s->GetTxBuffer();
+        SequenceNumber32 head = tx->HeadSequence();
+        TcpSocketState* tcb = TcpPeek::Tcb(s);
+        if (head < tcb->m_highTxMark.Get() && r.head == head.GetValue() + 1 && tx->IsHeadRetransmitted() &&
+            tx->GetSacked() > 0) {
+            int64_t srtt = TcpPeek::Srtt(s).GetNanoSeconds();
+            if (Simulator::Now().GetNanoSeconds() - r.head_sent > srtt + srtt / 4 + 1000000) {
+                ++rack_resends;  // its retransmission is lost: later segments keep arriving
+                TcpPeek::Resend(s, head, std::min<uint32_t>(tcb->m_segmentSize, tcb->m_highTxMark.Get() - head));
+            }
+        }
+        Arm(s, r);
+    }
+
+    void Arm(TcpSocketBase* s, Recovery& r) {
+        TcpSocketState* tcb = TcpPeek::Tcb(s);
+        SequenceNumber32 head = s->GetTxBuffer()->HeadSequence();
+        r.pto.Cancel();
+        if (head >= tcb->m_highTxMark.Get() || r.probed == head.GetValue() + 1) return;
+        int64_t srtt = TcpPeek::Srtt(s).GetNanoSeconds();
+        int64_t t = std::max<int64_t>(2 * srtt, 10000000);
+        if (tcb->m_highTxMark.Get() - head <= tcb->m_segmentSize) t = std::max<int64_t>(t, srtt + srtt / 2 + delack_ns);
+        if (NanoSeconds(t) >= TcpPeek::RtoLeft(s)) return;  // the retransmission timer comes first
+        r.pto = Simulator::Schedule(NanoSeconds(t), &Fabric::Probe, this, s);
+    }
+
+    void Probe(TcpSocketBase* s) {
+        TcpSocketState* tcb = TcpPeek::Tcb(s);
+        SequenceNumber32 head = s->GetTxBuffer()->HeadSequence();
+        if (head >= tcb->m_highTxMark.Get()) return;
+        recovery[s].probed = head.GetValue() + 1;
+        ++probes;
+        TcpPeek::Resend(s, head, std::min<uint32_t>(tcb->m_segmentSize, tcb->m_highTxMark.Get() - head));
     }
 
     /** A full-duplex link a <-> b; returns the directed link id of a -> b (b -> a is the next one). */
@@ -264,7 +359,11 @@ class Fabric {
         if (it == tx_stream.end()) return;
         int tx = it->second;
         Attach(s, tx, tx + 1);
+        // A byte of hello, as a framework's connection handshake sends (gloo's pair ids): the server
+        // side is up only once a segment after the SYN arrives, and the handshake's last ACK may be lost.
+        DoSend(tx, 1, HELLO_ID);
     }
+    static constexpr int64_t HELLO_ID = -(int64_t(1) << 40);
 
     void OnConnectFailed(Ptr<Socket>) { NS_FATAL_ERROR("simstudy: a TCP connection failed"); }
 

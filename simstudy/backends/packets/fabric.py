@@ -129,6 +129,8 @@ class Fabric:
         configure_tcp(ns, topo.transport)
         self.cpp = cpp = ns.cppyy.gbl.simstudy_ns3.Fabric()
         cpp.congestion_type = CONGESTION_CONTROL[topo.transport.congestion_control]
+        cpp.linux_recovery = topo.transport.loss_recovery == "rack_tlp"
+        cpp.delack_ns = round(topo.transport.delayed_ack_timeout_ms * 1e6)
         hosts = topo.hosts
         node = {f"h{i}": i for i in range(hosts)}
         for k, name in enumerate(topo.switches):
@@ -194,6 +196,7 @@ class Fabric:
                 raise BackendError("ns-3: the TCP connections at the start did not open in 60 s of simulated time")
         t += SETUP_STEP_NS
         cpp.RunUntil(t)
+        cpp.ClearDone()  # the hellos
         return t
 
     def stream(self, src: int, dst: int) -> int:
@@ -238,7 +241,8 @@ class Fabric:
         cpp = self.cpp
         return {"connections": len(self.conns), "packets_on_links": int(cpp.packets_sent),
                 "packets_lost": int(cpp.drops), "queue_drops": int(cpp.queue_drops), "timeouts": int(cpp.timeouts),
-                "fast_recoveries": int(cpp.fast_recoveries), "setup_ns": self.t0_ns,
+                "fast_recoveries": int(cpp.fast_recoveries), "loss_probes": int(cpp.probes),
+                "rack_resends": int(cpp.rack_resends), "setup_ns": self.t0_ns,
                 "late_sends": int(cpp.late_sends)}
 
     def close(self) -> None:
