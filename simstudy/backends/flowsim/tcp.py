@@ -41,14 +41,17 @@ from simstudy.spec.transport import Transport
 
 #: The loss-limited window against Padhye's Reno window at 1% loss (CUBIC backs off to 0.7 of its
 #: window, not 0.5), and how it grows as losses get rarer: W_SCALE x (p / 1%) ** -W_EXPONENT.
-W_SCALE = 1.49
-W_EXPONENT = 0.017
+W_SCALE = 1.41
+W_EXPONENT = 0.035
 #: A loss in the middle of a message is a timeout with probability Q_SCALE x p (its retransmission
 #: lost) under RFC 6675 recovery, Q_RACK x p^2 with RACK (which resends a lost retransmission too).
 Q_SCALE = 1.0
 Q_RACK = 1.0
 #: The shortest tail loss probe timeout (Linux: 10 ms).
 PTO_MIN_NS = 10e6
+#: With tail loss probes, the share of tail losses a probe does not repair (the probe or the last
+#: ACKs lost, two holes): those wait for the retransmission timeout.
+TAIL_RTO = 0.08
 #: The last segments of a message whose loss only a timeout repairs (fewer than three follow).
 TAIL_SEGMENTS = 3
 
@@ -119,8 +122,9 @@ class TcpPaths:
         # delayed-ACK timer fires (one segment in flight, and no quick-ACK mode after a timeout)
         regrow = rtt_ns * math.log2(max(self.window(p) / 2, 2.0)) + self.delack_ns
         tail = rto
-        if self.rack_tlp:  # a probe after max(2 RTT, 10 ms) repairs it, unless the probe is lost too
-            tail = (1 - p) * (max(2 * rtt_ns, PTO_MIN_NS) + rtt_ns / 2) + p * rto
+        if self.rack_tlp:  # a probe after max(2 RTT, 10 ms) repairs it, unless it does not
+            miss = min(1.0, p + TAIL_RTO)
+            tail = (1 - miss) * (max(2 * rtt_ns, PTO_MIN_NS) + rtt_ns / 2) + miss * rto
         return rto + regrow, tail
 
     def segments(self, size: int) -> int:
