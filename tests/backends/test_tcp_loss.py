@@ -42,9 +42,9 @@ def test_drawn_timeouts_average_to_the_expected_delay(size: int, loss: float, se
 def test_the_tail_is_a_timeout_or_a_probe(recovery: str) -> None:
     """A message of at most TAIL_SEGMENTS segments loses its tail whenever a segment is lost: at 1%
     loss about 3% of 4 KiB messages wait for the 200 ms retransmission timeout under RFC 6675, or
-    for a tail loss probe (max(2 RTT, 10 ms)) under Linux's RACK-TLP, where only what a probe does not
-    repair (a lost probe, and TAIL_RTO of the rest) waits for the timeout. A 16 MiB message's mean, over a 10 ms round trip, is mostly its bytes at the
-    loss-limited window's rate."""
+    for a tail loss probe (max(2 RTT, 10 ms)) under Linux's RACK-TLP, where only what a probe does
+    not repair (a lost probe, and TAIL_RTO of the rest) waits for the timeout. A 16 MiB message's
+    mean, over a 10 ms round trip, is mostly its bytes at the loss-limited window's rate."""
     tcp = paths(0.01, latency=2_500_000.0, recovery=recovery)
     p, rtt = tcp.path((0, 1))
     small, big = 4096, 16 << 20

@@ -15,6 +15,7 @@ from simstudy.backends.base import SPAN_KINDS, RankStats, RunResult, empty_spans
 from simstudy.backends.flowsim.engine import Engine, identical_ranks
 from simstudy.backends.flowsim.netmodels import NETMODELS, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
+from simstudy.backends.flowsim.shortcuts import DEFAULT, FULL, Shortcuts
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.flowsim.tcp import TCP_NETMODELS
 from simstudy.backends.iterations import iteration_ends
@@ -24,7 +25,7 @@ from simstudy.backends.traffic_out import TrafficSink, make_sink
 from simstudy.compile.attributes import NodeMeta
 from simstudy.table import OPS
 
-__all__ = ["CONGESTION_MODES", "FlowsimBackend"]
+__all__ = ["CONGESTION_MODES", "DEFAULT", "FULL", "FlowsimBackend", "Shortcuts"]
 
 #: flowsim's network models (see `netmodels`): fluid max-min sharing, ASTRA-SIM's unaware and aware.
 CONGESTION_MODES = ("fluid", "unaware", "aware")
@@ -58,18 +59,20 @@ class FlowsimBackend:
     network, in one of three congestion modes (`fluid`: max-min fair flows; `unaware` and
     `aware`: ASTRA-SIM's two analytical network models). `traffic` is what is kept of the
     transfers: `rows` (streamed to Parquet), `links` (per-link bins of `traffic_bin_s`) or `none`.
-    `progress(fraction)` is called now and then with the fraction of ET nodes done."""
+    `progress(fraction)` is called now and then with the fraction of ET nodes done. `shortcuts`
+    says which fast paths it takes (`shortcuts.FULL`: none, the full simulation they stand for)."""
 
     name = "flowsim"
 
     def __init__(self, *, congestion: str = "fluid", traffic: str = "rows", traffic_bin_s: float = 1e-3,
-                 progress: Callable[[float], None] | None = None) -> None:
+                 progress: Callable[[float], None] | None = None, shortcuts: Shortcuts = DEFAULT) -> None:
         if congestion not in NETMODELS:
             raise ValueError(f"unknown congestion mode {congestion!r}; expected one of {', '.join(CONGESTION_MODES)}")
         self.congestion = congestion
         self.traffic = traffic
         self.traffic_bin_s = traffic_bin_s
         self.progress = progress
+        self.shortcuts = shortcuts
 
     def run(self, bundle: Any, workdir: Path, *, timeout_s: float | None = None) -> RunResult:
         t0 = time.perf_counter()
@@ -78,15 +81,16 @@ class FlowsimBackend:
         workdir.mkdir(parents=True, exist_ok=True)
         sink = make_sink(self.traffic, path=workdir / layout.TRAFFIC, net=net, bin_s=self.traffic_bin_s)
         rows = _Rows(sink)
-        planner = Planner(info, lanes=True)
+        cuts = self.shortcuts
+        planner = Planner(info, lanes=cuts.lanes)
         model = self.network_model(info, net, workdir)
         # every rank draws its own losses under TCP (flowsim.tcp): no rank stands for the others then
         lossy = self.congestion in TCP_NETMODELS and any(x > 0 for x in net.loss)
-        identical = model is None and not lossy and identical_ranks(
-            info, lambda k, m, s: planner.plan(k, m, s, False).lane)
+        identical = (cuts.identical_ranks and model is None and not lossy
+                     and identical_ranks(info, planner.symmetric))
         engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows, progress=self.progress,
                         identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count,
-                        model=model)
+                        isolated=cuts.isolated, model=model)
         try:
             engine.run()
         finally:
@@ -109,8 +113,9 @@ class FlowsimBackend:
             output=output,
             wall_time_s=time.perf_counter() - t0,
             details={"congestion": self.congestion, "network": net.kind, "links": len(net.capacity),
-                     "identical_ranks": engine.identical, **engine.comms.stats, **extra,
-                     "iteration_ends_ns": ends},
+                     "identical_ranks": engine.identical,
+                     "shortcuts": [n for n in cuts.names if n != "isolated" or engine.comms.isolated],
+                     **engine.comms.stats, **extra, "iteration_ends_ns": ends},
             spans=spans,
         )
 

@@ -152,9 +152,11 @@ class AwareNet(NetModel):
 
 
 class _Flow:
-    __slots__ = ("const", "keys", "msg", "mult", "rate", "remaining", "t_upd", "version")
+    __slots__ = ("const", "keys", "msg", "mult", "rate", "remaining", "seq", "t_upd", "version")
 
-    def __init__(self, msg: Msg, mult: tuple[int, ...], now: int, keys: tuple[int, ...] | None = None) -> None:
+    def __init__(self, msg: Msg, mult: tuple[int, ...], now: int, seq: int,
+                 keys: tuple[int, ...] | None = None) -> None:
+        self.seq = seq
         self.msg = msg
         #: what the flow shares: its message's links (and, for a model that caps flows, a key of its own)
         self.keys = msg.keys if keys is None else keys
@@ -172,6 +174,7 @@ class FluidNet(NetModel):
     def __init__(self, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float]) -> None:
         super().__init__(sched, capacity, latency)
         self.on_link: dict[int, set[_Flow]] = {}
+        self.sent = 0
         self._dirty: tuple[Scheduler, int, set[int]] | None = None
         self.recomputes = 0
 
@@ -181,6 +184,7 @@ class FluidNet(NetModel):
         if not msg.keys:
             self.sched.at(now + int(msg.latency), self._arrive, msg)
             return
+        self.sent += 1
         flow = self._flow(msg, now)
         for k in flow.keys:
             flows = self.on_link.get(k)
@@ -190,7 +194,7 @@ class FluidNet(NetModel):
         self._mark(flow.keys)
 
     def _flow(self, msg: Msg, now: int) -> _Flow:
-        return _Flow(msg, msg.mult or (1,) * len(msg.keys), now)
+        return _Flow(msg, msg.mult or (1,) * len(msg.keys), now, self.sent)
 
     def _mark(self, keys: Sequence[int]) -> None:
         s = self.sched
@@ -213,7 +217,9 @@ class FluidNet(NetModel):
                         if k not in seen_keys:
                             seen_keys.add(k)
                             stack.append(k)
-        return list(flows)
+        # in the order they were sent: flows that drain at one instant arrive in that order whatever
+        # the order of the sets that hold them (and the same with link keys as with orbit keys)
+        return sorted(flows, key=lambda f: f.seq)
 
     def _recompute(self, keys: set[int]) -> None:
         if self._dirty is not None and self._dirty[2] is keys:
