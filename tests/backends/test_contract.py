@@ -191,10 +191,13 @@ def check_spans(result: RunResult, bundle: Bundle) -> None:
 NS3_TOO_BIG = {"dp_fc_direct"}
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
+_MARKS = {"flowsim": (), "astrasim": (pytest.mark.astrasim,), "ns3": (pytest.mark.ns3,)}
+
+
+@pytest.mark.parametrize(("name", "backend_name"), [
+    pytest.param(name, b, marks=_MARKS[b], id=f"{b}-{name}")
+    for b in _MARKS for name in sorted(SCENARIOS) if not (b == "ns3" and name in NS3_TOO_BIG)])
 def test_backend_contract(name: str, backend_name: str, astra: Path | None, tmp_path: Path) -> None:
-    if backend_name == "ns3" and name in NS3_TOO_BIG:
-        pytest.skip(f"{name}: too many packets for a contract test of the packet network")
     scenario, bundle = compiled(name, tmp_path)
     result = backend(backend_name, astra).run(bundle, tmp_path / "work", timeout_s=300)
     assert result.backend == backend_name
