@@ -187,7 +187,7 @@ def check_spans(result: RunResult, bundle: Bundle) -> None:
 
 
 #: Scenarios too big for the packet network in a contract test (lstm_lm all-reduces 80 MB per
-#: iteration: 3.5 minutes of packets here); benchmarks/ns3_speed.py runs the LSTM example on ns-3.
+#: iteration: 3.5 minutes of packets here); benchmarks/ns3.py runs the LSTM example on ns-3.
 NS3_TOO_BIG = {"dp_fc_direct"}
 
 

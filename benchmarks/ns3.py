@@ -8,7 +8,7 @@
    packets put on links, packets per second, and the ratio to flowsim's wall time; the largest
    scenario that ran within the budget.
 
-    python benchmarks/ns3_speed.py [--examples-only | --scale-only] [--budget 600]
+    python benchmarks/ns3.py [--examples-only | --scale-only] [--budget 600]
 
 Packets count every hop (a data packet between two hosts of a switch is two) and every ACK.
 """
