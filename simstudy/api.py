@@ -245,7 +245,7 @@ class Run:
 
     @property
     def backend(self) -> str:
-        """The backend that ran it (``flowsim`` or ``astrasim``)."""
+        """The backend that ran it (``flowsim``, ``astrasim`` or ``ns3``)."""
         return str(self.info["backend"])
 
     @property
@@ -375,7 +375,8 @@ def run(
             (an ASTRA-SIM input set from elsewhere).
         out: The run directory (default ``results/runs/<spec file stem or name>``). It is written
             whole or not at all.
-        backend: ``flowsim`` (built in), ``astrasim`` (the ASTRA-SIM binary), or a full
+        backend: ``flowsim`` (built in), ``astrasim`` (the ASTRA-SIM binary), ``ns3`` (flowsim's
+            engine over ns-3's packet network: TCP, queues, loss), or a full
             `simstudy.spec.BackendSpec` (then the options below are not used).
         congestion: flowsim's network model: ``fluid`` (max-min fair sharing), ``unaware`` or ``aware``.
         aware: astrasim: use the congestion-aware binary.
@@ -485,7 +486,7 @@ def sweep(
     scheduler: str | None = None,
     connect_timeout_s: float = 30.0,
     slurm: SlurmOptions | None = None,
-    backend: Literal["flowsim", "astrasim"] | None = None,
+    backend: Literal["flowsim", "astrasim", "ns3"] | None = None,
     congestion: Literal["fluid", "unaware", "aware"] | None = None,
     aware: bool = False,
     sets: Collection[str] = (),
@@ -686,6 +687,7 @@ def validate(
     count: Literal["payload", "ip"] = "payload",
     ranks: str | Path | None = None,
     judge_transport: bool = False,
+    testbed: bool | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Verdict:
     """Simulate the job a capture recorded and compare both, metric by metric.
@@ -695,7 +697,7 @@ def validate(
         spec: The scenario to simulate (file, mapping or `Scenario`); default: the one in the
             capture's meta.json.
         out: The validation directory (default ``<real>/validation``).
-        backend: ``flowsim``, ``astrasim``, or a `simstudy.spec.BackendSpec`.
+        backend: ``flowsim``, ``astrasim``, ``ns3``, or a `simstudy.spec.BackendSpec`.
         timeout_s: Seconds before the simulation is abandoned.
         astra_sim: The ASTRA-SIM binary.
         tolerances: Tolerances to override, by metric (e.g. ``{"period_s": 0.05}``).
@@ -703,6 +705,9 @@ def validate(
         count: Compare the capture's TCP/UDP payload bytes (what the simulator models) or IP bytes.
         ranks: A rank map naming the capture's endpoints (see `load_traffic`).
         judge_transport: Let transport-level metrics decide the verdict too.
+        testbed: Simulate the capture testbed's network (veths to a bridge, token buckets on both
+            ends, losses, from meta.json) instead of the recorded switch; default: with the
+            ``ns3`` backend, whose run is then read from its pcaps like the capture.
         progress: Called with the name of each stage.
 
     Returns:
@@ -732,7 +737,8 @@ def validate(
         try:
             v = validate_capture(real, target, spec=scenario, backend=options, astra_sim=astra_sim,
                                  tolerances=tolerances, skip=skip, count=count, rank_map=rank_map,
-                                 judge=(JOB, TRANSPORT) if judge_transport else (JOB,), progress=progress)
+                                 judge=(JOB, TRANSPORT) if judge_transport else (JOB,), progress=progress,
+                                 testbed=testbed)
         except InputError:
             raise
         except ValueError as exc:
@@ -798,7 +804,7 @@ def validate_counters(
         real: The counters directory or CSV file.
         spec: The scenario file to simulate (counters record no scenario).
         out: The validation directory (default ``validation/`` beside or inside `real`).
-        backend: ``flowsim``, ``astrasim``, or a `simstudy.spec.BackendSpec`.
+        backend: ``flowsim``, ``astrasim``, ``ns3``, or a `simstudy.spec.BackendSpec`.
         timeout_s: Seconds before the simulation is abandoned.
         astra_sim: The ASTRA-SIM binary.
         tolerances: Tolerances to override, by metric.
