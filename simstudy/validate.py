@@ -26,7 +26,6 @@ from simstudy import layout
 from simstudy.backends import RunResult, simulate
 from simstudy.compile.parameter_server import server_rank
 from simstudy.spec import BackendSpec, ParameterServer, Scenario, SpecError, load_scenario, spec_error
-from simstudy.spec.framework import TensorFlowMWMS
 from simstudy.traffic.compare import DEFAULT_TOLERANCES, JOB, ValidationReport, compare
 from simstudy.traffic.features import Features, analyze
 from simstudy.traffic.meta import RankMap
@@ -176,7 +175,7 @@ def validate(
     result = simulate(scenario, Path(out) / layout.SIM_DIR, backend or BackendSpec(), astra_sim=astra_sim,
                       source=spec)
     sim_table = comparable_sim(result.traffic, real,
-                               grpc_pull=isinstance(scenario.parallelism.framework, TensorFlowMWMS))
+                               grpc_pull=scenario.parallelism.framework.pull_requests)
     real_table = payload_view(real.table) if count == "payload" else real.table
     say("analysing the real and the simulated traffic")
     real_features = analyze(real_table, boundaries=real.boundaries, roles=real.roles)

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from simstudy.spec.base import FieldError, Spec
+from simstudy.spec.framework import CAPTURED
 from simstudy.spec.model import ModelSpec
 from simstudy.spec.parallelism import AllReduce, Parallelism, ParameterServer
 from simstudy.spec.scenario import tag_model
@@ -17,8 +18,9 @@ from simstudy.spec.training import Training
 CaptureFramework = Literal["pytorch", "tensorflow", "horovod"]
 #: Zoo models with a Keras version (simstudy.capture.keras_models), for framework: tensorflow.
 KERAS_MODELS = ("small_cnn", "lstm_lm", "encoder")
-#: The `parallelism.framework` preset that simulates a captured framework's job.
-PRESET_OF = {"pytorch": "pytorch_ddp", "tensorflow": "tensorflow_mwms", "horovod": "horovod"}
+#: The `parallelism.framework` preset that simulates a captured framework's job (each preset says
+#: which framework it is captured as: `Preset.captured_by`).
+PRESET_OF = CAPTURED
 
 
 class Link(Spec):

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from simstudy.spec.base import FieldError, Spec
-from simstudy.spec.framework import FrameworkSpec, KungFu, PyTorchDDP, TensorFlowMWMS, framework_value
+from simstudy.spec.framework import FrameworkSpec, PyTorchDDP, framework_value
 
 AllReduceAlgorithm = Literal["ring", "direct", "halving_doubling", "double_binary_tree"]
 
@@ -148,31 +148,8 @@ class Parallelism(Spec):
         return self.tp == 1 and self.pp == 1 and self.sharding == "none" and self.microbatches == 1
 
     def _check_framework(self) -> None:
-        """What a framework preset needs of the rest of the parallelism."""
-        fw = self.framework
-        if isinstance(fw, PyTorchDDP):
-            return
-        if not self.is_plain_data_parallel:
-            raise FieldError("framework", f"the {fw.name} preset models data parallelism only (tp = pp = 1, "
-                                          "sharding none, one microbatch); use framework: pytorch_ddp for hybrids")
-        agg = self.aggregation
-        if isinstance(agg, ParameterServer):
-            if not isinstance(fw, TensorFlowMWMS):
-                raise FieldError("aggregation", f"{fw.name} has no parameter server; use aggregation kind "
-                                                "allreduce (parameter servers: pytorch_ddp or tensorflow_mwms, "
-                                                "for TensorFlow's ParameterServerStrategy)")
-            return
-        if "bucket_size_mib" in self.model_fields_set:
-            raise FieldError("bucket_size_mib", f"bucket_size_mib is PyTorch DDP's bucket cap; it does not apply "
-                                                f"to framework {fw.name} (see its knobs under framework)")
-        if isinstance(fw, KungFu) and agg.algorithm != "ring":
-            raise FieldError("aggregation.algorithm", "kungfu all-reduces along framework.graph (point-to-point "
-                                                      f"reduce and broadcast), not a collective algorithm "
-                                                      f"({agg.algorithm})")
-        if isinstance(fw, TensorFlowMWMS) and agg.algorithm != "ring":
-            raise FieldError("aggregation.algorithm", f"TensorFlow's CPU all-reduce is RingReduce "
-                                                      f"(implementation {fw.implementation}): use ring, not "
-                                                      f"{agg.algorithm}")
+        """What the framework preset needs of the rest of the parallelism (the preset says)."""
+        self.framework.check(self)
 
     @model_validator(mode="after")
     def _check(self) -> Parallelism:
