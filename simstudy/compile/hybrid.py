@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simstudy.compile import dims
 from simstudy.compile.costs import LayerCost, ddp_buckets, layer_costs, optimizer_us, whole_us
+from simstudy.compile.dims import Job
 from simstudy.compile.graph import Collective, ExecutionGraph, RankGraph
 from simstudy.compile.layout import Layout
 from simstudy.compile.pipeline import BACKWARD, FORWARD, Op, balanced_stages, p2p_tag, schedule
@@ -63,20 +65,25 @@ def partition(scenario: Scenario) -> Partition:
 
 @dataclass
 class _Rank:
-    """Everything one rank's graph depends on."""
+    """Everything one rank's graph depends on: its layers, its schedule, its stage neighbours and
+    its group of every dimension (`dims.rank_groups`)."""
 
     layers: list[LayerWork]
     ops: list[Op]
     prev: int | None
     next: int | None
-    tp_group: int | None
-    dp_group: int | None
+    groups: dict[str, int | None]
     dp: int
+
+    @property
+    def dp_group(self) -> int | None:
+        return self.groups["dp"]
 
 
 class _Builder:
-    def __init__(self, scenario: Scenario, spec: _Rank, g: RankGraph) -> None:
+    def __init__(self, scenario: Scenario, job: Job, spec: _Rank, g: RankGraph) -> None:
         p = scenario.parallelism
+        self.job = job
         self.s = spec
         self.g = g
         self.m = p.microbatches
@@ -87,6 +94,16 @@ class _Builder:
         self.scenario = scenario
 
     # -- one microbatch --------------------------------------------------------------------------
+
+    def _comms(self, comms: list[dims.Comm], direction: str, w: LayerWork, sfx: str, deps: list[int],
+               it: int) -> list[int]:
+        """Chain the dimensions' collectives of one layer, each after the one before."""
+        for c in comms:
+            group = self.s.groups[c.dim]
+            assert group is not None, f"{c.label}: dimension {c.dim} has no group on rank {self.g.rank}"
+            deps = [self.g.collective(f"{c.label}.{direction}.{w.name}.{sfx}", c.kind, c.size, deps, group=group,
+                                      iteration=it)]
+        return deps
 
     def _gather(self, what: str, w: LayerWork, deps: list[int], it: int) -> int | None:
         if not self.shard_params or w.params == 0:
@@ -111,14 +128,12 @@ class _Builder:
                 ag_deps.append(computes[i - 2])  # prefetch one layer ahead, not more
             got = self._gather(f"fwd.{sfx}", w, ag_deps, it)
             gather = got if got is not None else gather
+            before, after = dims.layer_comms(self.job, w, dims.FORWARD)
+            deps = self._comms(before, dims.FORWARD, w, sfx, deps, it)
             t = g.compute(f"fwd.{w.name}.{sfx}", whole_us(w.fwd_us), deps + ([got] if got is not None else []),
                           flops=w.fwd_flops, tensor_bytes=max(1, w.grad_bytes + w.act_bytes), iteration=it)
             computes.append(t)
-            deps = [t]
-            if s.tp_group is not None and w.fwd_comm is not None and w.fwd_comm[1] > 0:
-                kind, size = w.fwd_comm
-                deps = [g.collective(f"tp_{kind.value}.fwd.{w.name}.{sfx}", kind, size, [t], group=s.tp_group,
-                                     iteration=it)]
+            deps = self._comms(after, dims.FORWARD, w, sfx, [t], it)
         if s.next is not None:
             g.send(f"send_act.{sfx}", s.next, s.layers[-1].act_bytes, p2p_tag(it, mb, self.m, FORWARD), deps,
                    iteration=it)
@@ -141,14 +156,13 @@ class _Builder:
                 ag_deps.append(computes[i - 2])
             got = self._gather(f"bwd.{sfx}", w, ag_deps, it)
             gather = got if got is not None else gather
+            before, after = dims.layer_comms(self.job, w, dims.BACKWARD)
+            deps = self._comms(before, dims.BACKWARD, w, sfx, deps, it)
             t = g.compute(f"bwd.{w.name}.{sfx}", whole_us(w.bwd_us), deps + ([got] if got is not None else []),
                           flops=2 * w.fwd_flops, tensor_bytes=max(1, w.grad_bytes + w.act_bytes), iteration=it)
             computes.append(t)
             done[w.index] = t
-            deps = [t]
-            if s.tp_group is not None and w.bwd_comm > 0:
-                deps = [g.collective(f"tp_all_reduce.bwd.{w.name}.{sfx}", Collective.ALL_REDUCE, w.bwd_comm, [t],
-                                     group=s.tp_group, iteration=it)]
+            deps = self._comms(after, dims.BACKWARD, w, sfx, [t], it)
             if got is not None:
                 assert s.dp_group is not None
                 scatters.append(g.collective(f"fsdp_scatter.{w.name}.{sfx}", Collective.REDUCE_SCATTER,
@@ -212,9 +226,9 @@ def compile_hybrid(scenario: Scenario) -> ExecutionGraph:
     """The execution graph of any dp x tp x pp combination, with any sharding and schedule."""
     p = scenario.parallelism
     part = partition(scenario)
-    split = p.tp > 1 and not part.layerwise
+    job = Job(p, split=p.tp > 1 and not part.layerwise)
     layout = Layout(p.dp, p.tp, p.pp)
-    layout.register_all(tp=split)
+    dims.register_groups(layout, job)
 
     def stage_rank(v: int, t: int, d: int) -> int:
         if part.layerwise:
@@ -231,17 +245,16 @@ def compile_hybrid(scenario: Scenario) -> ExecutionGraph:
             ops=schedule(p.schedule, part.parts, v, p.microbatches),
             prev=stage_rank(v - 1, c.t, c.d) if v > 0 else None,
             next=stage_rank(v + 1, c.t, c.d) if v + 1 < part.parts else None,
-            tp_group=layout.group_id(layout.tp_members(c)) if split else None,
-            dp_group=layout.group_id(layout.dp_members(c)) if p.dp > 1 else None,
+            groups=dims.rank_groups(layout, job, c),
             dp=p.dp,
         )
-        key = (v, spec.prev, spec.next, spec.tp_group, spec.dp_group)
+        key = (v, spec.prev, spec.next, *spec.groups.values())
         same = shared.get(key) if spec.prev is None and spec.next is None else None
         if same is not None:
             graphs.append(RankGraph(rank=r, tasks=same.tasks))
             continue
         g = RankGraph(rank=r)
-        builder = _Builder(scenario, spec, g)
+        builder = _Builder(scenario, job, spec, g)
         after: list[int] = []
         for it in range(scenario.training.iterations):
             after = builder.iteration(it, after)

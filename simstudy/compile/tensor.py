@@ -23,9 +23,29 @@ from dataclasses import dataclass
 from simstudy.compile.costs import LayerCost
 from simstudy.compile.graph import Collective
 from simstudy.spec import Model
+from simstudy.spec.model import FAMILIES
 
-#: Layer kinds Megatron splits over the tensor-parallel group.
-SPLIT_KINDS = frozenset({"attention", "mlp", "embedding", "linear"})
+
+@dataclass(frozen=True)
+class KindRule:
+    """How Megatron splits one layer kind over the tensor-parallel group, and the collectives that
+    split costs per microbatch: after the forward (`fwd`: all_reduce of the output, or all_gather of
+    it unless the layer ends the model) and after the backward (`bwd_input`: all-reduce of the input
+    gradient, except for the model's first layer)."""
+
+    fwd: Collective | None
+    bwd_input: bool
+
+
+#: Layer kinds Megatron splits over the tensor-parallel group, and their collectives; every other
+#: kind (norms, pooling) is replicated on every rank of the group and sends nothing.
+LAYER_KINDS: dict[str, KindRule] = {
+    "attention": KindRule(Collective.ALL_REDUCE, True),
+    "mlp": KindRule(Collective.ALL_REDUCE, True),
+    "embedding": KindRule(Collective.ALL_REDUCE, False),
+    "linear": KindRule(Collective.ALL_GATHER, True),
+}
+SPLIT_KINDS = frozenset(LAYER_KINDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +53,8 @@ class LayerWork:
     """One layer on one rank for one microbatch.
 
     Times, FLOPs and activation bytes are per microbatch; `params` and `grad_bytes` are what the
-    rank holds (before any data-parallel sharding). `fwd_comm` is the tensor-parallel collective
-    after the forward (kind, ASTRA-SIM size), `bwd_comm` the all-reduce size of the input gradient
-    after the backward (0: none).
+    rank holds (before any data-parallel sharding). `split`: the layer is split over the
+    tensor-parallel group (`LAYER_KINDS`); `last`: it is the model's last layer.
     """
 
     index: int
@@ -47,42 +66,48 @@ class LayerWork:
     grad_bytes: int
     act_bytes: int
     in_bytes: int
-    fwd_comm: tuple[Collective, int] | None = None
-    bwd_comm: int = 0
+    kind: str = "other"
+    split: bool = False
+    last: bool = False
 
 
 def megatron(model: Model) -> bool:
-    """True when tensor parallelism splits the layers of this model (Transformers)."""
-    return model.family == "transformer"
+    """True when tensor parallelism splits the layers of this model (its family says so)."""
+    return FAMILIES[model.family].tensor_split == "megatron"
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def tensor_comms(w: LayerWork, tp: int) -> tuple[tuple[Collective, int] | None, int]:
+    """The tensor-parallel collectives of one split layer per microbatch: (after the forward: kind
+    and ASTRA-SIM size, or None; after the backward: the all-reduce size of the input gradient, 0:
+    none)."""
+    rule = LAYER_KINDS.get(w.kind)
+    if not w.split or rule is None:
+        return None, 0
+    fwd: tuple[Collective, int] | None = None
+    if rule.fwd is Collective.ALL_REDUCE:
+        fwd = (Collective.ALL_REDUCE, w.act_bytes)
+    elif rule.fwd is Collective.ALL_GATHER and not w.last:
+        fwd = (Collective.ALL_GATHER, _ceil_div(w.act_bytes, tp))
+    return fwd, (w.in_bytes if rule.bwd_input and w.index > 0 else 0)
+
+
 def layer_works(
     model: Model, costs: list[LayerCost], *, microbatches: int, tp: int, dtype_bytes: int, microbatch_samples: int
 ) -> list[LayerWork]:
     """Every layer's work on one rank for one microbatch (split Megatron-style when tp > 1 and
-    the model is a Transformer)."""
+    the model's family is split so)."""
     split_model = tp > 1 and megatron(model)
     acts = [layer.activation_bytes_per_sample * microbatch_samples * dtype_bytes // 4 for layer in model.layers]
     last = len(model.layers) - 1
     out: list[LayerWork] = []
     for i, (layer, c) in enumerate(zip(model.layers, costs, strict=True)):
-        in_bytes = acts[i - 1] if i > 0 else 0
         split = split_model and layer.kind in SPLIT_KINDS
         k = tp if split else 1
         params = _ceil_div(layer.params, k)
-        fwd_comm: tuple[Collective, int] | None = None
-        bwd_comm = 0
-        if split:
-            if layer.kind in ("attention", "mlp", "embedding"):
-                fwd_comm = (Collective.ALL_REDUCE, acts[i])
-            elif i != last:
-                fwd_comm = (Collective.ALL_GATHER, _ceil_div(acts[i], tp))
-            if layer.kind != "embedding" and i > 0:
-                bwd_comm = in_bytes
         out.append(
             LayerWork(
                 index=i,
@@ -93,9 +118,10 @@ def layer_works(
                 params=params,
                 grad_bytes=params * dtype_bytes,
                 act_bytes=acts[i],
-                in_bytes=in_bytes,
-                fwd_comm=fwd_comm,
-                bwd_comm=bwd_comm,
+                in_bytes=acts[i - 1] if i > 0 else 0,
+                kind=layer.kind,
+                split=split,
+                last=i == last,
             )
         )
     return out

@@ -7,13 +7,39 @@ its output activation per sample (pipeline / tensor-parallel transfers).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from simstudy.spec.base import Spec
 
 ModelFamily = Literal["cnn", "rnn", "transformer", "mlp", "other"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family: what it is and how model parallelism cuts it.
+
+    `tensor_split` is how tensor parallelism (`parallelism.tp`) splits the family's models:
+    `megatron` splits the layers themselves over the tensor-parallel group (heads, MLP columns and
+    rows, the vocabulary; see `simstudy.compile.tensor`), `layerwise` gives each tensor-parallel
+    rank consecutive whole layers, like pipeline stages."""
+
+    name: ModelFamily
+    description: str
+    tensor_split: Literal["megatron", "layerwise"]
+
+
+#: Every model family, by name: the one table a new family is added to.
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family("cnn", "convolutional networks", "layerwise"),
+    Family("rnn", "recurrent networks (LSTM, GRU)", "layerwise"),
+    Family("transformer", "attention blocks (encoders, decoders, mixtures of experts)", "megatron"),
+    Family("mlp", "multi-layer perceptrons", "layerwise"),
+    Family("other", "anything else", "layerwise"),
+)}
+assert set(FAMILIES) == set(get_args(ModelFamily)), "FAMILIES and ModelFamily must name the same families"
 
 
 class Layer(Spec):
