@@ -41,6 +41,7 @@ class Layout:
     tp: int
     pp: int
     cp: int = 1
+    ep: int = 1
     groups: dict[int, tuple[int, ...]] = field(default_factory=dict)
     _ids: dict[tuple[int, ...], int] = field(default_factory=dict)
 

@@ -44,6 +44,7 @@ LAYER_KINDS: dict[str, KindRule] = {
     "mlp": KindRule(Collective.ALL_REDUCE, True),
     "embedding": KindRule(Collective.ALL_REDUCE, False),
     "linear": KindRule(Collective.ALL_GATHER, True),
+    "moe": KindRule(Collective.ALL_REDUCE, True),  # experts split like an MLP (expert tensor parallel = tp)
 }
 SPLIT_KINDS = frozenset(LAYER_KINDS)
 
@@ -69,6 +70,17 @@ class LayerWork:
     kind: str = "other"
     split: bool = False
     last: bool = False
+    #: context parallelism: bytes of the key/value block a rank passes on per ring step (attention layers)
+    kv_bytes: int = 0
+    #: expert parallelism: the all-to-all size (ASTRA-SIM's: the data each rank holds) of a MoE layer's
+    #: dispatch and combine, tokens x top_k x capacity_factor x hidden
+    a2a_bytes: int = 0
+    #: the part of `grad_bytes` that belongs to the routed experts the rank holds (1/ep of them)
+    expert_grad_bytes: int = 0
+    #: bytes of this layer's output as a pipeline stage passes it on (1/tp of it with sequence parallelism)
+    p2p_bytes: int = 0
+    #: bytes of this layer's input as the previous stage passed it
+    p2p_in_bytes: int = 0
 
 
 def megatron(model: Model) -> bool:
@@ -96,32 +108,54 @@ def tensor_comms(w: LayerWork, tp: int) -> tuple[tuple[Collective, int] | None, 
 
 
 def layer_works(
-    model: Model, costs: list[LayerCost], *, microbatches: int, tp: int, dtype_bytes: int, microbatch_samples: int
+    model: Model, costs: list[LayerCost], *, microbatches: int, tp: int, dtype_bytes: int, microbatch_samples: int,
+    cp: int = 1, ep: int = 1, sp: bool = False,
 ) -> list[LayerWork]:
     """Every layer's work on one rank for one microbatch (split Megatron-style when tp > 1 and
-    the model's family is split so)."""
+    the model's family is split so). `microbatches`: microbatches per iteration (the costs are per
+    iteration). Context parallelism (`cp`) gives each rank 1/cp of every sequence's tokens: its
+    compute and activations; expert parallelism (`ep`) 1/ep of every MoE layer's routed experts;
+    sequence parallelism (`sp`) 1/tp of the activations between tensor-parallel layers (norms run on
+    them too)."""
     split_model = tp > 1 and megatron(model)
-    acts = [layer.activation_bytes_per_sample * microbatch_samples * dtype_bytes // 4 for layer in model.layers]
+    acts = [-(-layer.activation_bytes_per_sample * microbatch_samples * dtype_bytes // 4 // cp) if cp > 1 else
+            layer.activation_bytes_per_sample * microbatch_samples * dtype_bytes // 4 for layer in model.layers]
+    shard = tp if split_model and sp else 1
     last = len(model.layers) - 1
     out: list[LayerWork] = []
     for i, (layer, c) in enumerate(zip(model.layers, costs, strict=True)):
         split = split_model and layer.kind in SPLIT_KINDS
         k = tp if split else 1
-        params = _ceil_div(layer.params, k)
+        work = k * cp * (shard if not split else 1)
+        expert = layer.expert_params or 0
+        params = _ceil_div(layer.params - expert, k) + _ceil_div(_ceil_div(expert, ep), k)
+        kv = 0
+        if layer.kind == "attention" and layer.heads is not None:
+            kv_heads = layer.kv_heads or layer.heads
+            kv = 2 * _ceil_div(acts[i] * _ceil_div(kv_heads, k), layer.heads)  # K and V of the rank's heads
+        a2a = 0
+        if layer.kind == "moe" and layer.top_k is not None and layer.capacity_factor is not None:
+            a2a = int(acts[i] * layer.top_k * layer.capacity_factor)
+        in_bytes = acts[i - 1] if i > 0 else 0
         out.append(
             LayerWork(
                 index=i,
                 name=layer.name,
-                fwd_us=c.fwd_us / microbatches / k,
-                bwd_us=c.bwd_us / microbatches / k,
-                fwd_flops=int(c.fwd_flops / microbatches / k),
+                fwd_us=c.fwd_us / microbatches / work,
+                bwd_us=c.bwd_us / microbatches / work,
+                fwd_flops=int(c.fwd_flops / microbatches / work),
                 params=params,
                 grad_bytes=params * dtype_bytes,
                 act_bytes=acts[i],
-                in_bytes=acts[i - 1] if i > 0 else 0,
+                in_bytes=in_bytes,
                 kind=layer.kind,
                 split=split,
                 last=i == last,
+                kv_bytes=kv,
+                a2a_bytes=a2a,
+                expert_grad_bytes=_ceil_div(_ceil_div(expert, ep), k) * dtype_bytes,
+                p2p_bytes=_ceil_div(acts[i], shard),
+                p2p_in_bytes=_ceil_div(in_bytes, shard),
             )
         )
     return out

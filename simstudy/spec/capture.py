@@ -100,7 +100,7 @@ class CaptureSpec(Spec):
     @model_validator(mode="after")
     def _check(self) -> CaptureSpec:
         p = self.parallelism
-        if p.tp != 1 or p.pp != 1 or p.sharding != "none":
+        if p.tp != 1 or p.pp != 1 or p.sharding != "none" or p.cp != 1 or p.ep != 1 or p.grad_accumulation_steps != 1:
             raise ValueError("a capture runs data parallelism only: tp = 1, pp = 1, sharding none")
         if p.dp < 2 and not isinstance(p.aggregation, ParameterServer):
             raise ValueError("an all-reduce capture needs dp >= 2 workers")
