@@ -75,7 +75,8 @@ class LayerWork:
     #: expert parallelism: the all-to-all size (ASTRA-SIM's: the data each rank holds) of a MoE layer's
     #: dispatch and combine, tokens x top_k x capacity_factor x hidden
     a2a_bytes: int = 0
-    #: the part of `grad_bytes` that belongs to the routed experts the rank holds (1/ep of them)
+    #: the part of `grad_bytes` that belongs to the routed experts the rank holds (1/ep of them), when
+    #: expert parallelism shards them (ep > 1; without it experts are synchronised like any layer)
     expert_grad_bytes: int = 0
     #: bytes of this layer's output as a pipeline stage passes it on (1/tp of it with sequence parallelism)
     p2p_bytes: int = 0
@@ -153,7 +154,7 @@ def layer_works(
                 last=i == last,
                 kv_bytes=kv,
                 a2a_bytes=a2a,
-                expert_grad_bytes=_ceil_div(_ceil_div(expert, ep), k) * dtype_bytes,
+                expert_grad_bytes=_ceil_div(_ceil_div(expert, ep), k) * dtype_bytes if ep > 1 else 0,
                 p2p_bytes=_ceil_div(acts[i], shard),
                 p2p_in_bytes=_ceil_div(in_bytes, shard),
             )

@@ -142,6 +142,17 @@ def test_expert_parallel_bytes(dp: int, ep: int, tmp_path: Path) -> None:
     assert ops["alltoall"] > 0
 
 
+def test_experts_without_expert_parallelism_are_dense(tmp_path: Path) -> None:
+    """ep = 1: every expert on every rank, its gradients all-reduced with the others."""
+    d, m = 4, 2
+    _, sent, ops = run({"model": llama(experts=4), "parallelism": {"dp": d, "microbatches": m,
+                                                                   "grad_accumulation_steps": 2},
+                        "topology": {"kind": "ring", "npus": d}, "training": {"batch_size_per_worker": 4}}, tmp_path)
+    dense, expert = total_params(experts=4)
+    assert (dense + expert) * BF16 < 2**20 and "alltoall" not in ops
+    assert sent == {r: ring_ar(d, (dense + expert) * BF16) for r in range(d)}
+
+
 def test_expert_parallel_groups(tmp_path: Path) -> None:
     """EP groups are ep consecutive data-parallel replicas; the expert gradients meet over the ranks
     at the same place of every EP group."""
