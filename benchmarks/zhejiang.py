@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from simstudy.backends import BackendSpec, simulate
+from simstudy.backends import simulate
 from simstudy.compile import resolve
-from simstudy.spec import load_scenario
+from simstudy.spec import BackendSpec, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "specs" / "examples" / "llama2_7b_zero1_zhejiang.yaml"
