@@ -8,6 +8,7 @@ import csv
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -21,8 +22,8 @@ SPEC = ROOT / "specs" / "examples" / "llama2_7b_zero1_zhejiang.yaml"
 DATA = ROOT / "specs" / "examples" / "data" / "zhejiang_llama2_7b"
 
 
-def job() -> dict[str, object]:
-    data: dict[str, object] = json.loads((DATA / "job.json").read_text())
+def job() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((DATA / "job.json").read_text())
     return data
 
 
