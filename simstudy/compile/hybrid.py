@@ -93,6 +93,7 @@ class _Rank:
     dp: int  # ranks of the data-parallel group (dp x cp)
     edp: int = 1  # ranks of the expert data-parallel group
     ring: tuple[int, int] | None = None  # (previous, next) of the context-parallel ring
+    experts: tuple[int, ...] = ()  # the expert-parallel group, for pairwise all-to-alls
     stages: list[int] = field(default_factory=lambda: [0])  # the global stage of each chunk
     per_chunk: int = 1  # global stages per model chunk (the pipeline's depth)
     layers: list[LayerWork] = field(init=False)
@@ -116,6 +117,7 @@ class _Builder:
         self.v = p.virtual_stages
         self.gas = p.grad_accumulation_steps
         self.cp = p.cp
+        self.pairwise = p.ep_a2a == "pairwise"
         self.layer_count = len(scenario.resolved_model.layers)
         self.sharding = p.sharding
         self.zero = p.zero
@@ -128,14 +130,33 @@ class _Builder:
     # -- one microbatch --------------------------------------------------------------------------
 
     def _comms(self, comms: list[dims.Comm], direction: str, w: LayerWork, sfx: str, deps: list[int],
-               it: int) -> list[int]:
+               it: int, mb: int) -> list[int]:
         """Chain the dimensions' collectives of one layer, each after the one before."""
         for c in comms:
+            if self.pairwise and c.kind is Collective.ALL_TO_ALL:
+                deps = self._pairwise(c, direction, w, sfx, deps, it, mb)
+                continue
             group = self.s.groups[c.dim]
             assert group is not None, f"{c.label}: dimension {c.dim} has no group on rank {self.g.rank}"
             deps = [self.g.collective(f"{c.label}.{direction}.{w.name}.{sfx}", c.kind, c.size, deps, group=group,
                                       iteration=it)]
         return deps
+
+    def _pairwise(self, c: dims.Comm, direction: str, w: LayerWork, sfx: str, deps: list[int], it: int,
+                  mb: int) -> list[int]:
+        """An all-to-all as point-to-point messages (NCCL's all-to-all: a grouped send and receive per
+        peer): each member sends each other member its share, size // n, the next member first; the
+        layer goes on once every share has arrived."""
+        peers = self.s.experts
+        n, me = len(peers), peers.index(self.g.rank)
+        share = max(c.size // n, 1)
+        phase = 2 * (direction == dims.BACKWARD) + (c.label == "ep_combine")  # four all-to-alls per layer
+        base = (((it * self.mb_total + mb) * self.layer_count + w.index) * 4 + phase) * n
+        label = f"{c.label}.{direction}.{w.name}.{sfx}"
+        for j in range(1, n):
+            self.g.send(f"{label}.to{j}", peers[(me + j) % n], share, base + j, deps, op="alltoall", iteration=it)
+        return [self.g.recv(f"{label}.from{j}", peers[(me - j) % n], share, base + j, deps, op="alltoall",
+                            iteration=it) for j in range(1, n)]
 
     def _gather(self, what: str, w: LayerWork, deps: list[int], it: int) -> int | None:
         if not self.shard_params or w.params == 0:
@@ -197,10 +218,10 @@ class _Builder:
             got = self._gather(f"fwd.{sfx}", w, ag_deps, it)
             gather = got if got is not None else gather
             before, after = dims.layer_comms(self.job, w, dims.FORWARD)
-            deps = self._comms(before, dims.FORWARD, w, sfx, deps, it)
+            deps = self._comms(before, dims.FORWARD, w, sfx, deps, it, mb)
             t = self._compute(dims.FORWARD, w, sfx, deps + ([got] if got is not None else []), it, mb)
             computes.append(t)
-            deps = self._comms(after, dims.FORWARD, w, sfx, [t], it)
+            deps = self._comms(after, dims.FORWARD, w, sfx, [t], it, mb)
         if nxt is not None:
             g.send(f"send_act.{sfx}", nxt, layers[-1].p2p_bytes,
                    self._tag(it, mb, chunk, prev_of=False, direction=FORWARD), deps, iteration=it)
@@ -225,11 +246,11 @@ class _Builder:
             got = self._gather(f"bwd.{sfx}", w, ag_deps, it)
             gather = got if got is not None else gather
             before, after = dims.layer_comms(self.job, w, dims.BACKWARD)
-            deps = self._comms(before, dims.BACKWARD, w, sfx, deps, it)
+            deps = self._comms(before, dims.BACKWARD, w, sfx, deps, it, mb)
             t = self._compute(dims.BACKWARD, w, sfx, deps + ([got] if got is not None else []), it, mb)
             computes.append(t)
             done[w.index] = t
-            deps = self._comms(after, dims.BACKWARD, w, sfx, [t], it)
+            deps = self._comms(after, dims.BACKWARD, w, sfx, [t], it, mb)
             if got is not None:
                 assert s.dp_group is not None
                 scatters.append(g.collective(f"fsdp_scatter.{w.name}.{sfx}", Collective.REDUCE_SCATTER,
@@ -356,6 +377,7 @@ def compile_hybrid(scenario: Scenario) -> ExecutionGraph:
     layout = Layout(p.dp, p.tp, p.pp, p.cp, p.ep)
     dims.register_groups(layout, job)
     v = p.virtual_stages
+    pairwise = p.ep_a2a == "pairwise"
 
     def stage_rank(g: int, t: int, d: int, c: int) -> int:
         """The rank of global stage `g` (of pp x virtual_stages, or pp x tp layer-wise)."""
@@ -375,6 +397,7 @@ def compile_hybrid(scenario: Scenario) -> ExecutionGraph:
             ops = ([(k, mb, 0) for k, mb in schedule(p.schedule, part.parts, c.s, p.microbatches)] if v == 1
                    else interleaved_schedule(p.pp, c.s, p.microbatches, v))
         groups = dims.rank_groups(layout, job, c)
+        experts = dims.BY_NAME["ep"].members(layout, c) if p.ep > 1 and dims.BY_NAME["ep"].members else ()
         ring = None
         if p.cp > 1:
             ring = (layout.rank(c.t, c.d, c.s, (c.c - 1) % p.cp), layout.rank(c.t, c.d, c.s, (c.c + 1) % p.cp))
@@ -387,11 +410,12 @@ def compile_hybrid(scenario: Scenario) -> ExecutionGraph:
             dp=p.dp * p.cp,
             edp=p.dp * p.cp // p.ep,
             ring=ring,
+            experts=experts,
             stages=stages,
             per_chunk=part.parts // v,
         )
         key = (tuple(stages), *spec.prevs, *spec.nexts, *groups.values())
-        alone = all(x is None for x in (*spec.prevs, *spec.nexts)) and ring is None
+        alone = all(x is None for x in (*spec.prevs, *spec.nexts)) and ring is None and not (experts and pairwise)
         same = shared.get(key) if alone else None
         if same is not None:
             graphs.append(RankGraph(rank=r, tasks=same.tasks))

@@ -75,8 +75,8 @@ class Zero(Spec):
 
 #: Parallelism fields added after run keys were first written: left out of the canonical JSON at
 #: their defaults, so that earlier scenarios keep their sweep run keys.
-NEW_DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "sp": False, "virtual_stages": 1, "grad_accumulation_steps": 1,
-                                "zero": None}
+NEW_DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "ep_a2a": "collective", "sp": False, "virtual_stages": 1,
+                                "grad_accumulation_steps": 1, "zero": None}
 
 
 class Parallelism(Spec):
@@ -138,6 +138,13 @@ class Parallelism(Spec):
         description="expert-parallel degree: the experts of every mixture-of-experts layer sharded over ep "
         "ranks of the data-parallel group, tokens sent to their experts and back with an all-to-all in forward "
         "and in backward; ep divides dp",
+    )
+    ep_a2a: Literal["collective", "pairwise"] = Field(
+        default="collective",
+        description="how expert parallelism's all-to-alls travel: collective (one all-to-all node: ASTRA-SIM runs "
+        "its direct algorithm over every rank, and within a smaller group relays every block around a ring, "
+        "(n-1)/2 x the data per rank) or pairwise (point-to-point sends of each peer's share, the next peer "
+        "first: NCCL's all-to-all as Megatron-LM and DeepSpeed call it, (n-1)/n x the data per rank)",
     )
     sp: bool = Field(
         default=False,

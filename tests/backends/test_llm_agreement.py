@@ -4,7 +4,8 @@ every case here they are equal to the nanosecond), and carry the same bytes betw
 
 One case per strategy: sequence parallelism, context parallelism (ring attention's sends), expert
 parallelism (all-to-all in groups, which ASTRA-SIM relays around a ring, and of every rank, which runs
-its direct algorithm, on a switch, a ring and a fully connected network), interleaved virtual
+its direct algorithm, on a switch, a ring and a fully connected network; and as point-to-point sends,
+`ep_a2a: pairwise`), interleaved virtual
 stages, gradient accumulation, fp16 and fp32 precision, the DeepSpeed-style ZeRO-1 buckets, and all
 of them together. The aware binary takes one network dimension only; the unaware one also runs a
 two-dimensional case."""
@@ -48,6 +49,11 @@ CASES: dict[str, dict[str, Any]] = {
     "ep8_direct_ring_chunks4_active2": {"model": llama(experts=8), "parallelism": {"dp": 8, "ep": 8},
                                         "topology": one("ring", 8),
                                         "system": {"collective_chunks": 4, "active_chunks_per_dimension": 2}},
+    "ep4_pairwise_switch": {"model": llama(experts=8), "parallelism": {"dp": 8, "ep": 4, "ep_a2a": "pairwise",
+                                                                       "tp": 1, "microbatches": 2},
+                            "topology": one("switch", 8)},
+    "ep8_pairwise_ring": {"model": llama(experts=8), "parallelism": {"dp": 8, "ep": 8, "ep_a2a": "pairwise"},
+                          "topology": one("ring", 8)},
     "ep4_direct_fc": {"model": llama(experts=4), "parallelism": {"dp": 4, "ep": 4, "microbatches": 2},
                       "topology": one("fully_connected", 4)},
     "interleaved_pp2_v2": {"model": llama(layers=4), "parallelism": {"dp": 2, "pp": 2, "virtual_stages": 2,

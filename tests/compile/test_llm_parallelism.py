@@ -280,3 +280,19 @@ def test_zero1_megatron_reduce_scatter(tmp_path: Path) -> None:
     gather = (d - 1) * -(-total // d) * BF16
     assert ops["allgather"] == d * (d - 1)
     assert all(abs(x - gather - (d - 1) * total * BF16 / d) <= (d - 1) * rs for x in sent.values())
+
+
+@pytest.mark.parametrize("ep", [2, 4])
+def test_pairwise_all_to_all_bytes(ep: int, tmp_path: Path) -> None:
+    """ep_a2a: pairwise sends each of the other ep - 1 members its share S//ep, point to point (NCCL's
+    all-to-all): (ep-1) x S//ep per all-to-all, against (ep-1)/2 x S for ASTRA-SIM's ring relay."""
+    dp, m, b, top_k, cf = 4, 2, 2, 2, 1.25
+    _, sent, ops = run({"model": llama(experts=8, top_k=top_k, cf=cf), "parallelism": {
+        "dp": dp, "ep": ep, "ep_a2a": "pairwise", "microbatches": m}, "topology": {"kind": "switch", "npus": dp},
+        "training": {"batch_size_per_worker": b * m}}, tmp_path)
+    size = int(b * S * H * BF16 * top_k * cf)
+    a2a = m * L * 4 * (ep - 1) * (size // ep)
+    dense, expert = total_params(experts=8)
+    grads = ring_ar(dp, dense * BF16) + (ring_ar(dp // ep, expert // ep * BF16) if dp > ep else 0)
+    assert sent == {r: a2a + grads for r in range(dp)}
+    assert ops["alltoall"] == dp * m * L * 4 * (ep - 1)
