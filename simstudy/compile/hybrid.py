@@ -227,7 +227,8 @@ class _Builder:
                    self._tag(it, mb, chunk, prev_of=False, direction=FORWARD), deps, iteration=it)
         return deps
 
-    def backward(self, it: int, mb: int, chunk: int, last: list[int]) -> tuple[list[int], dict[int, int], list[int]]:
+    def backward(self, it: int, mb: int, chunk: int, last: list[int]) -> tuple[list[int], dict[int, list[int]],
+                                                                                list[int]]:
         g, s = self.g, self.s
         layers, prev, nxt = s.chunks[chunk], s.prevs[chunk], s.nexts[chunk]
         sfx = f"mb{mb}.it{it}" if self.v == 1 else f"mb{mb}.c{chunk}.it{it}"
@@ -235,7 +236,7 @@ class _Builder:
         if nxt is not None:
             deps.append(g.recv(f"recv_grad.{sfx}", nxt, layers[-1].p2p_bytes,
                                self._tag(it, mb, chunk, prev_of=False, direction=BACKWARD), list(last), iteration=it))
-        done: dict[int, int] = {}
+        done: dict[int, list[int]] = {}
         scatters: list[int] = []
         computes: list[int] = []
         gather: int | None = None
@@ -249,8 +250,12 @@ class _Builder:
             deps = self._comms(before, dims.BACKWARD, w, sfx, deps, it, mb)
             t = self._compute(dims.BACKWARD, w, sfx, deps + ([got] if got is not None else []), it, mb)
             computes.append(t)
-            done[w.index] = t
             deps = self._comms(after, dims.BACKWARD, w, sfx, [t], it, mb)
+            # A gradient bucket goes once the layer's backward compute is done; with point-to-point
+            # all-to-alls, once the layer's messages are too: a rank waits for their receives outside
+            # the one-message-at-a-time rule, and a bucket's collective issued in between could wait
+            # for a member that waits for this rank's next collective.
+            done[w.index] = deps if self.pairwise and w.a2a_bytes and self.s.experts else [t]
             if got is not None:
                 assert s.dp_group is not None
                 scatters.append(g.collective(f"fsdp_scatter.{w.name}.{sfx}", Collective.REDUCE_SCATTER,
@@ -271,7 +276,7 @@ class _Builder:
 
     def iteration(self, it: int, after: list[int]) -> list[int]:
         last = list(after)
-        final: dict[int, int] = {}
+        final: dict[int, list[int]] = {}
         scatters: list[int] = []
         for step in range(self.gas):
             for kind, mb, chunk in self.s.ops:
@@ -293,7 +298,7 @@ class _Builder:
             return zero_buckets(costs, self.zero.reduce_bucket_elements * self.dtype)
         return ddp_buckets(costs, self.bucket_cap)
 
-    def step(self, it: int, last: list[int], final: dict[int, int], scatters: list[int]) -> list[int]:
+    def step(self, it: int, last: list[int], final: dict[int, list[int]], scatters: list[int]) -> list[int]:
         g, s = self.g, self.s
         params = sum(w.params for w in s.layers)
         model = self.scenario.resolved_model
@@ -310,7 +315,7 @@ class _Builder:
             sets.append(("expert_", expert_group, s.edp, self._buckets(expert=True)))
 
         def ready(b: Bucket) -> list[int]:
-            return [final[b.ready_after] if self.overlap else first_layer]
+            return list(final[b.ready_after] if self.overlap else first_layer)
 
         if self.sharding == "zero1":
             reduce = Collective.ALL_REDUCE if self.zero is not None and self.zero.gradients == "allreduce" \

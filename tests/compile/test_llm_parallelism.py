@@ -296,3 +296,19 @@ def test_pairwise_all_to_all_bytes(ep: int, tmp_path: Path) -> None:
     grads = ring_ar(dp, dense * BF16) + (ring_ar(dp // ep, expert // ep * BF16) if dp > ep else 0)
     assert sent == {r: a2a + grads for r in range(dp)}
     assert ops["alltoall"] == dp * m * L * 4 * (ep - 1)
+
+
+def test_pairwise_all_to_all_leaves_no_cycle(tmp_path: Path) -> None:
+    """Point-to-point all-to-alls beside tensor-parallel collectives and expert-gradient buckets: a
+    bucket's all-reduce waits for its layer's messages, else a rank could issue it while a member of
+    its group waits in a tensor-parallel reduce-scatter for this rank (flowsim aware on a leaf-spine
+    deadlocked before)."""
+    spec = {"name": "cycle", "model": {"zoo": "mixtral_8x7b", "options": {
+        "layers": 1, "hidden": 256, "heads": 32, "kv_heads": 8, "ffn": 1024, "vocab": 1000, "seq_len": 1024}},
+        "parallelism": {"dp": 16, "ep": 4, "ep_a2a": "pairwise", "tp": 4, "sp": True},
+        "topology": {"kind": "leaf_spine", "leaves": 2, "spines": 4, "hosts_per_leaf": 4, "gpus_per_host": 8,
+                     "nics_per_host": 8, "bandwidth_gbps": 200, "oversubscription": 2.0},
+        "training": {"batch_size_per_worker": 8, "precision": "bf16"}}
+    bundle = compile_scenario(Scenario.model_validate(spec), tmp_path / "b").bundle
+    run = FlowsimBackend(congestion="aware", traffic="none").run(bundle, tmp_path / "r")
+    assert all(r.finish_ns > 0 for r in run.ranks)
