@@ -374,6 +374,31 @@ def zero_buckets(costs: list[LayerCost], cap_bytes: int) -> list[Bucket]:
     return buckets
 
 
+def _group_map(template: _Rank, rank: _Rank) -> dict[int, int] | None:
+    """The template's group ids -> the rank's, dimension by dimension (None: the same groups)."""
+    out = {t: g for t, g in zip(template.groups.values(), rank.groups.values(), strict=True)
+           if t is not None and g is not None and t != g}
+    return out or None
+
+
+def _peer_map(template_rank: int, template: _Rank, rank: int, spec: _Rank) -> dict[int, int] | None:
+    """The template's peers -> the rank's: stage neighbours chunk by chunk, the context-parallel
+    ring, and the expert-parallel group by position relative to each (None: the same peers)."""
+    pairs = [(a, b) for a, b in zip([*template.prevs, *template.nexts], [*spec.prevs, *spec.nexts], strict=True)
+             if a is not None and b is not None]
+    if template.ring is not None and spec.ring is not None:
+        pairs += list(zip(template.ring, spec.ring, strict=True))
+    if template.experts:
+        n, me_t, me = len(template.experts), template.experts.index(template_rank), spec.experts.index(rank)
+        pairs += [(template.experts[(me_t + j) % n], spec.experts[(me + j) % n]) for j in range(1, n)]
+    out: dict[int, int] = {}
+    for a, b in pairs:
+        if out.setdefault(a, b) != b:
+            raise ValueError(f"rank {rank} does not run rank {template_rank}'s program: its peer {a} is both "
+                             f"{out[a]} and {b}")
+    return {a: b for a, b in out.items() if a != b} or None
+
+
 def compile_hybrid(scenario: Scenario) -> ExecutionGraph:
     """The execution graph of any dp x tp x pp x cp (x ep) combination, with any sharding and schedule."""
     p = scenario.parallelism
@@ -382,7 +407,6 @@ def compile_hybrid(scenario: Scenario) -> ExecutionGraph:
     layout = Layout(p.dp, p.tp, p.pp, p.cp, p.ep)
     dims.register_groups(layout, job)
     v = p.virtual_stages
-    pairwise = p.ep_a2a == "pairwise"
 
     def stage_rank(g: int, t: int, d: int, c: int) -> int:
         """The rank of global stage `g` (of pp x virtual_stages, or pp x tp layer-wise)."""
@@ -391,7 +415,9 @@ def compile_hybrid(scenario: Scenario) -> ExecutionGraph:
         return layout.rank(t, d, g % p.pp, c)
 
     graphs: list[RankGraph] = []
-    shared: dict[tuple[object, ...], RankGraph] = {}
+    # One program per stage (chunk stages, or stage and tensor index layer-wise): built for the first
+    # rank that runs it, bound to the groups and peers of every other rank that does.
+    templates: dict[tuple[int, ...], tuple[RankGraph, _Rank]] = {}
     for r in range(layout.npus):
         c = layout.coord(r)
         if part.layerwise:
@@ -419,17 +445,17 @@ def compile_hybrid(scenario: Scenario) -> ExecutionGraph:
             stages=stages,
             per_chunk=part.parts // v,
         )
-        key = (tuple(stages), *spec.prevs, *spec.nexts, *groups.values())
-        alone = all(x is None for x in (*spec.prevs, *spec.nexts)) and ring is None and not (experts and pairwise)
-        same = shared.get(key) if alone else None
-        if same is not None:
-            graphs.append(RankGraph(rank=r, tasks=same.tasks))
+        found = templates.get(tuple(stages))
+        if found is not None:
+            template, tspec = found
+            graphs.append(RankGraph(rank=r, tasks=template.tasks, groups=_group_map(tspec, spec),
+                                    peers=_peer_map(template.rank, tspec, r, spec)))
             continue
         g = RankGraph(rank=r)
         builder = _Builder(scenario, job, spec, g)
         after: list[int] = []
         for it in range(scenario.training.iterations):
             after = builder.iteration(it, after)
-        shared[key] = g
+        templates[tuple(stages)] = (g, spec)
         graphs.append(g)
     return ExecutionGraph(ranks=graphs, groups=dict(layout.groups))
