@@ -36,7 +36,8 @@ def llama(n: int) -> Scenario:
     return Scenario.model_validate({
         "name": "llama3_70b", "model": "llama3_70b",
         "parallelism": {"dp": dp, "tp": tp, "pp": pp, "microbatches": pp, "sp": True},
-        "topology": {"kind": "multi_dim", "dims": [{"type": "switch", "npus": tp}, {"type": "switch", "npus": n // tp}]},
+        "topology": {"kind": "multi_dim",
+                     "dims": [{"type": "switch", "npus": tp}, {"type": "switch", "npus": n // tp}]},
         "training": {"batch_size_per_worker": pp, "iterations": 1, "precision": "bf16"}})
 
 

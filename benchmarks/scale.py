@@ -11,8 +11,9 @@ binary on a two-dimensional network (an 8-GPU NVSwitch-class switch, 2,400 Gbit/
 400 Gbit/s switch of every node: tensor-parallel groups inside the first dimension, data-parallel groups
 and pipeline neighbours in the second), and flowsim `aware` against the congestion-aware binary, which
 takes one dimension only, on one 400 Gbit/s switch of every GPU. Every run is its own process; the
-table gives its wall time and peak memory (flowsim's own VmHWM; the binary's ru_maxrss), their ratios
-to ASTRA-SIM's, and whether the finish times are equal. flowsim keeps no traffic table here (`traffic:
+table gives its wall time (and in brackets its CPU time: on a shared machine the wall time includes
+waiting for a core), peak memory (flowsim's own VmHWM; the binary's ru_maxrss), their ratios to
+ASTRA-SIM's, and whether the finish times are equal. flowsim keeps no traffic table here (`traffic:
 none`; the binary runs with its trace off); `--rows` also times flowsim keeping its rows.
 
 3. Traffic rows at 1,024 NPUs: ResNet-50 data parallel on a ring, one iteration, flowsim `unaware`
@@ -53,7 +54,9 @@ bundle = Bundle.from_dir(arg["bundle"])
 if kind == "flowsim":
     r = FlowsimBackend(congestion=arg["mode"], traffic=arg.get("traffic", "none")).run(bundle, work / "run")
     own = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
-    print(json.dumps({"wall": r.wall_time_s, "finish": r.finish_ns, "transfers": r.output.transfers, "rss_mb": own}))
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"wall": r.wall_time_s, "finish": r.finish_ns, "transfers": r.output.transfers, "rss_mb": own,
+                      "cpu": u.ru_utime + u.ru_stime}))
 else:
     # the binary itself, with its trace on only when asked (the astrasim backend always turns it on to build
     # its traffic table; the wall time and memory are the binary's either way)
@@ -69,8 +72,9 @@ else:
     wall = time.perf_counter() - t0
     finished, _ = parse_output((work / "out.txt").read_text(errors="replace"))
     assert len(finished) == bundle.npus, f"{len(finished)} of {bundle.npus} ranks finished"
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(json.dumps({"wall": wall, "finish": max(f for f, _ in finished.values()), "transfers": 0, "rss_mb": kids}))
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(json.dumps({"wall": wall, "finish": max(f for f, _ in finished.values()), "transfers": 0,
+                      "rss_mb": u.ru_maxrss / 1024, "cpu": u.ru_utime + u.ru_stime}))
 """
 
 
@@ -102,15 +106,18 @@ def llama(npus: int, one_dim: bool) -> Scenario:
 
 
 def row(label: str, f: dict[str, float] | None, a: dict[str, float] | None) -> None:
+    """wall s (CPU s) of each, their ratio, peak MB of each, their ratio, equal finish, transfers."""
     if f is None:
-        print(f"{label:<34} {'failed':>10}")
+        print(f"{label:<34} {'failed':>16}")
         return
+    fw = f"{f['wall']:.1f} ({f['cpu']:.0f})"
     if a is None:
-        print(f"{label:<34} {f['wall']:>10.1f} {'-':>10} {'-':>7} {f['rss_mb']:>10.0f} {'-':>9} {'-':>7} {'-':>6} "
+        print(f"{label:<34} {fw:>16} {'-':>16} {'-':>7} {f['rss_mb']:>10.0f} {'-':>9} {'-':>7} {'-':>6} "
               f"{int(f['transfers']):>13,}")
         return
+    aw = f"{a['wall']:.1f} ({a['cpu']:.0f})"
     same = "yes" if f["finish"] == a["finish"] else f"{(f['finish'] - a['finish']) / a['finish']:+.2e}"
-    print(f"{label:<34} {f['wall']:>10.1f} {a['wall']:>10.1f} {f['wall'] / a['wall']:>7.2f} {f['rss_mb']:>10.0f} "
+    print(f"{label:<34} {fw:>16} {aw:>16} {f['wall'] / a['wall']:>7.2f} {f['rss_mb']:>10.0f} "
           f"{a['rss_mb']:>9.0f} {f['rss_mb'] / a['rss_mb']:>7.2f} {same:>6} {int(f['transfers']):>13,}")
 
 
@@ -125,8 +132,8 @@ def main() -> None:
     if find_astra_sim() is None or find_astra_sim(aware=True) is None:
         sys.exit("no ASTRA-SIM binaries: set ASTRA_SIM_BIN to the unaware one (the aware one beside it)")
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    print(f"{'case':<34} {'flowsim s':>10} {'astra s':>10} {'wall x':>7} {'flowsim MB':>10} {'astra MB':>9} "
-          f"{'mem x':>7} {'equal':>6} {'transfers':>13}")
+    print(f"{'case':<34} {'flowsim s (cpu)':>16} {'astra s (cpu)':>16} {'wall x':>7} {'flowsim MB':>10} "
+          f"{'astra MB':>9} {'mem x':>7} {'equal':>6} {'transfers':>13}")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for n in sizes:
