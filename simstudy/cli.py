@@ -7,28 +7,35 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from simstudy import __version__, layout
 
 if TYPE_CHECKING:
+    import http.server
+
+    from pydantic import BaseModel
+
     from simstudy.sweep import Expansion
     from simstudy.traffic.meta import RankMap
+
+B = TypeVar("B", bound="BaseModel")
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from simstudy.compile import compile_scenario
-    from simstudy.spec import load_scenario
+    from simstudy.compile import compile_any
+    from simstudy.spec import load_runnable
 
-    scenario = load_scenario(args.spec)
+    spec = load_runnable(args.spec)  # what `run` runs: a scenario or a cluster
     out = Path(args.output) if args.output else Path("results/bundles") / Path(args.spec).stem
-    result = compile_scenario(scenario, out, source=args.spec)
+    result = compile_any(spec, out, source=args.spec)
     b = result.bundle
     print(
         f"compiled {args.spec} -> {b.directory}/ : {result.scenario.npus} ranks, "
@@ -49,16 +56,16 @@ def _models(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from simstudy.backends import make_backend, simulate
-    from simstudy.backends.rundir import copy_bundle, run_to_dir
+    from simstudy.backends.rundir import run_input_set
     from simstudy.compile import Bundle
     from simstudy.report import render_run
     from simstudy.spec import BackendSpec, SpecError, load_runnable
 
     raw = [args.workload, args.network, args.system]
-    if args.spec and any(raw):
+    if args.spec and (any(raw) or args.topology):
         raise SpecError(None, "", "give either a scenario spec or --workload/--network/--system, not both")
-    spec = BackendSpec(name=args.backend, aware=args.aware, congestion=args.congestion, timeout_s=args.timeout,
-                       traffic=args.traffic, traffic_bin_s=args.traffic_bin)
+    spec = _backend_spec(BackendSpec, name=args.backend, aware=args.aware, congestion=args.congestion,
+                         timeout_s=args.timeout, traffic=args.traffic, traffic_bin_s=args.traffic_bin)
     bar = _progress_bar(args.quiet or args.backend != "flowsim")
     if args.spec:
         scenario = load_runnable(args.spec)
@@ -75,16 +82,13 @@ def _run(args: argparse.Namespace) -> int:
             workload=Path(args.workload), network=Path(args.network), system=Path(args.system),
             remote_memory=Path(args.remote_memory) if args.remote_memory else None,
             comm_group=Path(args.comm_group) if args.comm_group else None,
+            topology=Path(args.topology) if args.topology else None,
         )
         given.check()
-
-        def prepare(d: Path) -> Bundle:
-            return copy_bundle(given, d)
-
         out = Path(args.output) if args.output else Path("results/runs") / given.name
         try:
-            result = run_to_dir(prepare, make_backend(spec, astra_sim=args.astra_sim, progress=bar), out,
-                                timeout_s=args.timeout, render=render_run)
+            result = run_input_set(given, make_backend(spec, astra_sim=args.astra_sim, progress=bar), out,
+                                   timeout_s=args.timeout, render=render_run)
         finally:
             bar.close()
     finish = [r.finish_ns for r in result.ranks]
@@ -104,6 +108,23 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  {j['name']:<14} {len(j['npus']):>5} {j['start_ms']:>9.3f} {j['iteration_ms']:>13.3f} "
                   f"{alone:>10} {slow:>9}")
     return EXIT_OK
+
+
+#: The command-line flag of each backend option (what an error about the option names).
+_FLAGS = {"timeout_s": "--timeout", "traffic_bin_s": "--traffic-bin", "traffic": "--traffic",
+          "congestion": "--congestion", "name": "--backend", "aware": "--aware"}
+
+
+def _backend_spec(cls: type[B], **values: object) -> B:
+    """The backend options given as flags; a bad value is a SpecError naming the flag."""
+    from pydantic import ValidationError
+
+    from simstudy.spec import spec_error
+
+    try:
+        return cls.model_validate(values)
+    except ValidationError as exc:
+        raise spec_error(exc, values, None, None, cls, fields=_FLAGS) from None
 
 
 def _print_expansion(expansion: Expansion, *, first: int) -> None:
@@ -175,11 +196,41 @@ def _rank_map(path: str | None) -> RankMap | None:
     return load_rank_map(path) if path else None
 
 
+def _analyze_counters(args: argparse.Namespace) -> int:
+    from simstudy.report.counters import render_counter_analysis
+    from simstudy.traffic.counter_features import analyze_counters
+    from simstudy.traffic.counters import load_counters
+
+    c = load_counters(args.path)
+    f = analyze_counters(c)
+    out = Path(args.output) if args.output else (c.path if c.path.is_dir() else c.path.parent) / layout.ANALYSIS_DIR
+    path = render_counter_analysis(f, out, title=c.label, notes=c.warnings)
+    print(f"counters {c.path} ({c.format}): {len(f.ports)} ports, {f.duration_s:.1f} s, a sample every "
+          f"{f.sample_s:.3g} s (steps of {f.grid_s:.3g} s)")
+    for t in f.tiers:
+        period = f"period {t.period_s:.3g} s (strength {t.period_strength:.2f})" if t.period_s == t.period_s else (
+            f"no period (strength {t.period_strength:.2f})")
+        print(f"  tier {t.tier}: {t.ports} ports, {t.bytes / 1e9:,.1f} GB, mean utilisation {t.mean_utilization:.3f}, "
+              f"{period}")
+    for key in f.hottest[:5]:
+        p = f.port(key)
+        print(f"  port {key}: mean utilisation {p.mean_utilization:.3f}, peak {p.peak_utilization:.3f}, period "
+              f"{p.period_s:.3g} s (strength {p.period_strength:.2f})")
+    for w in c.warnings:
+        print(f"  warning: {w}", file=sys.stderr)
+    print(f"  {out / layout.FEATURES}, {path}")
+    return EXIT_OK
+
+
 def _analyze(args: argparse.Namespace) -> int:
     from simstudy.report.traffic import render_analysis
+    from simstudy.traffic.counters import is_counters
     from simstudy.traffic.features import analyze
     from simstudy.traffic.sources import load_traffic
     from simstudy.validate import payload_view
+
+    if is_counters(args.path):
+        return _analyze_counters(args)
 
     source = load_traffic(args.path, rank_map=_rank_map(args.ranks))
     out = Path(args.output) if args.output else source.path / layout.ANALYSIS_DIR
@@ -236,20 +287,47 @@ class _StageBar:
         self.bar.close()
 
 
+def _validate_counters(args: argparse.Namespace) -> int:
+    from simstudy.report.counters import render_counter_validation
+    from simstudy.spec import BackendSpec, SpecError
+    from simstudy.validate import validate_counters
+
+    if not args.spec:
+        raise SpecError(None, "--spec", "switch counters record no scenario: give the one to simulate with --spec")
+    real = Path(args.real)
+    out = Path(args.output) if args.output else (real if real.is_dir() else real.parent) / layout.VALIDATION_DIR
+    bar = _StageBar(3, enabled=not args.quiet)
+    try:
+        v = validate_counters(real, out, spec=args.spec, backend=BackendSpec(name=args.backend, timeout_s=args.timeout),
+                              astra_sim=args.astra_sim, tolerances=_tolerances(args.tolerance), progress=bar)
+    finally:
+        bar.close()
+    path = render_counter_validation(v, out)
+    print(v.report.to_markdown())
+    print(f"report {path}")
+    return EXIT_OK if v.report.passed else EXIT_FAILED
+
+
 def _validate(args: argparse.Namespace) -> int:
     from simstudy.report.traffic import render_validation
     from simstudy.spec import BackendSpec
     from simstudy.traffic.compare import JOB, TRANSPORT
+    from simstudy.traffic.counters import is_counters
     from simstudy.validate import validate
+
+    if is_counters(args.real):
+        return _validate_counters(args)
 
     out = Path(args.output) if args.output else Path(args.real) / layout.VALIDATION_DIR
     judge = (JOB, TRANSPORT) if args.judge_transport else (JOB,)
+    tolerances = _tolerances(args.tolerance)
     try:
         bar = _StageBar(4, enabled=not args.quiet)
         try:
             v = validate(args.real, out, spec=args.spec,
-                         backend=BackendSpec(name=args.backend, timeout_s=args.timeout), astra_sim=args.astra_sim,
-                         tolerances=_tolerances(args.tolerance), skip=args.skip, count=args.count,
+                         backend=_backend_spec(BackendSpec, name=args.backend, timeout_s=args.timeout),
+                         astra_sim=args.astra_sim,
+                         tolerances=tolerances, skip=args.skip, count=args.count,
                          rank_map=_rank_map(args.ranks), judge=judge, progress=bar)
         finally:
             bar.close()
@@ -309,24 +387,39 @@ def _dashboard(args: argparse.Namespace) -> int:
     from simstudy.report.findings import study_findings
 
     path = Path(args.path)
-    kind, data = load(path, findings_for=study_findings)
     out = Path(args.output) if args.output else path / layout.DASHBOARD_HTML
-    page = write(kind, data, out)
-    print(f"{kind} dashboard {page} ({page.stat().st_size / 1e6:.1f} MB)")
-    if args.serve:
-        _serve(page, args.port)
+    server = _server(out.parent, args.port) if args.serve else None  # a port in use fails before any work
+    try:
+        kind, data = load(path, findings_for=study_findings)
+        page = write(kind, data, out)
+        print(f"{kind} dashboard {page} ({page.stat().st_size / 1e6:.1f} MB)")
+        if server is not None:
+            _serve(server, page)
+    finally:
+        if server is not None:
+            server.server_close()
     return EXIT_OK
 
 
-def _serve(page: Path, port: int) -> None:
+def _server(directory: Path, port: int) -> http.server.ThreadingHTTPServer:
+    """An HTTP server of `directory` on 127.0.0.1:`port` (0: any free one), bound, not yet serving."""
     import functools
     import http.server
 
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(page.parent))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
-        print(f"serving http://127.0.0.1:{server.server_address[1]}/{page.name} (Ctrl-C stops)", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            server.serve_forever()
+    from simstudy.spec import SpecError
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+    try:
+        return http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except (OSError, OverflowError) as exc:
+        raise SpecError(None, "--port", f"cannot serve on 127.0.0.1:{port}: {getattr(exc, 'strerror', None) or exc}; "
+                                        "give another port, or --port 0 for any free one") from None
+
+
+def _serve(server: http.server.ThreadingHTTPServer, page: Path) -> None:
+    print(f"serving http://127.0.0.1:{server.server_address[1]}/{page.name} (Ctrl-C stops)", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
 
 
 def _trace(args: argparse.Namespace) -> int:
@@ -385,8 +478,16 @@ def _congestion_option(p: argparse.ArgumentParser, default: str | None) -> None:
                    help=f"{field.description} (default: {fallback})")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (the usage is one `--help` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        text = " ".join(message.split())
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="simstudy", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _Parser(prog="simstudy", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"simstudy {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -415,6 +516,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--system", help="ASTRA-SIM system.json")
     p.add_argument("--remote-memory", help="ASTRA-SIM remote memory JSON")
     p.add_argument("--comm-group", help="ASTRA-SIM communicator group JSON")
+    p.add_argument("--topology", help="simstudy's network as links (topology.json, as `compile` writes it); "
+                                      "default: the network of network.yml")
     p.set_defaults(func=_run)
 
     p = sub.add_parser("sweep", help="run every scenario of a study (resumable) and summarise them")
@@ -446,8 +549,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ranks_help = ("YAML: `ranks` (rank -> ip or ip:port), optional `servers` (ranks) and `control` (endpoints); "
                   "replaces the roles found from the traffic or meta.json")
-    p = sub.add_parser("analyze", help="analyse a capture directory (pcaps) or a run directory")
-    p.add_argument("path", help="capture directory (pcap/pcapng files, meta.json) or run directory")
+    p = sub.add_parser("analyze", help="analyse a capture directory (pcaps), a run directory or switch counters")
+    p.add_argument("path", help="capture directory (pcap/pcapng files, meta.json), run directory, or switch counters "
+                                "(Zhejiang Lab's per-port CSVs, or a CSV of time, device, port, rx_bytes, tx_bytes)")
     p.add_argument("-o", "--output", help="where features.json, plots and analysis.md go (default PATH/analysis)")
     p.add_argument("--ranks", metavar="MAP.yaml", help=ranks_help)
     p.add_argument("--count", default="payload", choices=["payload", "ip"],
@@ -456,7 +560,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_analyze)
 
     p = sub.add_parser("validate", help="simulate a captured job and compare, metric by metric")
-    p.add_argument("--real", required=True, help="capture directory of the real job")
+    p.add_argument("--real", required=True, help="capture directory of the real job, or its switch counters "
+                                                  "(compared with the simulation's link table; needs --spec)")
     p.add_argument("--spec", help="scenario YAML (default: the scenario in the capture's meta.json)")
     p.add_argument("-o", "--output", help="output directory (default REAL/validation)")
     p.add_argument("--backend", default="flowsim", choices=["flowsim", "astrasim"], help="simulator")
@@ -517,12 +622,14 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
     from simstudy.report.chrome_trace import TraceError
     from simstudy.spec import SpecError
     from simstudy.sweep import SweepError
+    from simstudy.traffic.cluster import ClusterError
+    from simstudy.traffic.counters import CountersError
     from simstudy.traffic.meta import MetaError
     from simstudy.traffic.pcap import PcapError
     from simstudy.traffic.sources import SourceError
 
     return (SpecError, CompileError, BundleError, ChakraFormatError, SweepError, PcapError, SourceError,
-            MetaError, FileNotFoundError, DashboardError, TraceError)
+            MetaError, FileNotFoundError, DashboardError, TraceError, ClusterError, CountersError)
 
 
 def _failure_types() -> tuple[type[BaseException], ...]:
@@ -532,6 +639,22 @@ def _failure_types() -> tuple[type[BaseException], ...]:
     return (BackendError, CaptureError)
 
 
+def _say_error(text: str) -> None:
+    """The one line of a failed command, whatever the message holds."""
+    line = " ".join(text.split())
+    print(f"simstudy: error: {line}", file=sys.stderr)
+
+
+def _inputs(args: argparse.Namespace) -> list[str]:
+    """The files and directories a command was given (what an error without a file name is about)."""
+    names = ("spec", "study", "path", "real", "run", "workload", "network", "system", "topology", "paths")
+    given: list[str] = []
+    for name in names:
+        value = getattr(args, name, None)
+        given += [str(v) for v in value] if isinstance(value, list) else [str(value)] if value else []
+    return given or [args.command]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -539,6 +662,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return EXIT_BAD_INPUT
+    from pydantic import ValidationError
+
     try:
         with warnings.catch_warnings():
             from simstudy.traffic.pcap import PcapWarning
@@ -546,11 +671,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.simplefilter("ignore", PcapWarning)  # the commands print them as "warning:" lines
             return func(args)
     except _bad_input_types() as exc:
-        print(f"simstudy: error: {exc}", file=sys.stderr)
+        _say_error(str(exc))
         return EXIT_BAD_INPUT
     except _failure_types() as exc:
-        print(f"simstudy: error: {exc}", file=sys.stderr)
+        _say_error(str(exc))
         return EXIT_FAILED
+    except ValidationError as exc:  # a spec built from inputs elsewhere than a file
+        from simstudy.spec import spec_error
+
+        if os.environ.get("SIMSTUDY_TRACEBACK"):
+            raise
+        _say_error(f"{', '.join(_inputs(args))}: {spec_error(exc, None, None, None)}")
+        return EXIT_BAD_INPUT
+    except (ValueError, OSError) as exc:  # from the inputs, in a place that does not name them
+        if os.environ.get("SIMSTUDY_TRACEBACK"):
+            raise
+        filename = getattr(exc, "filename", None)
+        if filename:
+            _say_error(f"{filename}: {getattr(exc, 'strerror', None) or exc}")
+        else:  # a message that names its input stays as it is
+            text = str(exc)
+            named = any(given in text for given in _inputs(args))
+            _say_error(text if named else f"{', '.join(_inputs(args))}: {text}")
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("simstudy: interrupted; finished runs are kept, run the same command again to resume",
               file=sys.stderr)

@@ -36,7 +36,8 @@ OPTIONAL: dict[str, str] = {
 }
 
 #: The `op` values producers use.
-OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "push", "pull", "p2p", "tcp", "udp", "ip", "control")
+OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "push", "pull", "p2p", "tcp", "udp", "ip", "control",
+       "broadcast")
 
 
 class TrafficTableError(ValueError):

@@ -60,14 +60,30 @@ class Network:
 
     # -- routing -----------------------------------------------------------------------------
 
+    @property
+    def per_flow(self) -> bool:
+        """Whether routes depend on the flow (ECMP hashing flows), not only on the two ends."""
+        return self.topology.routing.per_flow
+
     def route(self, src: int, dst: int, flow: int = 0) -> tuple[int, ...]:
-        """Link ids from host `src` to host `dst` (ECMP picks a path by hashing the flow)."""
+        """Link ids from host `src` to host `dst` (ECMP picks a path by hashing the flow, or only
+        the two ends when the routing hashes pairs)."""
+        paths = self.paths(src, dst)
+        if len(paths) == 1:
+            return paths[0]
+        return paths[self.pick(src, dst, flow, len(paths))]
+
+    def paths(self, src: int, dst: int) -> list[tuple[int, ...]]:
+        """Every path a transfer from `src` to `dst` may take (one unless ECMP has a choice)."""
         paths = self._routes.get((src, dst))
         if paths is None:
             paths = self._routes[(src, dst)] = self._paths(src, dst)
-        if len(paths) == 1:
-            return paths[0]
-        return paths[zlib.crc32(f"{src},{dst},{flow}".encode()) % len(paths)]
+        return paths
+
+    def pick(self, src: int, dst: int, flow: int, n: int) -> int:
+        """Which of `n` equal-cost paths ECMP gives a flow: a hash of (source, destination, flow),
+        with flow 0 for every flow when the routing hashes host pairs."""
+        return zlib.crc32(f"{src},{dst},{flow if self.per_flow else 0}".encode()) % n
 
     def _paths(self, src: int, dst: int) -> list[tuple[int, ...]]:
         routing = self.topology.routing

@@ -11,8 +11,8 @@ from typing import Any
 import pandas as pd
 
 from simstudy import layout
-from simstudy.backends.base import Backend, RunResult
-from simstudy.compile import Bundle
+from simstudy.backends.base import Backend, BackendError, RunResult
+from simstudy.compile import Bundle, BundleError
 from simstudy.compile.atomic import atomic_directory
 from simstudy.linktable import empty_links, write_links
 from simstudy.table import empty_table, read_table, write_table
@@ -84,6 +84,38 @@ def run_to_dir(
         if render is not None:
             render(result, tmp)
     return result
+
+
+def run_input_set(
+    given: Bundle,
+    backend: Backend,
+    out: Path,
+    *,
+    timeout_s: float | None = None,
+    render: Callable[[RunResult, Path], object] | None = None,
+) -> RunResult:
+    """`run_to_dir` on an ASTRA-SIM input set from elsewhere: copied into the run directory's
+    bundle/, and simulated there. An error about one of the copies names the user's file."""
+    copies: dict[str, str] = {}
+
+    def prepare(d: Path) -> Bundle:
+        copied = copy_bundle(given, d)
+        for r in range(given.npus):
+            copies[str(copied.et_path(r))] = str(given.et_path(r))
+        for key in ("network", "system", "remote_memory", "comm_group", "scenario", "topology"):
+            if getattr(copied, key) is not None:
+                copies[str(getattr(copied, key))] = str(getattr(given, key))
+        return copied
+
+    try:
+        return run_to_dir(prepare, backend, out, timeout_s=timeout_s, render=render)
+    except (ValueError, BackendError) as exc:  # the input's errors (ChakraFormatError, BundleError...)
+        text = str(exc)
+        for copy in sorted((c for c in copies if c in text), key=len, reverse=True):
+            text = text.replace(copy, copies[copy])
+        if text == str(exc):
+            raise
+        raise (BackendError if isinstance(exc, BackendError) else BundleError)(text) from None
 
 
 def run_iterations(out: Path) -> int:

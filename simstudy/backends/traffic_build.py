@@ -6,6 +6,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,16 @@ import yaml
 
 from simstudy import chakra
 from simstudy.backends.base import BackendError, empty_spans, make_spans
-from simstudy.backends.patterns import Pattern, chunking, collective_pattern, dimensions_pattern
+from simstudy.backends.patterns import (
+    CollectiveConfig,
+    Pattern,
+    TreeTurns,
+    broadcast_messages,
+    broadcast_root,
+    chunk_messages,
+    chunking,
+    uses_trees,
+)
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compile import Bundle
 from simstudy.compile.attributes import FLOWS_PER_COLLECTIVE, node_meta
@@ -45,43 +55,32 @@ class WorkloadInfo:
     def npus(self) -> int:
         return len(self.nodes)
 
+    @cached_property
+    def collectives(self) -> CollectiveConfig:
+        """What decides every collective's messages (see `patterns`)."""
+        return CollectiveConfig.from_system(self.system, self.dim_sizes())
+
     @property
     def chunks(self) -> int:
-        return max(1, int(self.system.get("preferred-dataset-splits", 1)))
+        return self.collectives.splits
 
     def algorithm(self, kind: str) -> str:
-        impl = self.system.get(f"{kind.replace('_', '-')}-implementation") or ["ring"]
-        return str(impl[0]) if isinstance(impl, list) else str(impl)
+        return self.collectives.algorithm(kind)
 
     def algorithms(self, kind: str) -> list[str]:
         """The configured algorithm of each network dimension."""
-        impl = self.system.get(f"{kind.replace('_', '-')}-implementation") or ["ring"]
-        return [str(a) for a in impl] if isinstance(impl, list) else [str(impl)]
+        return list(self.collectives.algorithms(kind))
 
     @property
     def optimization(self) -> str:
-        return str(self.system.get("collective-optimization", "baseline"))
+        return self.collectives.optimization
 
     def by_dimension(self, kind: str, members: Sequence[int]) -> bool:
-        """True when ASTRA-SIM runs this collective dimension by dimension: a collective of every
-        NPU (not all-to-all) on a network with more than one dimension of several NPUs."""
-        return (len(members) == self.npus and kind != "all_to_all"
-                and sum(1 for d in self.dims if d.npus > 1) > 1)
+        """True when ASTRA-SIM runs this collective dimension by dimension (see `CollectiveConfig`)."""
+        return self.collectives.by_dimension(kind, members)
 
     def dim_sizes(self) -> list[int]:
         return [d.npus for d in self.dims]
-
-    def plan(self, node: Node, rank: int, kind: str) -> tuple[list[int], str]:
-        """The ranks a collective runs on and the algorithm ASTRA-SIM uses for it.
-
-        As ASTRA-SIM's `CommunicatorGroup::get_collective_plan`: a group of every NPU (or none)
-        runs the system config's algorithm on the network's dimensions; any smaller group runs
-        as one ring over its members in the order the comm-group file lists them, whatever the
-        configured algorithm (each ring step goes from a member to the next one)."""
-        members = self.members(node, rank)
-        if len(members) < self.npus:
-            return members, "ring"
-        return members, self.algorithm(kind)
 
     def members(self, node: Node, rank: int) -> list[int]:
         """The ranks a collective node runs on (its `pg_name` group, or all)."""
@@ -277,33 +276,43 @@ def busy_times(info: WorkloadInfo, spans: Spans) -> dict[int, tuple[int, int]]:
 
 
 def build_traffic(info: WorkloadInfo, spans: Spans) -> Any:
-    """The TrafficTable of a run from its node spans (ASTRA-SIM's own timing)."""
+    """The TrafficTable of a run from its node spans (ASTRA-SIM's own timing): each collective's
+    messages (`patterns`) spread evenly over its interval on each rank, each send one transfer."""
     builder = TrafficBuilder()
     by_id = [{n.id: n for n in nodes} for nodes in info.nodes]
-    cache: dict[tuple[str, str, tuple[int, ...], int, int], Pattern] = {}
-    for (rank, node_id), (t0, t1) in sorted(spans.items()):
+    cache: dict[tuple[str, tuple[int, ...], int, int], Pattern] = {}
+    turns = [TreeTurns() for _ in range(info.npus)]  # each rank's trees, in the order it issues collectives
+    for (rank, node_id), (t0, t1) in sorted(spans.items(), key=lambda kv: (kv[0][0], kv[1][0], kv[0][1])):
         node = by_id[rank].get(node_id)
         if node is None:
             continue
         if node.type == NodeType.COMM_COLL_NODE:
-            kind = COLLECTIVE_KIND.get(CollectiveType(int(node.get("comm_type", 0))))
+            ctype = CollectiveType(int(node.get("comm_type", 0)))
+            kind = COLLECTIVE_KIND.get(ctype)
+            if ctype == CollectiveType.BROADCAST:  # ASTRA-SIM waits its duration: its messages over that time
+                members = tuple(info.members(node, rank))
+                src = node.get("comm_src")
+                chain = broadcast_messages(members, int(node.get("comm_size", 0)),
+                                           broadcast_root(members, None if src is None else int(src)))
+                meta = node_meta(node)
+                edges = np.linspace(t0, t1, chain.steps + 1)
+                builder.add_pattern(chain, rank, edges[:-1], edges[1:], flow=meta.flow * FLOWS_PER_COLLECTIVE,
+                                    op=meta.op, iteration=meta.iteration, chunk=0)
+                continue
             if kind is None:
                 continue
-            group, algorithm = info.plan(node, rank, kind)
-            members = tuple(group)
+            members = tuple(info.members(node, rank))
+            group = len(members) < info.npus
             size = int(node.get("comm_size", 0))
             chunk_bytes, chunks = chunking(size, info.chunks, kind, info.npus)
+            trees = uses_trees(info.collectives, kind, members, group)
+            turn = turns[rank].take(kind, chunks) if trees else 0
             patterns: list[Pattern] = []
-            for turn in (0, 1) if algorithm == "doubleBinaryTree" else (0,):  # its two trees take turns
-                key = (kind, algorithm, members, chunk_bytes, turn)
+            for t in (turn, turn + 1) if trees else (0,):  # the two trees take turns, chunk after chunk
+                key = (kind, members, chunk_bytes, t % 2)
                 pattern = cache.get(key)
                 if pattern is None:
-                    if info.by_dimension(kind, members):
-                        pattern = dimensions_pattern(kind, info.algorithms(kind), info.dim_sizes(), chunk_bytes,
-                                                     info.optimization)
-                    else:
-                        pattern = collective_pattern(kind, algorithm, list(members), chunk_bytes, variant=turn)
-                    cache[key] = pattern
+                    pattern = cache[key] = chunk_messages(info.collectives, kind, members, chunk_bytes, group, t)
                 patterns.append(pattern)
             slots = chunks * max(patterns[0].steps, 1)
             edges = np.linspace(t0, t1, slots + 1)

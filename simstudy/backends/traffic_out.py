@@ -237,7 +237,6 @@ class LinksSink(TrafficSink):
         self.nlinks = len(net.capacity)
         self.acc = np.zeros((64, self.nlinks))   # bytes added straight into a bin
         self.diff = np.zeros((65, self.nlinks))  # bytes per bin of the bins a transfer covers whole
-        self.routes: dict[tuple[int, int], tuple[int, ...]] = {}
 
     def _grow(self, bins: int) -> None:
         if bins <= len(self.acc):
@@ -249,18 +248,23 @@ class LinksSink(TrafficSink):
         diff[: len(self.diff)] = self.diff
         self.acc, self.diff = acc, diff
 
-    def _route_table(self, src: NDArray[np.int64], dst: NDArray[np.int64]) -> tuple[NDArray[np.int64],
-                                                                                    NDArray[np.int64]]:
-        """For each transfer, its links: (transfer index, link id) pairs."""
-        key = src * (1 << 32) + dst
-        inv, uniq = pd.factorize(key)
-        lens = np.empty(len(uniq), dtype=np.int64)
+    def _route_table(self, src: NDArray[np.int64], dst: NDArray[np.int64],
+                     flow: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """For each transfer, the links of its route (the flow's path when ECMP hashes flows):
+        (transfer index, link id) pairs."""
+        if self.net.per_flow:
+            uniq_rows, inv = np.unique(np.stack([src, dst, flow], axis=1), axis=0, return_inverse=True)
+            keys = [tuple(row) for row in uniq_rows.tolist()]
+        else:
+            codes, uniq = pd.factorize(src * (1 << 32) + dst)
+            inv = np.asarray(codes)
+            keys = [(k >> 32, k & 0xFFFFFFFF, 0) for k in uniq.tolist()]
+        inv = np.asarray(inv).reshape(-1)
+        lens = np.empty(len(keys), dtype=np.int64)
         flat: list[int] = []
-        for i, k in enumerate(uniq.tolist()):
-            pair = (k >> 32, k & 0xFFFFFFFF)
-            path = self.routes.get(pair)
-            if path is None:
-                path = self.routes[pair] = self.net.route(*pair)
+        route = self.net.route  # the network keeps each pair's paths
+        for i, key in enumerate(keys):
+            path = route(*key)
             lens[i] = len(path)
             flat.extend(path)
         starts = np.concatenate([[0], np.cumsum(lens)])
@@ -281,7 +285,8 @@ class LinksSink(TrafficSink):
         start = np.broadcast_to(np.asarray(t_start_ns, dtype=np.float64), (n,)) / self.bin_ns
         end = np.broadcast_to(np.asarray(t_end_ns, dtype=np.float64), (n,)) / self.bin_ns
         w = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), (n,))
-        idx, link = self._route_table(src, dst)
+        flows = np.broadcast_to(np.asarray(flow, dtype=np.int64), (n,))
+        idx, link = self._route_table(src, dst, flows)
         a, b, w = start[idx], end[idx], w[idx]
         self._grow(int(np.floor(b.max())) + 2)
         ia = np.floor(a).astype(np.int64)

@@ -42,6 +42,7 @@ COLLECTIVE_OP: dict[CollectiveType, str] = {
     CollectiveType.ALL_GATHER: "allgather",
     CollectiveType.REDUCE_SCATTER: "reducescatter",
     CollectiveType.ALL_TO_ALL: "alltoall",
+    CollectiveType.BROADCAST: "broadcast",
 }
 
 _memo: dict[tuple[str, object], Attr] = {}

@@ -63,11 +63,15 @@ def _ring(members: IntArray, steps: int, size: int, only: int | None = None, rev
     return Pattern(step, src, dst, np.full(len(step), size, dtype=np.int64))
 
 
-def _direct(members: IntArray, steps: int, size: int, only: int | None = None) -> Pattern:
+def _direct(members: IntArray, steps: int, size: int, only: int | None = None, reverse: bool = False) -> Pattern:
+    """Every member sends to every other one at every step, in ring order from the next member
+    (the previous one when `reverse`), as ASTRA-SIM's direct algorithm (`AllToAll`) picks them."""
     n = len(members)
-    i, j = np.meshgrid(np.arange(n) if only is None else np.array([only]), np.arange(n), indexing="ij")
-    mask = i != j
-    src1, dst1 = members[i[mask]], members[j[mask]]
+    idx = np.arange(n) if only is None else np.array([only])
+    k = np.arange(1, n)
+    i = np.repeat(idx, n - 1)
+    j = (i - np.tile(k, len(idx))) % n if reverse else (i + np.tile(k, len(idx))) % n
+    src1, dst1 = members[i], members[j]
     step = np.repeat(np.arange(steps, dtype=np.int64), len(src1))
     return Pattern(step, np.tile(src1, steps), np.tile(dst1, steps), np.full(len(step), size, dtype=np.int64))
 
@@ -182,8 +186,8 @@ def _ring_processing(kind: str, n: int, size: int) -> dict[int, int]:
 def _direct_pattern(kind: str, m: IntArray, size: int, only: int | None, reverse: bool) -> Pattern:
     n = len(m)
     if kind == "all_reduce":
-        return _direct(m, 2, max(size // n, 1), only)
-    return _direct(m, 1, size if kind == "all_gather" else max(size // n, 1), only)
+        return _direct(m, 2, max(size // n, 1), only, reverse)
+    return _direct(m, 1, size if kind == "all_gather" else max(size // n, 1), only, reverse)
 
 
 def _direct_processing(kind: str, n: int, size: int) -> dict[int, int]:
@@ -250,8 +254,6 @@ class Algorithm:
         m = np.asarray(members, dtype=np.int64)
         if len(m) < 2:
             return empty_pattern()
-        if kind == "all_to_all" and self.name != "ring":
-            return _direct(m, 1, max(size // len(m), 1), only)
         if kind not in self.kinds:
             raise ValueError(f"{self.astra} implements {', '.join(sorted(self.kinds))}, not {kind}")
         if self.name == "double_binary_tree":
@@ -260,14 +262,12 @@ class Algorithm:
 
     def processing(self, kind: str, n: int, size: int) -> dict[int, int]:
         """Step -> bytes a rank reduces after receiving that step (one chunk of `size` bytes)."""
-        if n < 2 or (kind == "all_to_all" and self.name != "ring"):
+        if n < 2:
             return {}
         return self.process(kind, n, size)
 
     def symmetry_of(self, kind: str) -> str | None:
         """The symmetry of this algorithm's pattern for collective `kind`."""
-        if kind == "all_to_all" and self.name != "ring":
-            return "rotate"
         return self.symmetry
 
 
@@ -277,9 +277,12 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               _ring_pattern, _ring_processing, "rotate"),
     Algorithm("direct", "direct", ("oneDirect",), _ALL, frozenset({"all_reduce", "all_gather", "reduce_scatter"}),
               _direct_pattern, _direct_processing, "rotate"),
-    Algorithm("halving_doubling", "halvingDoubling", ("oneHalvingDoubling",), _ALL, frozenset({"all_reduce"}),
+    # ASTRA-SIM runs no all-to-all with halving-doubling (its ranks never finish).
+    Algorithm("halving_doubling", "halvingDoubling", ("oneHalvingDoubling",),
+              frozenset({"all_reduce", "all_gather", "reduce_scatter"}), frozenset({"all_reduce"}),
               _hd_pattern, _hd_processing, "xor"),
-    # Two trees used in turn, chunk after chunk (variant = the chunk's turn).
+    # Two trees used in turn, chunk after chunk (variant = the chunk's turn). ASTRA-SIM runs an
+    # all-to-all configured with it as the same tree all-reduce (`DoubleBinaryTreeAllReduce`).
     Algorithm("double_binary_tree", "doubleBinaryTree", (), frozenset({"all_reduce", "all_to_all"}),
               frozenset({"all_reduce"}), _dbt_pattern, _dbt_processing, None),
 )}

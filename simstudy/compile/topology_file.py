@@ -19,16 +19,22 @@ from its network.yml (`native_topology`).
 * routing `dimension_order` goes dimension by dimension, innermost first, inside each as ASTRA-SIM
   does (Ring: the shorter way round, clockwise on a tie; Switch: up to the line's switch and down;
   FullyConnected: the direct link); `shortest_path` takes a shortest path in hops, and with
-  `ecmp` one of all of them, chosen by a hash of (source, destination, flow).
+  `ecmp` one of all of them, chosen by a hash of (source, destination, flow) when `ecmp_hash` is
+  `flow` (the default: each flow, i.e. each chunk of a collective or each send, the table's `flow`
+  column, takes its own path, as a fabric hashing the 5-tuples of connections does) or of
+  (source, destination) when it is `pair` (every byte between two hosts takes one path).
+  Both backends route every transfer with that rule, and so does the link table.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
 
 from simstudy.compile.astra_config import ASTRA_DIM, gbps_to_astra
 from simstudy.compile.bundle import BundleError
@@ -52,6 +58,7 @@ FORMAT = "simstudy.topology/1"
 #: ASTRA-SIM's analytical network reads bandwidth in GB/s with GB = 2^30 bytes.
 GIB = 2**30
 DimTopology = Literal["Ring", "Switch", "FullyConnected"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +97,13 @@ class Routing:
     kind: Literal["dimension_order", "shortest_path"]
     dims: tuple[DimRoute, ...] = ()
     ecmp: bool = False
+    #: what ECMP hashes: `flow` (source, destination, flow id) or `pair` (source, destination)
+    ecmp_hash: Literal["flow", "pair"] = "flow"
+
+    @property
+    def per_flow(self) -> bool:
+        """Whether a route depends on the flow (ECMP hashing flows), not only on the two ends."""
+        return self.ecmp and self.ecmp_hash == "flow"
 
 
 @dataclass(frozen=True)
@@ -118,7 +132,7 @@ class NetworkTopology:
             "hosts": self.hosts,
             "switches": list(self.switches),
             "links": [asdict(link) for link in self.links],
-            "routing": {"kind": self.routing.kind, "ecmp": self.routing.ecmp,
+            "routing": {"kind": self.routing.kind, "ecmp": self.routing.ecmp, "ecmp_hash": self.routing.ecmp_hash,
                         "dims": [asdict(d) for d in self.routing.dims]},
         }
 
@@ -141,12 +155,7 @@ class NetworkTopology:
             raise bad("switches", "expected a list of switch names")
         nodes = {f"h{i}" for i in range(hosts)} | set(switches)
         links: list[Link] = []
-        for i, raw in enumerate(data.get("links") or []):
-            try:
-                link = Link(**raw)
-            except TypeError as exc:
-                raise bad(f"links[{i}]", f"expected src, dst, bytes_per_ns, latency_ns[, loss, tier, dim] ({exc})") \
-                    from None
+        for i, link in enumerate(_typed(_LINKS, data.get("links") or [], "links", bad)):
             if link.src not in nodes or link.dst not in nodes:
                 raise bad(f"links[{i}]", f"{link.name} joins a node that is neither a host nor a switch")
             if not link.bytes_per_ns > 0 or link.latency_ns < 0 or not 0 <= link.loss < 1:
@@ -155,10 +164,7 @@ class NetworkTopology:
         raw_routing = data.get("routing")
         if not isinstance(raw_routing, dict) or raw_routing.get("kind") not in ("dimension_order", "shortest_path"):
             raise bad("routing.kind", "expected dimension_order or shortest_path")
-        try:
-            dims = tuple(DimRoute(**d) for d in raw_routing.get("dims") or [])
-        except TypeError as exc:
-            raise bad("routing.dims", f"expected topology, npus and stride per dimension ({exc})") from None
+        dims = tuple(_typed(_DIMS, raw_routing.get("dims") or [], "routing.dims", bad))
         if raw_routing["kind"] == "dimension_order":
             total = 1
             for d in dims:
@@ -167,8 +173,27 @@ class NetworkTopology:
                 total *= d.npus
             if total != hosts:
                 raise bad("routing.dims", f"the dimensions hold {total} NPUs, not {hosts}")
-        routing = Routing(raw_routing["kind"], dims, bool(raw_routing.get("ecmp", False)))
+        ecmp_hash = raw_routing.get("ecmp_hash", "flow")
+        if ecmp_hash not in ("flow", "pair"):
+            raise bad("routing.ecmp_hash", f"expected flow or pair, got {ecmp_hash!r}")
+        routing = Routing(raw_routing["kind"], dims, bool(raw_routing.get("ecmp", False)), ecmp_hash)
         return cls(str(data.get("kind", "")), hosts, tuple(switches), tuple(links), routing)
+
+
+_LINKS: TypeAdapter[list[Link]] = TypeAdapter(list[Link])
+_DIMS: TypeAdapter[list[DimRoute]] = TypeAdapter(list[DimRoute])
+
+
+def _typed(adapter: TypeAdapter[list[T]], raw: Any, where: str, bad: Callable[[str, str], BundleError]) -> list[T]:
+    """`raw` as a list of typed records; a bad one is a BundleError naming the record and its field."""
+    try:
+        return adapter.validate_python(raw)
+    except ValidationError as exc:
+        errors = exc.errors()
+        shown = "; ".join(f"{'.'.join(map(str, (where, *e['loc'])))}: {e['msg']}" for e in errors[:10])
+        more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
+        field, _, what = shown.partition(": ")
+        raise bad(field, what + more) from None
 
 
 def write_topology(path: Path, topology: NetworkTopology) -> None:
@@ -266,6 +291,7 @@ def graph_topology(topo: GraphTopology) -> NetworkTopology:
     n = topo.total_npus
     b = _Builder()
     ecmp = False
+    ecmp_hash: Literal["flow", "pair"] = "flow"
     if isinstance(topo, Star):
         sw = b.switch("s0")
         for i in range(n):
@@ -296,7 +322,7 @@ def graph_topology(topo: GraphTopology) -> NetworkTopology:
     elif isinstance(topo, FatTree):
         k = topo.k
         half = k // 2
-        ecmp = True
+        ecmp, ecmp_hash = True, topo.ecmp
         for i in range(n):
             pod, rest = divmod(i, half * half)
             b.both(f"h{i}", b.switch(f"e{pod}.{rest // half}"), bpns, lat, loss=loss, tier="edge")
@@ -309,10 +335,11 @@ def graph_topology(topo: GraphTopology) -> NetworkTopology:
                     b.both(f"a{pod}.{a}", b.switch(f"c{a}.{c}"), bpns, lat, loss=loss, tier="core")
     elif isinstance(topo, LeafSpine | Clos3 | ClosCsv):
         _tiered(b, topo)
-        ecmp = True
+        ecmp, ecmp_hash = True, topo.ecmp
     else:  # pragma: no cover - exhaustive
         raise ValueError(f"unsupported graph topology {topo!r}")
-    return NetworkTopology(topo.kind, n, tuple(b.switches), tuple(b.links), Routing("shortest_path", ecmp=ecmp))
+    return NetworkTopology(topo.kind, n, tuple(b.switches), tuple(b.links), Routing("shortest_path", ecmp=ecmp,
+                                                                                       ecmp_hash=ecmp_hash))
 
 
 def _tiered(b: _Builder, topo: LeafSpine | Clos3 | ClosCsv) -> None:

@@ -27,7 +27,8 @@ from simstudy.dashboard.data import (
 )
 
 _OP_COLORS = {"allreduce": "#1f77b4", "allgather": "#17becf", "reducescatter": "#9467bd", "alltoall": "#8c564b",
-              "push": "#ff7f0e", "pull": "#2ca02c", "p2p": "#d62728", "tcp": "#7f7f7f", "control": "#bcbd22"}
+              "push": "#ff7f0e", "pull": "#2ca02c", "p2p": "#d62728", "tcp": "#7f7f7f", "control": "#bcbd22",
+              "broadcast": "#e377c2"}
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em}
@@ -200,9 +201,14 @@ def _trace_body(d: TraceData) -> str:
     parts = [_facts(d.facts)]
     fig = go.Figure([go.Scatter(x=_list(t * 1e3), y=_list(r * 8 / 1e9, 4), name=k, mode="lines")
                      for k, (t, r) in d.timelines.items()])
-    fig.update_layout(title="Throughput (1 ms bins)", xaxis_title="time (ms)", yaxis_title="Gbit/s", margin={"t": 40})
+    fig.update_layout(title=f"Throughput ({d.step_label})", xaxis_title="time (ms)", yaxis_title="Gbit/s",
+                      margin={"t": 40})
     parts += ["<h2>Throughput</h2>", _fig_div("throughput", fig)]
-    if d.overlay is not None:
+    if d.ports is not None:
+        parts += ["<h2>Ports</h2>", '<p class="note">Utilisation of the busier direction; a period is the shortest '
+                  "autocorrelation peak of the port's throughput as high as the highest, at 2 steps or more "
+                  "(strength under 0.2: none).</p>", _table(d.ports.round(4), "ports")]
+    elif d.overlay is not None:
         o = d.overlay
         traces = []
         for k, curves in o.each.items():
@@ -217,7 +223,7 @@ def _trace_body(d: TraceData) -> str:
         fig.update_layout(title="Throughput through one iteration, aligned at iteration starts",
                           xaxis_title="time since the iteration's start (ms)", yaxis_title="Gbit/s", margin={"t": 40})
         parts += ["<h2>Per iteration</h2>", _fig_div("per_iteration", fig)]
-    else:
+    elif d.ports is None:
         parts.append('<p class="note">No iteration period was found: no per-iteration overlay.</p>')
     if d.report is not None:
         frame = d.report.to_frame()

@@ -8,15 +8,19 @@ relative to the file that names it (`model: ../workloads/resnet50.yaml`). A bad 
 from __future__ import annotations
 
 import csv
+import difflib
+import re
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from simstudy.spec.base import FieldError
+from simstudy.spec.base import FieldError, Spec
 from simstudy.spec.cluster import Cluster
+from simstudy.spec.paths import path_members, path_step
 from simstudy.spec.scenario import Scenario
 from simstudy.spec.study import Study
 
@@ -157,18 +161,88 @@ def _dotted(loc: Sequence[str | int]) -> str:
     return ".".join(str(p) for p in loc)
 
 
+def _spec_class(title: str) -> type[BaseModel] | None:
+    """The spec class a ValidationError's title names (its root model)."""
+    todo: list[type[BaseModel]] = [Spec]
+    while todo:
+        cls = todo.pop()
+        if cls.__name__ == title:
+            return cls
+        todo += cls.__subclasses__()
+    return None
+
+
+def _tags(model: type[BaseModel]) -> set[str]:
+    """What pydantic calls `model` in the location of an error inside a union: its class name and
+    the values of its literal fields (the discriminator, e.g. `ring` for `kind: ring`)."""
+    out = {model.__name__}
+    for f in model.model_fields.values():
+        if typing.get_origin(f.annotation) is Literal:
+            out |= {str(a) for a in typing.get_args(f.annotation)}
+    return out
+
+
+def _walk(root: type[BaseModel] | None, data: Any, loc: Loc) -> tuple[Loc, list[str], list[Any]]:
+    """pydantic's location of an error as the user's field path (union tags dropped), the field
+    names valid where its last part is (for "did you mean"), and the types the location can hold.
+    Follows the schema of `root`; where that is unknown, guesses from the data."""
+    if root is None:
+        return _user_loc(data, loc), [], []
+    current: list[Any] = [root]
+    out: list[str | int] = []
+    names: list[str] = []
+    parts = [p for p in loc if not (isinstance(p, str) and p.startswith(_WRAPPERS))]
+    i = 0
+    while i < len(parts):
+        part = parts[i]
+        members = [m for a in current for m in path_members(a) if m is not type(None)]
+        if len(members) > 1 and isinstance(part, str):  # a union: pydantic names the member
+            models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel) and part in _tags(m)]
+            others = [m for m in members if not (isinstance(m, type) and issubclass(m, BaseModel))]
+            if models or (others and not any(isinstance(m, type) and issubclass(m, BaseModel) and part in m.model_fields
+                                            for m in members)):
+                current = models or others
+                i += 1
+                continue
+        nexts: list[Any] = []
+        names = []
+        for annotation in members:
+            n, v = path_step(annotation, str(part))
+            nexts += n
+            names += v
+        out.append(part)
+        current = nexts or [Any]
+        i += 1
+    return tuple(out), [n for n in dict.fromkeys(names) if not n.startswith("<")], current
+
+
+def _tag_values(types: Sequence[Any], field: str) -> list[str]:
+    """The values the discriminator `field` takes over the models a location can hold."""
+    out: list[str] = []
+    for m in (m for a in types for m in path_members(a)):
+        if isinstance(m, type) and issubclass(m, BaseModel) and field in m.model_fields:
+            annotation = m.model_fields[field].annotation
+            if typing.get_origin(annotation) is Literal:
+                out += [str(a) for a in typing.get_args(annotation)]
+    return list(dict.fromkeys(out))
+
+
+_WRAPPERS = ("function-", "tagged-union", "chain[", "lax-or-strict", "json-or-python", "nullable[", "default[")
+
+
 def _user_loc(data: Any, loc: Loc) -> Loc:
-    """Drop the segments pydantic adds for union tags, keeping the user's own field path."""
+    """Drop the segments pydantic adds for union tags, keeping the user's own field path (a
+    guess from the data, for errors of a model that is not a spec class)."""
     out: list[str | int] = []
     node = data
-    for part in loc:
+    for n, part in enumerate(loc):
         if isinstance(node, Mapping):
             if part in node:
                 out.append(part)
                 node = node[part]
-            elif isinstance(part, str) and part.startswith(("function-", "tagged-union")):
+            elif isinstance(part, str) and part.startswith(_WRAPPERS):
                 continue
-            elif isinstance(part, str) and ("kind" in node or "zoo" in node or "[" in part):
+            elif isinstance(part, str) and n < len(loc) - 1 and ("kind" in node or "zoo" in node or "[" in part):
                 continue  # a union tag such as 'ring' or 'zoo'
             else:
                 out.append(part)
@@ -184,38 +258,93 @@ def _user_loc(data: Any, loc: Loc) -> Loc:
     return tuple(out)
 
 
-def _message(err: Mapping[str, Any]) -> str:
+def _closest(word: str, candidates: Sequence[str]) -> str | None:
+    found = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _message(err: Mapping[str, Any], *, missing_beside: Sequence[str] = (), known: Sequence[str] = ()) -> str:
+    """One problem in words. An unknown field suggests what was meant: a required field missing
+    beside it (the user wrote `kind` where `type` is wanted), else the closest known field."""
     msg = str(err.get("msg", "invalid value"))
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
             msg = msg[len(prefix) :]
-    if err.get("type") == "extra_forbidden":
-        msg = "unknown field (not allowed here; check the spelling)"
-    elif err.get("type") == "missing":
-        msg = "required field is missing"
-    elif "input" in err and err.get("type") not in ("model_type", "dict_type") and not isinstance(
-        err["input"], Mapping | list
-    ):
+    kind = err.get("type")
+    if kind == "extra_forbidden":
+        name = str(err["loc"][-1]) if err.get("loc") else ""
+        guess = _closest(name, missing_beside) or (missing_beside[0] if len(missing_beside) == 1 else None)
+        guess = guess or _closest(name, known)
+        if guess is not None:
+            msg = f"unknown field; did you mean {guess!r}?"
+        elif known:
+            msg = f"unknown field; expected one of: {', '.join(known)}"
+        else:
+            msg = "unknown field (not allowed here; check the spelling)"
+    elif kind == "missing":
+        msg = msg if msg.startswith("required field") else "required field is missing"
+    elif kind in ("union_tag_invalid", "literal_error"):
+        ctx = err.get("ctx") or {}
+        got = ctx.get("tag", err.get("input"))
+        options = ctx.get("expected_tags") or ctx.get("expected") or ""
+        choices = re.findall(r"'([^']*)'", str(options))
+        guess = _closest(str(got), choices) if isinstance(got, str) else None
+        msg = f"{got!r} is not one of {', '.join(map(repr, choices))}" if choices else msg
+        if guess is not None:
+            msg += f"; did you mean {guess!r}?"
+    elif ("input" in err and kind not in ("model_type", "dict_type") and not isinstance(err["input"], Mapping | list)
+          and repr(err["input"]) not in msg):
         msg += f" (got {err['input']!r})"
     return msg
 
 
-def spec_error(exc: ValidationError, data: Any, origins: _Origins | None, file: Path | None) -> SpecError:
-    """Turn a pydantic ValidationError into one SpecError naming file and field."""
-    errors = exc.errors()
-    first = errors[0]
-    loc = _user_loc(data, tuple(first["loc"]))
-    cause = (first.get("ctx") or {}).get("error")
-    if isinstance(cause, FieldError):
-        loc = (*loc, *cause.field.split("."))
-    where: Path | None = file
-    inner = loc
-    if origins is not None:
-        where, inner = origins.locate(loc)
-    msg = _message(first)
-    if len(errors) > 1:
-        msg += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    return SpecError(where, _dotted(inner) or "(top level)", msg)
+def _consequence(err: Mapping[str, Any], errors: Sequence[Mapping[str, Any]]) -> bool:
+    """An error that only follows from others: a tuple 'too short' after its items failed."""
+    loc = tuple(err["loc"])
+    return err.get("type") in ("too_short", "too_long") and any(
+        len(o["loc"]) > len(loc) and tuple(o["loc"][: len(loc)]) == loc for o in errors)
+
+
+def spec_error(exc: ValidationError, data: Any, origins: _Origins | None, file: Path | None,
+               root: type[BaseModel] | None = None, fields: Mapping[str, str] | None = None) -> SpecError:
+    """Turn a pydantic ValidationError into one SpecError naming the file and the field of every
+    problem, on one line: the first is the error's file and field, the others follow after `;`.
+    `fields` renames fields (e.g. to the command-line flags that set them)."""
+    root = root or _spec_class(exc.title)
+    errors = [e for e in exc.errors() if not _consequence(e, exc.errors())]
+    walked = [_walk(root, data, tuple(e["loc"])) for e in errors]
+    missing: dict[Loc, list[str]] = {}
+    for e, (loc, _, _) in zip(errors, walked, strict=True):
+        if e.get("type") == "missing" and loc:
+            missing.setdefault(loc[:-1], []).append(str(loc[-1]))
+    problems: list[tuple[Path | None, str, str]] = []
+    for e, (loc, known, types) in zip(errors, walked, strict=True):
+        ctx = e.get("ctx") or {}
+        cause = ctx.get("error")
+        if isinstance(cause, FieldError):
+            loc = (*loc, *cause.field.split("."))
+        if e.get("type") == "union_tag_not_found":  # `kind: ...` left out: name it and what it can be
+            field = str(ctx.get("discriminator", "kind")).strip("'\"")
+            tags = _tag_values(types, field)
+            loc = (*loc, field)
+            e = {**e, "type": "missing", "msg": ""}
+            if tags:
+                e["msg"] = f"required field is missing; expected one of {', '.join(map(repr, tags))}"
+        where: Path | None = file
+        inner = loc
+        if origins is not None:
+            where, inner = origins.locate(loc)
+        msg = _message(e, missing_beside=missing.get(loc[:-1], []), known=known)
+        dotted = _dotted(inner)
+        if fields is not None:
+            dotted = fields.get(dotted, dotted)
+        problem = (where, dotted or "(top level)", msg)
+        if problem not in problems:
+            problems.append(problem)
+    first_file, first_field, text = problems[0]
+    for where, field, msg in problems[1:]:
+        text += f"; {f'{where}: ' if where != first_file and where is not None else ''}{field}: {msg}"
+    return SpecError(first_file, first_field, text)
 
 
 def validate_as(cls: type[M], data: Any, *, file: str | Path | None = None, origins: _Origins | None = None) -> M:
@@ -227,7 +356,7 @@ def validate_as(cls: type[M], data: Any, *, file: str | Path | None = None, orig
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
-        raise spec_error(exc, data, origins, Path(file) if file else None) from None
+        raise spec_error(exc, data, origins, Path(file) if file else None, cls) from None
 
 
 def load_spec(cls: type[M], path: str | Path) -> M:

@@ -50,6 +50,10 @@ def _step(annotation: Any, part: str) -> tuple[list[Any], list[str]]:
     return nexts, names
 
 
+#: The alternatives of a type, and the types one step of a path leads to (for error messages).
+path_members, path_step = _members, _step
+
+
 def check_path(root: type[BaseModel], path: str) -> None:
     """Raise ValueError unless `path` (dot-separated; list items by index) names a field that a
     `root` can have, in any of the forms its unions allow."""

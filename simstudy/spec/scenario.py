@@ -104,6 +104,11 @@ class Scenario(Spec):
             raise FieldError("parallelism.aggregation.algorithm",
                              f"halving_doubling all-reduce needs a power-of-two number of data-parallel ranks, "
                              f"not dp = {dp}")
+        p = self.parallelism
+        if isinstance(agg, AllReduce) and agg.algorithm == "double_binary_tree" and p.tp == p.pp == 1 and dp & (dp - 1):
+            raise FieldError("parallelism.aggregation.algorithm",
+                             f"double_binary_tree all-reduce over every rank needs a power-of-two number of ranks "
+                             f"(ASTRA-SIM's two trees span 2^k ranks), not dp = {dp}")
         m = self.parallelism.microbatches
         gas = self.parallelism.grad_accumulation_steps
         batch = self.training.batch_size_per_worker

@@ -19,6 +19,8 @@ from pydantic import Field, model_validator
 from simstudy.spec.base import FieldError, Spec
 
 DimType = Literal["ring", "fully_connected", "switch"]
+#: What ECMP hashes to choose among equal-cost paths (see `_Ecmp.ecmp`).
+EcmpHash = Literal["flow", "pair"]
 
 
 class _Link(Spec):
@@ -107,6 +109,17 @@ class _Graph(_Link):
         return "switch", self.latency_ns
 
 
+class _Ecmp(Spec):
+    """A graph with several equal-cost paths between hosts, one picked per flow or per host pair."""
+
+    ecmp: EcmpHash = Field(
+        default="flow",
+        description="what ECMP hashes to pick one of the equal-cost paths: flow (source, destination and "
+        "flow id: each chunk of a collective and each send is a flow, as a fabric hashing connections "
+        "sees them) or pair (source and destination: every byte between two hosts takes one path)",
+    )
+
+
 class Star(_Graph):
     """Hosts on one central switch, one link each."""
 
@@ -158,7 +171,7 @@ class BinaryTreeStar(_Graph):
         return self.npus
 
 
-class FatTree(_Graph):
+class FatTree(_Graph, _Ecmp):
     """A k-ary fat-tree (k pods, k^3/4 hosts at most); ECMP over equal-cost paths."""
 
     kind: Literal["fat_tree"] = "fat_tree"
@@ -180,7 +193,7 @@ class FatTree(_Graph):
         return self
 
 
-class _Tiered(_Graph):
+class _Tiered(_Graph, _Ecmp):
     """A cluster of hosts with several GPUs each, joined by tiers of switches.
 
     Every GPU is an NPU (numbered host by host: host h holds NPUs h*gpus_per_host ...). The GPUs of

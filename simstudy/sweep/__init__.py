@@ -8,8 +8,6 @@ invalid combinations and why) and `study.json` (the study as run).
 from __future__ import annotations
 
 import json
-import shutil
-import socket
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -20,7 +18,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from simstudy import layout
-from simstudy.compile.atomic import temp_owner
+from simstudy.compile.atomic import TempOwner, gone_on_this_host, recover_all
 from simstudy.spec import Study
 from simstudy.sweep.executors import (
     DaskExecutor,
@@ -101,35 +99,23 @@ class SweepResult:
         return self.out / layout.RUNS_DIR / key
 
 
-def _running(pid: int) -> bool:
-    """Whether process `pid` of this machine still runs (a killed one may linger as a zombie
-    until it is reaped: it runs no more)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[:1] not in (["Z"], ["X"])
-
-
 def _remove_stale(runs: Path) -> None:
-    """Remove temporary run directories whose writer no longer runs: a process of this host that
-    ended, or a SLURM job that SLURM no longer lists. Those of other hosts' processes, and of SLURM
-    jobs when SLURM cannot be asked, are left alone."""
+    """Recover what writers that no longer run left in `runs` (`recover_all`): a run directory one
+    of them had moved aside goes back in place, temporary ones are removed. A writer no longer
+    runs when it is a process of this host that ended, or a SLURM job that SLURM no longer lists;
+    those of other hosts' processes, and of SLURM jobs when SLURM cannot be asked, are left alone."""
     asked = False
     jobs: set[str] | None = None
-    host = socket.gethostname()
-    for tmp in runs.glob(".*.tmp-*"):
-        owner = temp_owner(tmp.name)
-        if owner is None:
-            continue
-        if owner.slurm_job is not None:
-            if not asked:
-                jobs, asked = live_slurm_jobs(), True
-            stale = jobs is not None and owner.slurm_job not in jobs
-        else:
-            stale = owner.host == host and not _running(owner.pid)
-        if stale:
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    def gone(owner: TempOwner) -> bool:
+        nonlocal asked, jobs
+        if owner.slurm_job is None:
+            return gone_on_this_host(owner)
+        if not asked:
+            jobs, asked = live_slurm_jobs(), True
+        return jobs is not None and owner.slurm_job not in jobs
+
+    recover_all(runs, gone)
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -103,6 +103,8 @@ class BaselineReport:
     newly_failed: list[dict[str, Any]] = field(default_factory=list)
     compared: int = 0
     metrics: list[str] = field(default_factory=list)
+    #: Metrics of the baseline that the current summary no longer has (a regression of its own).
+    lost_metrics: list[str] = field(default_factory=list)
 
     @property
     def moved(self) -> list[Change]:
@@ -110,7 +112,7 @@ class BaselineReport:
 
     @property
     def passed(self) -> bool:
-        return not self.moved and not self.missing and not self.newly_failed
+        return not self.moved and not self.missing and not self.newly_failed and not self.lost_metrics
 
     def lines(self) -> list[str]:
         """A human-readable account: what moved beyond tolerance, what changed within it."""
@@ -119,11 +121,13 @@ class BaselineReport:
             flag = "MOVED" if c.moved else "within tolerance"
             out.append(f"  {flag}: {_params(c.params)} {c.metric}: {c.baseline:.6g} -> {c.current:.6g} "
                        f"(changed {c.relative:.3%}, tolerance {c.tolerance:.3%})")
+        out += [f"  MISSING metric (in the baseline, not in this sweep's summary): {m}" for m in self.lost_metrics]
         out += [f"  MISSING (in the baseline, not in this sweep): {_params(p)}" for p in self.missing]
         out += [f"  FAILED now (ok in the baseline): {_params(p)}" for p in self.newly_failed]
         out += [f"  new (not in the baseline): {_params(p)}" for p in self.added]
         out.append("baseline: PASSED" if self.passed else f"baseline: FAILED ({len(self.moved)} metrics moved, "
-                   f"{len(self.missing)} missing, {len(self.newly_failed)} newly failed)")
+                   f"{len(self.lost_metrics)} metrics missing, {len(self.missing)} scenarios missing, "
+                   f"{len(self.newly_failed)} newly failed)")
         return out
 
 
@@ -146,14 +150,21 @@ def _relative(old: float, new: float) -> float:
 
 
 def compare_baseline(current: pd.DataFrame, baseline: pd.DataFrame, spec: Baseline) -> BaselineReport:
-    """Compare two summaries scenario by scenario (matched on the swept values), metric by metric."""
+    """Compare two summaries scenario by scenario (matched on the swept values), metric by metric.
+
+    A metric of the baseline that the current summary lacks fails the check (`lost_metrics`): a
+    measurement that disappeared is a regression, not something to skip. A metric named in
+    `spec.metrics` that the baseline lacks is bad input (`SweepError`)."""
     params = param_columns(current)
     if param_columns(baseline) != params:
         raise SweepError(f"the baseline sweeps {param_columns(baseline)}, this study sweeps {params}")
-    metrics = spec.metrics or [m for m in metric_columns(baseline) if m in current.columns]
-    unknown = [m for m in metrics if m not in current.columns or m not in baseline.columns]
+    wanted = spec.metrics or metric_columns(baseline)
+    unknown = [m for m in wanted if m not in baseline.columns]
     if unknown:
-        raise SweepError(f"baseline metrics not in both summaries: {', '.join(unknown)}")
+        raise SweepError(f"baseline.metrics: not in the baseline summary: {', '.join(unknown)} "
+                         f"(it has {', '.join(metric_columns(baseline)) or 'no metrics'})")
+    lost = [m for m in wanted if m not in current.columns]
+    metrics = [m for m in wanted if m in current.columns]
     cur, old = _rows_by_params(current, params), _rows_by_params(baseline, params)
     changes: list[Change] = []
     missing: list[dict[str, Any]] = []
@@ -174,4 +185,4 @@ def compare_baseline(current: pd.DataFrame, baseline: pd.DataFrame, spec: Baseli
             if rel > 0:
                 changes.append(Change(label, m, float(base_row[m]), float(row[m]), rel, spec.tolerance_of(m)))
     added = [dict(zip(params, k, strict=True)) for k in cur if k not in old]
-    return BaselineReport(changes, missing, added, failed, compared, list(metrics))
+    return BaselineReport(changes, missing, added, failed, compared, list(metrics), lost)

@@ -113,6 +113,9 @@ META = layout.META
 SIM_MARKERS = (layout.RUN_JSON, layout.RECORD)
 
 
+class ClusterError(ValueError):
+    """Items that cannot be clustered, or a directory that holds none: names the path or the knob."""
+
 @dataclass(frozen=True)
 class Item:
     """One thing to cluster: a simulated run or a captured job, by its feature scalars."""
@@ -311,25 +314,25 @@ def cluster(
 
     `k=None` chooses k in 2 .. min(`MAX_K`, n - 1) by the best silhouette; with fewer than
     `MIN_ITEMS_TO_CHOOSE` items, or when every item has the same features, there is one cluster
-    (the `note` says why). Raises ValueError when there are no items, names repeat, no feature
+    (the `note` says why). Raises ClusterError when there are no items, names repeat, no feature
     has a value in any item, or `k` is not in 1 .. n.
     """
     items = tuple(items)
     if not items:
-        raise ValueError("nothing to cluster: no items")
+        raise ClusterError("nothing to cluster: no items")
     names = [it.name for it in items]
     if len(set(names)) < len(names):
         repeated = sorted({x for x in names if names.count(x) > 1})
-        raise ValueError(f"item names must be unique; repeated: {repeated}")
+        raise ClusterError(f"item names must be unique; repeated: {repeated}")
     features = tuple(features)
     if not features:
-        raise ValueError("no features to cluster on")
+        raise ClusterError("no features to cluster on")
     n = len(items)
     if k is not None and not 1 <= k <= n:
-        raise ValueError(f"k must be between 1 and the number of items ({n}), got {k}")
+        raise ClusterError(f"k must be between 1 and the number of items ({n}), got {k}")
     used, dropped, imputed, values = _prepare(items, features)
     if not used and all("missing" in why or "not a scalar" in why for why in dropped.values()):
-        raise ValueError(
+        raise ClusterError(
             f"no usable features: none of {list(features)} has a value in any of the {n} items "
             f"({'; '.join(f'{f}: {why}' for f, why in dropped.items())})")
     matrix = _standardize(values)
@@ -338,7 +341,7 @@ def cluster(
     if k is not None:
         note = f"k={k} given"
         if k > distinct:
-            raise ValueError(f"k={k} but the items have only {distinct} distinct feature vectors")
+            raise ClusterError(f"k={k} but the items have only {distinct} distinct feature vectors")
     elif n < MIN_ITEMS_TO_CHOOSE:
         k, note = 1, f"{n} item{'s' if n != 1 else ''}: too few to choose k (needs {MIN_ITEMS_TO_CHOOSE}): one cluster"
     elif not used or distinct == 1:
@@ -399,7 +402,7 @@ def _dir_scalars(d: Path) -> dict[str, float]:
         try:
             return Features.from_json(json.loads(f.read_text(encoding="utf-8"))).scalars()
         except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{f}: not a readable features document: {exc}") from exc
+            raise ClusterError(f"{f}: not a readable features document: {exc}") from exc
     return analyze(read_table(d / TRAFFIC)).scalars()
 
 
@@ -413,7 +416,7 @@ def _sweep_items(d: Path) -> list[Item]:
     frame = pd.read_parquet(d / SUMMARY)
     need = {"index", "key", "status"}
     if not need <= set(frame.columns):
-        raise ValueError(f"{d / SUMMARY}: not a sweep summary (needs columns {sorted(need)})")
+        raise ClusterError(f"{d / SUMMARY}: not a sweep summary (needs columns {sorted(need)})")
     params = _param_columns(frame)
     cols = [str(c) for c in frame.columns]
     metrics = [c for c in cols[cols.index("key") + 1 :] if pd.api.types.is_numeric_dtype(frame[c])
@@ -430,7 +433,7 @@ def _sweep_items(d: Path) -> list[Item]:
         if not from_summary:
             run = d / layout.RUNS_DIR / key
             if not ((run / FEATURES_JSON).is_file() or (run / TRAFFIC).is_file()):
-                raise ValueError(f"{d}: the summary has no traffic features and {run} has neither "
+                raise ClusterError(f"{d}: the summary has no traffic features and {run} has neither "
                                  f"{FEATURES_JSON} nor {TRAFFIC}")
             values.update(_dir_scalars(run))
         scalars[key] = values
@@ -447,7 +450,7 @@ def _kind(d: Path) -> str | None:
     if _features_file(d) is not None or (d / TRAFFIC).is_file():
         return "run"
     if _has_captures(d):
-        raise ValueError(f"{d}: a capture directory that has not been analysed (no {FEATURES_JSON} in it or in "
+        raise ClusterError(f"{d}: a capture directory that has not been analysed (no {FEATURES_JSON} in it or in "
                          f"{ANALYSIS}/): run `simstudy analyze {d}` first")
     return None
 
@@ -494,21 +497,21 @@ def load_items(paths: Iterable[str | Path]) -> list[Item]:
     source "real"; see `_source` for the exact rule), such an `analysis/` directory itself (named
     after its parent), or a directory whose subdirectories are any of these (e.g. `captures/`, one
     per experiment). Names repeated across paths get the name of their top directory in front
-    ("<dir>/<name>"). Raises ValueError naming the path when it is none of these, or when it holds
+    ("<dir>/<name>"). Raises ClusterError naming the path when it is none of these, or when it holds
     a capture directory that has not been analysed.
     """
     groups: list[tuple[Path, list[Item]]] = []
     for p in paths:
         d = Path(p)
         if not d.is_dir():
-            raise ValueError(f"{d}: no such directory; expected {_EXPECTED}")
+            raise ClusterError(f"{d}: no such directory; expected {_EXPECTED}")
         kind = _kind(d)
         items = _items_of(d, kind)
         if kind is None:
             for sub in sorted(x for x in d.iterdir() if x.is_dir()):
                 items.extend(_items_of(sub, _kind(sub)))
             if not items:
-                raise ValueError(f"{d}: unknown layout; expected {_EXPECTED}")
+                raise ClusterError(f"{d}: unknown layout; expected {_EXPECTED}")
         groups.append((d, items))
     count: dict[str, int] = {}
     for _, items in groups:

@@ -35,3 +35,46 @@ def bundle(tmp: Path, topology: str, npus: int, size: int, *, groups: dict[str, 
         group_file = tmp / "groups.json"
         group_file.write_text(json.dumps(groups))
     return Bundle(tmp / "ar", tmp / "network.yml", tmp / "system.json", comm_group=group_file)
+
+
+TYPES = {"all_reduce": CollectiveType.ALL_REDUCE, "all_gather": CollectiveType.ALL_GATHER,
+         "reduce_scatter": CollectiveType.REDUCE_SCATTER, "all_to_all": CollectiveType.ALL_TO_ALL,
+         "broadcast": CollectiveType.BROADCAST}
+
+
+def collective_node(node_id: int, kind: str, size: int, *, deps: tuple[int, ...] = (),
+                    group: str | None = None) -> Node:
+    """A collective node as ASTRA-SIM's microbenchmarks write it (no simstudy attributes)."""
+    attrs = [chakra.is_cpu_op(False), chakra.comm_type(TYPES[kind]), chakra.comm_size(size)]
+    if group is not None:
+        attrs.append(chakra.pg_name(group))
+    return Node(node_id, f"{kind}{node_id}", NodeType.COMM_COLL_NODE, data_deps=list(deps), attrs=attrs)
+
+
+def write_bundle(out: Path, dims: list[tuple[str, int, float, float]], traces: list[list[Node]], *,
+                 algorithm: str | list[str] = "ring", active: int = 1, splits: int = 1,
+                 optimization: str = "baseline", groups: dict[str, list[int]] | None = None,
+                 topology: dict[str, object] | None = None) -> Bundle:
+    """A bundle of the given per-rank traces on ASTRA-SIM dimensions (topology, NPUs, GiB/s, ns),
+    every collective configured with `algorithm` (one, or one per dimension); `topology` is a
+    topology.json to write beside it."""
+    out.mkdir(parents=True)
+    for r, nodes in enumerate(traces):
+        chakra.write_trace(chakra.trace_path(out / "w", r), GlobalMetadata(), nodes)
+    cols = {"topology": [d[0] for d in dims], "npus_count": [d[1] for d in dims],
+            "bandwidth": [d[2] for d in dims], "latency": [d[3] for d in dims]}
+    (out / "network.yml").write_text("".join(f"{k}: [ {', '.join(map(str, v))} ]\n" for k, v in cols.items()))
+    algos = [algorithm] * len(dims) if isinstance(algorithm, str) else algorithm
+    (out / "system.json").write_text(json.dumps({
+        "scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": active,
+        "preferred-dataset-splits": splits, "all-reduce-implementation": algos,
+        "all-gather-implementation": algos, "reduce-scatter-implementation": algos,
+        "all-to-all-implementation": algos, "collective-optimization": optimization, "local-mem-bw": MEM_BW}))
+    group_file = topo_file = None
+    if groups:
+        group_file = out / "groups.json"
+        group_file.write_text(json.dumps(groups))
+    if topology is not None:
+        topo_file = out / "topology.json"
+        topo_file.write_text(json.dumps(topology))
+    return Bundle(out / "w", out / "network.yml", out / "system.json", comm_group=group_file, topology=topo_file)

@@ -16,7 +16,7 @@ import pytest
 
 from simstudy import layout
 from simstudy.backends import FlowsimBackend, RunResult, traffic_out, write_run
-from simstudy.backends.flowsim import engine as flowsim_engine
+from simstudy.backends.flowsim import DEFAULT, FULL, Shortcuts
 from simstudy.backends.network import Network
 from simstudy.compile import Bundle, compile_scenario
 from simstudy.compile.topology_file import read_topology
@@ -100,28 +100,28 @@ def test_every_mode_counts_the_same_transfers(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [layout.RUN_JSON, layout.SPANS]
 
 
-def _run(bundle: Bundle, out: Path) -> RunResult:
-    return FlowsimBackend(congestion="aware").run(bundle, out)
+def _run(bundle: Bundle, out: Path, shortcuts: Shortcuts = DEFAULT) -> RunResult:
+    return FlowsimBackend(congestion="aware", shortcuts=shortcuts).run(bundle, out)
 
 
-def test_identical_ranks_are_simulated_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Data parallelism on a ring: every rank runs the same trace and every collective finishes for
-    all at once, so rank 0 stands for all; the result is the same as simulating every rank."""
+@pytest.mark.parametrize("other", [Shortcuts(identical_ranks=False), FULL], ids=["every_rank", "full"])
+def test_identical_ranks_are_simulated_once(other: Shortcuts, tmp_path: Path) -> None:
+    """Data parallelism on a switch: every rank runs the same trace and every collective finishes
+    for all at once, so rank 0 stands for all; the result is the same as simulating every rank
+    (with the other shortcuts, and with none)."""
     _, bundle = compiled(SPEC, tmp_path)
     once = _run(bundle, tmp_path / "once")
     assert once.details["identical_ranks"]
-    monkeypatch.setattr(flowsim_engine, "identical_ranks", lambda *a: False)
-    from simstudy.backends import flowsim
-
-    monkeypatch.setattr(flowsim, "identical_ranks", lambda *a: False)
-    every = _run(bundle, tmp_path / "every")
+    every = _run(bundle, tmp_path / "every", other)
     assert not every.details["identical_ranks"]
     assert once.ranks == every.ranks
     assert _sorted(once.traffic).equals(_sorted(every.traffic))
     cols = ["rank", "node", "start_ns", "end_ns"]
-    assert once.spans.sort_values(cols)[cols].reset_index(drop=True).equals(
-        every.spans.sort_values(cols)[cols].reset_index(drop=True))
-    assert (once.spans["name"].astype(str).to_numpy() == once.spans["name"].astype(str).to_numpy()).all()
+    a = once.spans.sort_values(cols).reset_index(drop=True)
+    b = every.spans.sort_values(cols).reset_index(drop=True)
+    assert a[cols].equals(b[cols])
+    for col in ("name", "kind"):
+        assert (a[col].astype(str).to_numpy() == b[col].astype(str).to_numpy()).all()
 
 
 def test_progress_is_fed_by_the_fraction_of_nodes_done(tmp_path: Path) -> None:

@@ -118,13 +118,20 @@ def test_validate_a_capture(tmp_path: Path) -> None:
 
     out = tmp_path / "ddp"
     capture(_spec("ddp2v", {"dp": 2}, link={"rate_mbit": 200}), out)
-    code = main(["validate", "--real", str(out), "-o", str(tmp_path / "v")])
-    assert code in (0, 1)
+    # Judged on what the simulation must get right whatever the machine's load: the bytes, who
+    # talks to whom, the connections. The timing (period, throughput, duty cycle) follows the
+    # compute times measured on this shared 2-core machine: 20% off in both directions on two runs
+    # here, so it is reported, and checked below only for gross errors.
+    timing = ("period_s", "throughput_mean_bps", "duty_cycle_iteration")
+    skips = [a for m in timing for a in ("--skip", m)]
+    code = main(["validate", "--real", str(out), "-o", str(tmp_path / "v"), *skips])
+    assert code == 0  # PASS
     report = json.loads((tmp_path / "v" / "features_real.json").read_text())
     sim = json.loads((tmp_path / "v" / "features_simulated.json").read_text())
     real_b = report["bytes_per_iteration"]["mean"]
     sim_b = sim["bytes_per_iteration"]["mean"]
     assert abs(real_b / sim_b - 1) < 0.02
+    assert 0.5 < report["period"]["period_s"] / sim["period"]["period_s"] < 2
 
 
 def test_loopback_maps_ranks_by_port(tmp_path: Path) -> None:
@@ -161,13 +168,18 @@ def test_ctrl_c_removes_everything(tmp_path: Path) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        if sum(line.startswith(prefix) for line in out.splitlines()) >= 3:
+        if sum(line.startswith(prefix) for line in out.splitlines()) >= 3:  # two hosts and the switch
             break
+        if proc.poll() is not None:
+            pytest.fail(f"the capture ended before its testbed was up: {proc.communicate()[0]}")
         time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail(f"the testbed's namespaces ({prefix}*) never appeared: nothing to interrupt")
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=60)
-    assert proc.returncode != 0
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "simstudy: interrupted" in output, output  # Ctrl-C, not a crash
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not [line for line in out.splitlines() if line.startswith(prefix)]
     assert not (tmp_path / "c").exists()

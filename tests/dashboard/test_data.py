@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +18,15 @@ from simstudy.table import read_table
 from tests.dashboard.conftest import cli
 
 
-def test_each_directory_is_recognised(dirs: dict[str, Path]) -> None:
+def test_each_directory_is_recognised(dirs: dict[str, Path], tmp_path: Path) -> None:
     for kind in ("study", "run", "capture", "validation"):
         assert detect(dirs[kind])[0] == kind
-    assert detect(dirs["root"] / "cap") == ("validation", dirs["root"] / "cap" / "validation") or \
-        detect(dirs["root"] / "cap")[0] in ("capture", "validation")
+    # pcaps and meta.json, validated into another directory (-o val): a capture
+    assert detect(dirs["root"] / "cap") == ("capture", dirs["root"] / "cap")
+    # validated into its own validation/ (validate's default): the validation
+    shutil.copytree(dirs["root"] / "cap", tmp_path / "cap")
+    shutil.copytree(dirs["validation"], tmp_path / "cap" / "validation")
+    assert detect(tmp_path / "cap") == ("validation", tmp_path / "cap" / "validation")
     with pytest.raises(DashboardError, match="none of the four kinds"):
         detect(dirs["root"])
     with pytest.raises(DashboardError, match="not a directory"):

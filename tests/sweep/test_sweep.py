@@ -68,6 +68,29 @@ def test_sweep_runs_every_point_then_reuses_them(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(_stable(again.summary), _stable(s))
 
 
+def test_a_run_moved_aside_by_a_killed_writer_is_put_back_by_the_next_sweep(tmp_path: Path) -> None:
+    """A writer killed between moving a finished run aside and renaming its own into place left
+    `.KEY.old-HOST-PID` (whole) and `.KEY.tmp-HOST-PID`: the next sweep puts the old run back and
+    reuses it, and removes everything else a dead writer left (`.del-` being deleted, `.tmp-`)."""
+    import socket
+
+    path = _write(tmp_path)
+    study = load_study(path)
+    first = run_study(study, path, tmp_path / "out", executor=LocalExecutor(2), progress=False)
+    runs = tmp_path / "out" / "runs"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    owner = f"{socket.gethostname()}-{dead.pid}"
+    keys = list(first.summary["key"])
+    (runs / keys[0]).rename(runs / f".{keys[0]}.old-{owner}")
+    (runs / f".{keys[0]}.tmp-{owner}").mkdir()
+    shutil.copytree(runs / keys[1], runs / f".{keys[1]}.old-{owner}")  # killed before deleting it
+    (runs / f".{keys[2]}.del-{owner}").mkdir()
+    again = run_study(study, path, tmp_path / "out", executor=LocalExecutor(2), progress=False)
+    assert again.summary["cached"].all()  # nothing lost, nothing redone
+    assert sorted(p.name for p in runs.iterdir()) == sorted(keys)
+
+
 def test_all_reduce_bytes_follow_the_ring_formula(tmp_path: Path) -> None:
     """Ring all-reduce: every rank sends 2 (N-1)/N of the gradient bytes per iteration."""
     path = _write(tmp_path)
@@ -256,12 +279,14 @@ def test_regression_study_matches_the_committed_baseline(repo: Path, tmp_path: P
     assert set(metric_columns(moved)) >= {"iteration_ms", "bytes_per_iter"}
     moved.loc[3, "iteration_ms"] *= 1.01
     moved = moved.drop(index=5)
+    moved["gone_ms"] = 1.0  # a metric this sweep no longer measures
     moved.to_parquet(tmp_path / "moved.parquet")
     proc = _cli("sweep", str(repo / "specs" / "regression_small.yaml"), "-o", str(tmp_path / "reg"), "--quiet",
                 "--baseline", str(tmp_path / "moved.parquet"), "--no-report", cwd=tmp_path)
     assert proc.returncode == 1
     assert "MOVED" in proc.stdout and "iteration_ms" in proc.stdout and "changed 0.990%" in proc.stdout
     assert "new (not in the baseline)" in proc.stdout
+    assert "MISSING metric (in the baseline, not in this sweep's summary): gone_ms" in proc.stdout
 
 
 def test_features_are_added_to_runs_finished_without_them(tmp_path: Path) -> None:
@@ -280,7 +305,7 @@ def test_features_are_added_to_runs_finished_without_them(tmp_path: Path) -> Non
 def test_a_killed_process_left_unreaped_does_not_hold_its_temporary_run() -> None:
     """After kill -9 of a sweep, its pool workers can linger as zombies until reaped; their
     temporary run directories are stale all the same."""
-    from simstudy.sweep import _running
+    from simstudy.compile.atomic import pid_running as _running
 
     live = subprocess.Popen(["sleep", "30"])
     dead = subprocess.Popen(["true"])
@@ -289,10 +314,10 @@ def test_a_killed_process_left_unreaped_does_not_hold_its_temporary_run() -> Non
         stat = Path(f"/proc/{dead.pid}/stat")
         while time.monotonic() < deadline and stat.read_text().rpartition(")")[2].split()[0] != "Z":
             time.sleep(0.01)
-        assert _running(str(live.pid))
-        assert not _running(str(dead.pid))  # a zombie: exited, not yet waited for
+        assert _running(live.pid)
+        assert not _running(dead.pid)  # a zombie: exited, not yet waited for
     finally:
         live.kill()
         live.wait()
         dead.wait()
-    assert not _running(str(dead.pid))
+    assert not _running(dead.pid)

@@ -19,6 +19,7 @@ import pytest
 from simstudy.traffic import check_table
 from simstudy.traffic.pcap import (
     PcapError,
+    PcapResult,
     parse_experiment_name,
     read_pcap,
     read_pcap_dir,
@@ -147,8 +148,9 @@ def test_classic_pcap_both_byte_orders_and_resolutions(tmp_path: Path, order: st
     assert (r.records_read, r.skipped_non_ip, r.skipped_malformed, r.warnings) == (3, 0, 0, [])
     p = r.packets
     assert list(p.columns) == ["time", "src_ip", "dst_ip", "sport", "dport", "proto", "ip_bytes", "payload_bytes",
-                               "cap_bytes", "tcp_seq"]
+                               "cap_bytes", "tcp_seq", "tcp_flags"]
     assert p["tcp_seq"].tolist() == [1, 0, 0xFFFF_FFF0]  # UDP has none
+    assert p["tcp_flags"].tolist() == [0x18, 0, 0x18]  # PSH ACK
     assert list(p["src_ip"].astype(str)) == ["10.0.0.1", "10.0.0.2", "10.0.0.1"]
     assert list(p["dst_ip"].astype(str)) == ["10.0.0.2", "10.0.0.1", "10.0.0.3"]
     assert p["sport"].tolist() == [40000, 5000, 40001]
@@ -160,7 +162,7 @@ def test_classic_pcap_both_byte_orders_and_resolutions(tmp_path: Path, order: st
     assert {str(c): str(t) for c, t in p.dtypes.items()} == {
         "time": "float64", "src_ip": "category", "dst_ip": "category", "sport": "int32", "dport": "int32",
         "proto": "uint8", "ip_bytes": "int64", "payload_bytes": "int64", "cap_bytes": "int32",
-        "tcp_seq": "uint32"}
+        "tcp_seq": "uint32", "tcp_flags": "uint8"}
     step = 1e-9 if nano else 1e-6
     want = [(T0_NS + d) // round(step * 1e9) * step for d in (0, 1_500, 2_000_000_001)]
     np.testing.assert_allclose(p["time"], want, rtol=0, atol=5e-7)
@@ -563,6 +565,7 @@ def test_corrupted_files_never_fail_outside_pcap_error(tmp_path: Path, kind: str
         base = shb("<") + idb("<", 1, tsresol=9) + idb("<", 113) + b"".join(
             epb("<", i % 2, f.t_ns, f.data if i % 2 == 0 else SLL + f.data[14:]) for i, f in enumerate(frames))
     rng = random.Random(kind)
+    read = refused = 0
     for trial in range(40):
         data = bytearray(base)
         if trial % 3 == 0:
@@ -571,18 +574,24 @@ def test_corrupted_files_never_fail_outside_pcap_error(tmp_path: Path, kind: str
             data[rng.randrange(len(data))] = rng.randrange(256)
         path = tmp_path / f"f.{kind}"
         path.write_bytes(bytes(data))
-        results = []
+        results: list[PcapResult | str] = []
         for chunk in (1 << 20, 3000):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 try:
                     results.append(read_pcap(path, chunk_bytes=chunk))
-                except PcapError:
-                    continue
-        if len(results) == 2:
-            assert results[0].records_read == results[1].records_read
-            pd.testing.assert_frame_equal(results[0].packets, results[1].packets)
-            assert (results[0].packets["payload_bytes"] >= 0).all()
+                except PcapError as exc:
+                    results.append(str(exc))
+        big, small = results
+        if isinstance(big, str) or isinstance(small, str):  # refused: whatever the chunk size, for the same reason
+            assert big == small, (trial, big, small)
+            refused += 1
+            continue
+        assert big.records_read == small.records_read
+        pd.testing.assert_frame_equal(big.packets, small.packets)
+        assert (big.packets["payload_bytes"] >= 0).all()
+        read += 1
+    assert read >= 10, (read, refused)  # most damage is read around, with warnings
 
 
 # ---------------------------------------------------------------------------------------------
@@ -665,19 +674,25 @@ def test_to_traffic_table_ranks_flows_and_control(tmp_path: Path) -> None:
 
 
 def test_to_traffic_table_on_a_single_ip_capture() -> None:
-    """Loopback: without metadata only the lower-port (listening) endpoints are numbered."""
+    """Loopback: ranks are processes of `ip:port` endpoints (simstudy.traffic.processes). Two
+    connections whose SYNs name 29500 and 29501 as listening ports: each listener is a process,
+    and each client port belongs to the other one (the fewest processes), as two gRPC tasks
+    that call each other look."""
     p = pd.DataFrame({
-        "time": [1.0, 1.1, 1.2, 1.3],
-        "src_ip": ["127.0.0.1"] * 4, "dst_ip": ["127.0.0.1"] * 4,
-        "sport": [50000, 29500, 50001, 29501], "dport": [29500, 50000, 29501, 50001],
-        "proto": [6, 6, 6, 6], "ip_bytes": [100, 40, 100, 40], "payload_bytes": [60, 0, 60, 0],
+        "time": [1.0, 1.1, 1.2, 1.3, 1.4, 1.5],
+        "src_ip": ["127.0.0.1"] * 6, "dst_ip": ["127.0.0.1"] * 6,
+        "sport": [50000, 29500, 50001, 29501, 50000, 50001], "dport": [29500, 50000, 29501, 50001, 29500, 29501],
+        "proto": [6] * 6, "ip_bytes": [52, 52, 52, 52, 1000, 1000], "payload_bytes": [0, 0, 0, 0, 948, 948],
+        "tcp_flags": [0x02, 0x12, 0x02, 0x12, 0x18, 0x18],
     })
     t = to_traffic_table(p)
-    assert t["src"].tolist() == [-1, 0, -1, 1] and t["dst"].tolist() == [0, -1, 1, -1]
+    assert t["src"].tolist() == [1, 0, 0, 1, 1, 0] and t["dst"].tolist() == [0, 1, 1, 0, 0, 1]
+    assert t.attrs["rank_labels"] == {0: "127.0.0.1:29500", 1: "127.0.0.1:29501"}
+    assert t.attrs["places"][0].endpoints == ("127.0.0.1:29500", "127.0.0.1:50001")
     t = to_traffic_table(p, rank_of={"127.0.0.1:29500": 0, "127.0.0.1:29501": 1, "127.0.0.1:50000": 1,
                                      "127.0.0.1:50001": 0})
-    assert t["src"].tolist() == [1, 0, 0, 1] and t["dst"].tolist() == [0, 1, 1, 0]
-    assert t["flow"].tolist() == [0, 1, 2, 3]
+    assert t["src"].tolist() == [1, 0, 0, 1, 1, 0] and t["dst"].tolist() == [0, 1, 1, 0, 0, 1]
+    assert t["flow"].tolist() == [0, 1, 2, 3, 0, 2]
 
 
 # ---------------------------------------------------------------------------------------------

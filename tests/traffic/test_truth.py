@@ -99,7 +99,7 @@ def test_validate_a_public_dataset_experiment_with_a_given_spec(tmp_path: Path) 
     """`framework-model-optimizer-batchsize-backend-delay-topology`, one pcap per worker, no meta.json:
     `validate --real DIR --spec S` reads the experiment from the name and the roles from the traffic."""
     exp = tmp_path / "pytorch-small_cnn-sgd-8-gloo-0ms-star"
-    write(Job(both_directions=True, control=True), exp)
+    truth = write(Job(both_directions=True, control=True), exp)
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump({
         "name": "small", "model": "small_cnn", "parallelism": {"dp": 4},
@@ -107,8 +107,17 @@ def test_validate_a_public_dataset_experiment_with_a_given_spec(tmp_path: Path) 
         "system": {"peak_tflops": 0.05, "efficiency": 0.5}, "training": {"batch_size_per_worker": 8, "iterations": 4}}))
     proc = subprocess.run([sys.executable, "-m", "simstudy", "validate", "--real", str(exp), "--spec", str(spec),
                            "-o", str(tmp_path / "v")], capture_output=True, text=True, timeout=600)
-    assert proc.returncode in (0, 1), proc.stderr
+    # The generated job sends 3 MB per worker per iteration, every 0.158 s; small_cnn's all-reduce is
+    # 2.1 MB, every 0.093 s on this spec: the verdict is FAIL on exactly those, from the truth.
+    assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Judged (what the training job does)" in proc.stdout
+    judged = proc.stdout[proc.stdout.index("Judged"):proc.stdout.index("Reported")]
+    failed = {line.split("|")[1].strip() for line in judged.splitlines() if line.endswith("| **no** |")}
+    assert failed == {"period_s", "bytes_per_iter_mean", "bytes_per_iter_total", "throughput_mean_bps"}, judged
+    assert "**FAIL (4 of 7 judged metrics)**" in judged
+    real = json.loads((tmp_path / "v" / "features_real.json").read_text())
+    assert real["period"]["period_s"] == pytest.approx(truth.period_s, rel=0.05)
+    assert real["bytes_per_iteration"]["mean"] == pytest.approx(truth.sent[0], rel=0.01)
     text = (tmp_path / "v" / "validation.md").read_text()
     assert "Experiment (from the directory name): pytorch, small_cnn, sgd, batch 8, gloo, delay 0ms, star." in text
     assert "4 workers exchanging training traffic" in text and "10.0.0.1:29500: control" in text

@@ -14,6 +14,7 @@ from simstudy import __version__, layout
 from simstudy.backends.base import SPAN_KINDS, RankStats, RunResult, empty_spans
 from simstudy.backends.flowsim.engine import Engine, identical_ranks
 from simstudy.backends.flowsim.netmodels import NETMODELS
+from simstudy.backends.flowsim.shortcuts import DEFAULT, FULL, Shortcuts
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.network import Network
 from simstudy.backends.traffic_build import WorkloadInfo, span_kind, union_ns
@@ -21,7 +22,7 @@ from simstudy.backends.traffic_out import TrafficSink, make_sink
 from simstudy.compile.attributes import NodeMeta
 from simstudy.table import OPS
 
-__all__ = ["CONGESTION_MODES", "FlowsimBackend"]
+__all__ = ["CONGESTION_MODES", "DEFAULT", "FULL", "FlowsimBackend", "Shortcuts"]
 
 #: flowsim's network models (see `netmodels`): fluid max-min sharing, ASTRA-SIM's unaware and aware.
 CONGESTION_MODES = ("fluid", "unaware", "aware")
@@ -55,18 +56,20 @@ class FlowsimBackend:
     network, in one of three congestion modes (`fluid`: max-min fair flows; `unaware` and
     `aware`: ASTRA-SIM's two analytical network models). `traffic` is what is kept of the
     transfers: `rows` (streamed to Parquet), `links` (per-link bins of `traffic_bin_s`) or `none`.
-    `progress(fraction)` is called now and then with the fraction of ET nodes done."""
+    `progress(fraction)` is called now and then with the fraction of ET nodes done. `shortcuts`
+    says which fast paths it takes (`shortcuts.FULL`: none, the full simulation they stand for)."""
 
     name = "flowsim"
 
     def __init__(self, *, congestion: str = "fluid", traffic: str = "rows", traffic_bin_s: float = 1e-3,
-                 progress: Callable[[float], None] | None = None) -> None:
+                 progress: Callable[[float], None] | None = None, shortcuts: Shortcuts = DEFAULT) -> None:
         if congestion not in NETMODELS:
             raise ValueError(f"unknown congestion mode {congestion!r}; expected one of {', '.join(CONGESTION_MODES)}")
         self.congestion = congestion
         self.traffic = traffic
         self.traffic_bin_s = traffic_bin_s
         self.progress = progress
+        self.shortcuts = shortcuts
 
     def run(self, bundle: Any, workdir: Path, *, timeout_s: float | None = None) -> RunResult:
         t0 = time.perf_counter()
@@ -75,10 +78,12 @@ class FlowsimBackend:
         workdir.mkdir(parents=True, exist_ok=True)
         sink = make_sink(self.traffic, path=workdir / layout.TRAFFIC, net=net, bin_s=self.traffic_bin_s)
         rows = _Rows(sink)
-        planner = Planner(info, lanes=True)
-        identical = identical_ranks(info, lambda k, m, s: planner.plan(k, m, s, False).lane)
+        cuts = self.shortcuts
+        planner = Planner(info, lanes=cuts.lanes)
+        identical = cuts.identical_ranks and identical_ranks(info, planner.symmetric)
         engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows, progress=self.progress,
-                        identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count)
+                        identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count,
+                        isolated=cuts.isolated)
         engine.run()
         rows.flush()
         output = sink.close()
@@ -95,7 +100,7 @@ class FlowsimBackend:
             output=output,
             wall_time_s=time.perf_counter() - t0,
             details={"congestion": self.congestion, "network": net.kind, "links": len(net.capacity),
-                     "identical_ranks": engine.identical, **engine.comms.stats},
+                     "identical_ranks": engine.identical, "shortcuts": list(cuts.names), **engine.comms.stats},
             spans=_spans(engine, info.npus if engine.identical else 1),
         )
 

@@ -13,6 +13,9 @@ fast without changing any result:
 * **the rest is simulated message by message**, together. When a transfer starts on links that
   an isolated collective holds, that collective is replayed message by message from its start
   (alone, as it was until now: the same result) and continues, sharing its links, from now on.
+
+Each shortcut can be turned off (`shortcuts.Shortcuts`); tests/backends/test_fast_paths.py runs
+random bundles through every one and through none.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.netmodels import NETMODELS, Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, Planner, lane_images
 from simstudy.backends.network import Network
+from simstudy.backends.patterns import TreeTurns
 from simstudy.backends.traffic_build import WorkloadInfo
 
 IntArray = NDArray[np.int64]
@@ -45,31 +50,33 @@ class Routes:
         topo = net.topology
         self.native = topo.routing.kind == "dimension_order"
         self.dims = [(d.stride, d.npus, d.topology) for d in topo.routing.dims]
-        # per dimension: (latency, bytes per ns) of its links, as ASTRA-SIM's unaware model reads them
-        self.dim_link: list[tuple[float, float]] = []
-        for k in range(len(self.dims)):
-            link = next((link for link in topo.links if link.dim == k), None)
-            self.dim_link.append((link.latency_ns, link.bytes_per_ns) if link else (0.0, 1.0))
         self.capacity = net.capacity
         self.effective = [c * (1.0 - loss) for c, loss in zip(net.capacity, net.loss, strict=True)]
-        self._cache: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
+        #: whether a route depends on the flow (ECMP hashing flows on a graph)
+        self.per_flow = net.per_flow
+        self._cache: dict[tuple[int, int], list[tuple[tuple[int, ...], float, float]]] = {}
 
-    def links(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
-        """(link ids, path latency, smallest capacity) from src to dst."""
+    def links(self, src: int, dst: int, flow: int = 0) -> tuple[tuple[int, ...], float, float]:
+        """(link ids, path latency, smallest capacity) from src to dst for a flow (ECMP picks one
+        of the equal-cost paths by the flow, or by the pair)."""
         found = self._cache.get((src, dst))
         if found is None:
-            path = self.net.route(src, dst)
-            found = (path, self.net.path_latency(path), min((self.capacity[i] for i in path), default=math.inf))
-            self._cache[(src, dst)] = found
-        return found
+            found = self._cache[(src, dst)] = [
+                (path, self.net.path_latency(path), min((self.capacity[i] for i in path), default=math.inf))
+                for path in self.net.paths(src, dst)]
+        if len(found) == 1:
+            return found[0]
+        return found[self.net.pick(src, dst, flow, len(found))]
 
-    def alone_ns(self, src: int, dst: int, size: int) -> int:
+    def alone_ns(self, src: int, dst: int, size: int, flow: int = 0) -> int:
         """What a message takes with nothing else on its links, as ASTRA-SIM's congestion-unaware
         model charges it: on ASTRA-SIM dimensions, hops x latency + bytes / bandwidth of the first
-        dimension in which the ends differ (`MultiDimTopology::send`); on a graph, the path's
-        latency + bytes / its narrowest link."""
+        dimension in which the ends differ (`MultiDimTopology::send`), read from the route's links
+        in that dimension (a topology.json may give links of one dimension different speeds: then
+        the sum of their latencies and the narrowest one); on a graph, the path's latency + bytes /
+        its narrowest link."""
         if self.native:
-            for k, (stride, n, kind) in enumerate(self.dims):
+            for stride, n, kind in self.dims:
                 a, b = (src // stride) % n, (dst // stride) % n
                 if a != b:
                     if kind == "Ring":
@@ -77,19 +84,22 @@ class Routes:
                         hops = min(cw, n - cw)
                     else:
                         hops = 2 if kind == "Switch" else 1
-                    lat, bw = self.dim_link[k]
-                    return int(hops * lat + size / bw)
+                    # dimension order: the route's first hops are the ones in this dimension
+                    hop_links = self.links(src, dst)[0][:hops]
+                    lats = {self.net.latency[i] for i in hop_links}
+                    lat = hops * next(iter(lats)) if len(lats) == 1 else sum(self.net.latency[i] for i in hop_links)
+                    return int(lat + size / min(self.capacity[i] for i in hop_links))
             return 0
-        _, lat, cap = self.links(src, dst)
+        _, lat, cap = self.links(src, dst, flow)
         return int(lat + size / cap)
 
-    def route(self, src: int, dst: int, size: int) -> Route:
-        path, lat, _ = self.links(src, dst)
-        return path, None, lat, self.alone_ns(src, dst, size)
+    def route(self, src: int, dst: int, size: int, flow: int = 0) -> Route:
+        path, lat, _ = self.links(src, dst, flow)
+        return path, None, lat, self.alone_ns(src, dst, size, flow)
 
-    def shared_route(self, src: int, dst: int, size: int) -> Route:
+    def shared_route(self, src: int, dst: int, size: int, flow: int = 0) -> Route:
         """`route` for the models that share links (they do not use the uncontended time)."""
-        path, lat, _ = self.links(src, dst)
+        path, lat, _ = self.links(src, dst, flow)
         return path, None, lat, 0
 
 
@@ -115,13 +125,16 @@ class Lanes:
                 key = (k, "up" if link.src.startswith("h") else "down")
             orbit[i] = keys.setdefault(key, len(keys))
         self.orbit = orbit
-        self.capacity = [0.0] * len(keys)
-        self.latency = [0.0] * len(keys)
+        self.capacity = [-1.0] * len(keys)
+        self.latency = [-1.0] * len(keys)
         for i, o in enumerate(orbit.tolist()):
-            self.capacity[o] = routes.effective[i]
-            self.latency[o] = routes.net.latency[i]
+            cap, lat = routes.effective[i], routes.net.latency[i]
+            if self.capacity[o] >= 0 and (self.capacity[o], self.latency[o]) != (cap, lat):
+                # the planner plans lanes only on dimensions whose links are all alike
+                raise ValueError(f"link {routes.net.names[i]} differs from the other links of its orbit")
+            self.capacity[o], self.latency[o] = cap, lat
 
-    def route(self, src: int, dst: int, size: int) -> Route:
+    def route(self, src: int, dst: int, size: int, flow: int = 0) -> Route:
         path, lat, _ = self.routes.links(src, dst)
         keys = tuple(int(self.orbit[i]) for i in path)
         alone = self.routes.alone_ns(src, dst, size) if self.mode == "unaware" else 0
@@ -180,6 +193,10 @@ class Activity:
     run: CollectiveRun | None = None
     report: tuple[int, ...] = ()
     turn: int = 0
+    #: the flow id of its chunk 0 (chunk c is flow + c): ECMP may route each flow its own way
+    flow: int = 0
+    #: the paths ECMP chose for its flows (see `Comms._choices`): with its plan, what its timing depends on
+    choices: tuple[int, ...] = ()
 
 
 class Comms:
@@ -187,7 +204,7 @@ class Comms:
 
     def __init__(self, info: WorkloadInfo, net: Network, mode: str, sched: Scheduler,
                  emit: Callable[..., None], *, planner: Planner | None = None,
-                 count: Callable[[int, int, NDArray[np.float64]], None] | None = None) -> None:
+                 count: Callable[[int, int, NDArray[np.float64]], None] | None = None, isolated: bool = True) -> None:
         if mode not in NETMODELS:
             raise ValueError(f"unknown congestion mode {mode!r}; expected one of {', '.join(NETMODELS)}")
         self.info = info
@@ -201,28 +218,35 @@ class Comms:
         self.count = count
         self.lane_planner = planner or Planner(info, lanes=True)
         self.full_planner = Planner(info, lanes=False)
-        self.timings: dict[int, Timing] = {}
-        self.tree_turn = 0
+        self.timings: dict[tuple[int, tuple[int, ...]], Timing] = {}
+        self.tree_turns = TreeTurns()
         self._turn = 0
-        self._plan_links: dict[int, IntArray] = {}
+        self._plan_links: dict[tuple[int, tuple[int, ...]], IntArray] = {}
+        self._plan_pairs: dict[int, list[tuple[int, int]]] = {}
+        self._plan_multi: dict[int, list[tuple[int, int, int]]] = {}
         self._lanes: dict[tuple[str, ...], Lanes] = {}
         self.shared = mode != "unaware"
+        #: the shortcut: time a collective alone when nothing else uses its links (else: always message by message)
+        self.isolated = isolated
         nlinks = len(net.capacity)
         self.fast_owner: list[Activity | None] = [None] * nlinks
         self.detailed = np.zeros(nlinks, dtype=np.int64)
-        self.stats = {"fast": 0, "detailed": 0, "replayed": 0, "staggered": 0, "timed": 0}
+        self.stats = {"fast": 0, "detailed": 0, "replayed": 0, "staggered": 0, "timed": 0, "lanes": 0}
 
     # -- collectives -------------------------------------------------------------------------
 
     def collective(self, kind: str, members: tuple[int, ...], size: int, group: bool,
-                   done: Callable[[int, int], None], ctx: Any, *, report: tuple[int, ...] | None = None) -> None:
+                   done: Callable[[int, int], None], ctx: Any, *, report: tuple[int, ...] | None = None,
+                   flow: int = 0) -> None:
         """Start a collective that every member issued now; `done(rank, t)` is called as each
-        member finishes (only for the members in `report`, when given)."""
+        member finishes (only for the members in `report`, when given). Its chunk c is flow
+        `flow + c` (what ECMP hashes on a graph that hashes flows)."""
         start = self.sched.now
         plan = self._plan(kind, members, size, group)
-        act = Activity(self._links(plan), True, start, plan, None, members, ctx=(kind, done, ctx),
-                       report=members if report is None else report, turn=self._turn)
-        if self.shared and not self._isolated(act.links):
+        choices = self._choices(plan, flow)
+        act = Activity(self._links(plan, flow, choices), True, start, plan, None, members, ctx=(kind, done, ctx),
+                       report=members if report is None else report, turn=self._turn, flow=flow, choices=choices)
+        if not self.isolated or (self.shared and not self._isolated(act.links)):
             self._detailed(act)
             return
         self.stats["fast"] += 1
@@ -240,19 +264,20 @@ class Comms:
         if not act.fast:
             return
         assert act.plan is not None
-        timing = act.timing = self._timing(act.plan)
+        timing = act.timing = self._timing(act.plan, act.flow, act.choices)
         s = self.sched
         index = {r: i for i, r in enumerate(act.members)} if len(act.report) != len(act.members) else None
         for lr, rank in enumerate(act.report):
             s.at(act.start + int(timing.finish[lr if index is None else index[rank]]), self._fast_done, act, rank)
 
     def staggered(self, kind: str, members: tuple[int, ...], size: int, group: bool, joined: list[int],
-                  done: Callable[[int, int], None], ctx: Any) -> Activity:
+                  done: Callable[[int, int], None], ctx: Any, *, flow: int = 0) -> Activity:
         """Start a collective that only the members `joined` have issued (by now): as ASTRA-SIM
         does, they start sending, and each other member starts when it issues it (`join`)."""
         plan = self._plan(kind, members, size, group)
-        act = Activity(self._links(plan), False, self.sched.now, plan, None, members,
-                       ctx=(kind, done, ctx), starts=[], report=members, turn=self._turn)
+        choices = self._choices(plan, flow)
+        act = Activity(self._links(plan, flow, choices), False, self.sched.now, plan, None, members,
+                       ctx=(kind, done, ctx), starts=[], report=members, turn=self._turn, flow=flow, choices=choices)
         self.stats["staggered"] += 1
         if self.shared:
             self._expand_overlapping(act.links)
@@ -270,10 +295,11 @@ class Comms:
     def _plan(self, kind: str, members: tuple[int, ...], size: int, group: bool) -> CollectivePlan:
         """The (lane) plan of a collective starting now; the double binary tree's two trees are
         used in turn, chunk after chunk, across collectives (ASTRA-SIM's DoubleBinaryTreeTopology)."""
-        turn = self.tree_turn
-        plan = self.lane_planner.plan(kind, members, size, group, turn)
+        plan = self.lane_planner.plan(kind, members, size, group)
+        turn = 0
         if plan.odd_phases is not None:
-            self.tree_turn += plan.chunks
+            turn = self.tree_turns.take(kind, plan.chunks)
+            plan = self.lane_planner.plan(kind, members, size, group, turn)
         self._turn = turn
         return plan
 
@@ -286,6 +312,10 @@ class Comms:
             act.fast = False
             self._release_fast(act)
             self._emit_timing(act)
+            if act.choices:  # routed by its own flows: another collective seldom takes the same paths
+                assert act.plan is not None
+                self.timings.pop((id(act.plan), act.choices), None)
+                self._plan_links.pop((id(act.plan), act.choices), None)
         done(rank, self.sched.now)
 
     def _release_fast(self, act: Activity) -> None:
@@ -332,11 +362,15 @@ class Comms:
                 rows.clear()
                 self.emit(kind, ctx, *cols)
 
+        report = set(act.report)
+        left = [len(act.members)]
+
         def rank_done(rank: int, t: int) -> None:
-            if rank not in act.reported and (len(act.report) == len(act.members) or rank in act.report):
+            if rank not in act.reported and rank in report:
                 act.reported.add(rank)
                 done(rank, t)
-            if len(act.reported) == len(act.report) and not act.finished:
+            left[0] -= 1
+            if not left[0] and not act.finished:  # every member done: its links are free, its rows whole
                 act.finished = True
                 self.detailed[act.links] -= 1
                 flush()
@@ -347,7 +381,7 @@ class Comms:
             if len(rows) >= 65536:
                 flush()
 
-        run = CollectiveRun(plan, sched, self.model, self.route, rank_done, message)
+        run = CollectiveRun(plan, sched, self.model, self.route, rank_done, message, flow=act.flow)
         if start:
             run.start()
         return run
@@ -370,8 +404,9 @@ class Comms:
 
     # -- point to point ----------------------------------------------------------------------
 
-    def send(self, src: int, dst: int, size: int, arrived: Callable[[Msg], None], ctx: Any) -> None:
-        keys, mult, latency, alone = self.route(src, dst, size)
+    def send(self, src: int, dst: int, size: int, arrived: Callable[[Msg], None], ctx: Any, *, flow: int = 0) -> None:
+        """A point-to-point message of flow `flow`; `arrived(msg)` when it has arrived."""
+        keys, mult, latency, alone = self.route(src, dst, size, flow)
         if self.shared:
             links = np.asarray(keys, dtype=np.int64)
             self._expand_overlapping(links)
@@ -399,11 +434,12 @@ class Comms:
             lanes = self._lanes[key] = Lanes(self.routes, key, self.mode)
         return lanes
 
-    def _timing(self, plan: CollectivePlan) -> Timing:
-        found = self.timings.get(id(plan))
+    def _timing(self, plan: CollectivePlan, flow: int = 0, choices: tuple[int, ...] = ()) -> Timing:
+        found = self.timings.get((id(plan), choices))
         if found is not None:
             return found
         self.stats["timed"] += 1
+        self.stats["lanes"] += plan.lane
         sched = Scheduler(0)
         lanes = self._lanes_for(plan) if plan.lane else None
         if lanes is not None:
@@ -419,31 +455,62 @@ class Comms:
         def done(rank: int, t: int) -> None:
             finish[index[rank]] = t
 
-        CollectiveRun(plan, sched, model, route, done, lambda m: rec.add(m, plan)).start()
+        run = CollectiveRun(plan, sched, model, route, done, lambda m: rec.add(m, plan), flow=flow)
+        run.start()
         while sched.heap:
             _, _, _, fn, args = sched.pop()
             fn(*args)
+        if run.done < plan.sim_ranks:  # as the full path (and ASTRA-SIM, whose ranks never finish either)
+            raise BackendError(f"flowsim: deadlock: {plan.kind} of {len(plan.members)} ranks never finished on "
+                               f"{plan.sim_ranks - run.done} of them: its chunks wait for queues that others hold")
         if plan.lane:
             finish[:] = finish[0]
         cols = list(zip(*rec.rows, strict=True)) if rec.rows else [()] * 8
         arr = [np.asarray(c, dtype=np.int64) for c in cols[:7]]
         xor = np.asarray(cols[7], dtype=bool)
         timing = Timing(finish, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5], arr[6], xor)
-        self.timings[id(plan)] = timing
+        self.timings[(id(plan), choices)] = timing
         return timing
 
-    def _links(self, plan: CollectivePlan) -> IntArray:
-        """Every link the collective's messages cross (none is needed without sharing)."""
+    def _pairs(self, plan: CollectivePlan) -> list[tuple[int, int]]:
+        """Every (source, destination) of the plan's simulated ranks' messages, in a fixed order."""
+        found = self._plan_pairs.get(id(plan))
+        if found is None:
+            pairs: dict[tuple[int, int], None] = {}
+            n = plan.sim_ranks
+            for progs in (plan.phases, plan.odd_phases or []):
+                for ph in progs:
+                    src = np.repeat(np.tile(np.asarray(plan.members[:n], dtype=np.int64), ph.steps),
+                                    np.diff(ph.out_ptr))
+                    pairs.update(dict.fromkeys(zip(src.tolist(), ph.out_dst.tolist(), strict=True)))
+            found = self._plan_pairs[id(plan)] = list(pairs)
+        return found
+
+    def _choices(self, plan: CollectivePlan, flow: int) -> tuple[int, ...]:
+        """Which path ECMP gives each flow of the collective between ends that have several (empty
+        when routes do not depend on flows, or no pair has a choice): with the plan, all its
+        timing and links depend on."""
+        if not self.routes.per_flow or plan.lane:
+            return ()
+        multi = self._plan_multi.get(id(plan))
+        if multi is None:
+            net = self.routes.net
+            multi = self._plan_multi[id(plan)] = [(s, d, len(net.paths(s, d))) for s, d in self._pairs(plan)
+                                                  if len(net.paths(s, d)) > 1]
+        if not multi:
+            return ()
+        pick = self.routes.net.pick
+        return tuple(pick(s, d, flow + c, n) for s, d, n in multi for c in range(plan.chunks))
+
+    def _links(self, plan: CollectivePlan, flow: int = 0, choices: tuple[int, ...] = ()) -> IntArray:
+        """Every link the collective's messages cross (none is needed without sharing); its chunk
+        c is flow `flow + c`, routed as `choices` say."""
         if not self.shared:
             return np.empty(0, dtype=np.int64)
-        found = self._plan_links.get(id(plan))
+        found = self._plan_links.get((id(plan), choices))
         if found is not None:
             return found
-        pairs: set[tuple[int, int]] = set()
-        n = plan.sim_ranks
-        for ph in plan.phases:
-            src = np.repeat(np.tile(np.asarray(plan.members[:n], dtype=np.int64), ph.steps), np.diff(ph.out_ptr))
-            pairs.update(zip(src.tolist(), ph.out_dst.tolist(), strict=True))
+        pairs = self._pairs(plan)
         if plan.lane:
             lanes = self._lanes_for(plan)
             used: set[int] = set()
@@ -452,10 +519,12 @@ class Comms:
             links = lanes.links_of(used)
         else:
             out: set[int] = set()
+            flows = range(flow, flow + plan.chunks) if choices else (flow,)
             for s, d in pairs:
-                out.update(self.routes.links(s, d)[0])
+                for f in flows:
+                    out.update(self.routes.links(s, d, f)[0])
             links = np.fromiter(sorted(out), dtype=np.int64, count=len(out))
-        self._plan_links[id(plan)] = links
+        self._plan_links[(id(plan), choices)] = links
         return links
 
     def _emit_timing(self, act: Activity) -> None:

@@ -29,6 +29,7 @@ from simstudy.backends.flowsim.netmodels import Msg
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.network import Network
+from simstudy.backends.patterns import broadcast_messages, broadcast_root
 from simstudy.backends.traffic_build import COLLECTIVE_KIND, WorkloadInfo
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compile.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, node_meta
@@ -71,13 +72,15 @@ class Engine:
 
     def __init__(self, info: WorkloadInfo, net: Network, *, mode: str, timeout_s: float | None, emit: Emit,
                  progress: Callable[[float], None] | None = None, identical: bool = False,
-                 planner: Planner | None = None, count: Callable[..., None] | None = None) -> None:
+                 planner: Planner | None = None, count: Callable[..., None] | None = None,
+                 isolated: bool = True) -> None:
         self.info = info
         self.net = net
         self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self.sched = Scheduler()
         self.emit_rows = emit
-        self.comms = Comms(info, net, mode, self.sched, self._emit_collective, planner=planner, count=count)
+        self.comms = Comms(info, net, mode, self.sched, self._emit_collective, planner=planner, count=count,
+                           isolated=isolated)
         #: Every rank runs the same trace and only collectives of every rank that finish together:
         #: rank 0 is simulated for all of them (see `identical_ranks`).
         self.identical = identical
@@ -236,8 +239,7 @@ class Engine:
         kind = COLLECTIVE_KIND.get(ctype)
         if kind is None:
             if ctype == CollectiveType.BROADCAST:
-                dur = node.duration_micros * 1000 if node.duration_micros else 1
-                self.sched.at(self.sched.now + dur, self.on_done, rank, node.id)
+                self.broadcast(rank, node)
                 return
             raise BackendError(
                 f"{self.info.bundle.et_path(rank)}: node {node.id}: collective {ctype.name} is not supported "
@@ -249,7 +251,7 @@ class Engine:
         if self.identical:
             alone = _Pending(kind, node_meta(node), {rank: node}, {rank: self.sched.now})
             self.comms.collective(kind, members, self._size(alone), False, self._done_fn(alone), alone.meta,
-                                  report=(rank,))
+                                  report=(rank,), flow=alone.meta.flow * FLOWS_PER_COLLECTIVE)
             return
         seen = self.coll_seen[members]
         index = seen.get(rank, 0)
@@ -267,9 +269,30 @@ class Engine:
             self.comms.join(pending.act, rank)
         elif len(pending.nodes) == len(members):
             self.comms.collective(kind, members, self._size(pending), len(members) < self.info.npus,
-                                  self._done_fn(pending), pending.meta)
+                                  self._done_fn(pending), pending.meta, flow=pending.meta.flow * FLOWS_PER_COLLECTIVE)
         if len(pending.nodes) == len(members):
             del self.coll_waiting[key]
+
+    def broadcast(self, rank: int, node: Node) -> None:
+        """A broadcast takes the node's duration, as ASTRA-SIM (which does not simulate it) charges
+        it; its messages (`patterns.broadcast_messages`: this rank's, or every rank's when rank 0
+        stands for all) are spread evenly over that time."""
+        now = self.sched.now
+        dur = node.duration_micros * 1000 if node.duration_micros else 1
+        self.sched.at(now + dur, self.on_done, rank, node.id)
+        members = self.info.members(node, rank)
+        src = node.get("comm_src")
+        pattern = broadcast_messages(members, int(node.get("comm_size", 0)),
+                                     broadcast_root(members, None if src is None else int(src)))
+        sel = np.ones(len(pattern.src), dtype=bool) if self.identical else pattern.src == rank
+        if not sel.any():
+            return
+        edges = np.linspace(now, now + dur, pattern.steps + 1)
+        step = pattern.step[sel]
+        meta = node_meta(node)
+        self.emit_rows(meta, edges[step], edges[step + 1], pattern.src[sel], pattern.dst[sel], pattern.nbytes[sel],
+                       np.full(len(step), meta.flow * FLOWS_PER_COLLECTIVE, dtype=np.int64),
+                       np.zeros(len(step), dtype=np.int64), step)
 
     def _staggered(self, key: tuple[tuple[int, ...], int]) -> None:
         """Members issued a collective at different times: start it for those that have."""
@@ -278,7 +301,8 @@ class Engine:
             return
         members = key[0]
         pending.act = self.comms.staggered(pending.kind, members, self._size(pending), len(members) < self.info.npus,
-                                           list(pending.nodes), self._done_fn(pending), pending.meta)
+                                           list(pending.nodes), self._done_fn(pending), pending.meta,
+                                           flow=pending.meta.flow * FLOWS_PER_COLLECTIVE)
 
     @staticmethod
     def _size(pending: _Pending) -> int:
@@ -306,7 +330,7 @@ class Engine:
         tag = int(node.get("comm_tag", 0))
         if not 0 <= dst < len(self.ranks) or dst == rank:
             raise BackendError(f"{self.info.bundle.et_path(rank)}: send node {node.id}: bad destination {dst}")
-        self.comms.send(rank, dst, size, self.on_arrival, (node, tag))
+        self.comms.send(rank, dst, size, self.on_arrival, (node, tag), flow=node_meta(node).flow)
 
     def on_arrival(self, msg: Msg) -> None:
         node, tag = msg.ctx
@@ -340,10 +364,10 @@ class Engine:
                      for c in self.span_cols)
 
 
-def identical_ranks(info: WorkloadInfo, lane_plan: Callable[[str, tuple[int, ...], int], bool]) -> bool:
+def identical_ranks(info: WorkloadInfo, symmetric: Callable[[str, tuple[int, ...], int], bool]) -> bool:
     """Whether every rank runs the same as rank 0 from start to end: one trace for all (the same
     decoded list), no point-to-point transfers, and only collectives of every rank, in order,
-    that every rank finishes at once (`lane_plan(kind, members, size)`: symmetric)."""
+    that every rank finishes at once (`symmetric(kind, members, size)`)."""
     first = info.nodes[0]
     if any(nodes is not first for nodes in info.nodes):
         return False
@@ -356,6 +380,6 @@ def identical_ranks(info: WorkloadInfo, lane_plan: Callable[[str, tuple[int, ...
         kind = COLLECTIVE_KIND.get(CollectiveType(int(n.get("comm_type", 0))))
         if kind is None:
             continue
-        if tuple(info.members(n, 0)) != everyone or not lane_plan(kind, everyone, int(n.get("comm_size", 0))):
+        if tuple(info.members(n, 0)) != everyone or not symmetric(kind, everyone, int(n.get("comm_size", 0))):
             return False
     return True

@@ -139,9 +139,10 @@ class AwareNet(NetModel):
 
 
 class _Flow:
-    __slots__ = ("const", "msg", "mult", "rate", "remaining", "t_upd", "version")
+    __slots__ = ("const", "msg", "mult", "rate", "remaining", "seq", "t_upd", "version")
 
-    def __init__(self, msg: Msg, mult: tuple[int, ...], now: int) -> None:
+    def __init__(self, msg: Msg, mult: tuple[int, ...], now: int, seq: int) -> None:
+        self.seq = seq
         self.msg = msg
         self.mult = mult
         self.remaining = float(msg.size)
@@ -157,6 +158,7 @@ class FluidNet(NetModel):
     def __init__(self, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float]) -> None:
         super().__init__(sched, capacity, latency)
         self.on_link: dict[int, set[_Flow]] = {}
+        self.sent = 0
         self._dirty: tuple[Scheduler, int, set[int]] | None = None
         self.recomputes = 0
 
@@ -166,7 +168,8 @@ class FluidNet(NetModel):
         if not msg.keys:
             self.sched.at(now + int(msg.latency), self._arrive, msg)
             return
-        flow = _Flow(msg, msg.mult or (1,) * len(msg.keys), now)
+        self.sent += 1
+        flow = _Flow(msg, msg.mult or (1,) * len(msg.keys), now, self.sent)
         for k in msg.keys:
             flows = self.on_link.get(k)
             if flows is None:
@@ -195,7 +198,9 @@ class FluidNet(NetModel):
                         if k not in seen_keys:
                             seen_keys.add(k)
                             stack.append(k)
-        return list(flows)
+        # in the order they were sent: flows that drain at one instant arrive in that order whatever
+        # the order of the sets that hold them (and the same with link keys as with orbit keys)
+        return sorted(flows, key=lambda f: f.seq)
 
     def _recompute(self, keys: set[int]) -> None:
         if self._dirty is not None and self._dirty[2] is keys:

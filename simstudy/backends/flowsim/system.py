@@ -29,13 +29,11 @@ from numpy.typing import NDArray
 
 from simstudy.backends.flowsim.netmodels import Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
-from simstudy.backends.patterns import Phase, chunking, dimension_phases
+from simstudy.backends.patterns import PhaseSpec, chunking, collective_phases, phase_messages
 from simstudy.backends.traffic_build import WorkloadInfo
 from simstudy.compile.collectives import Pattern, algorithm
 
 IntArray = NDArray[np.int64]
-#: The MemBus delay of a communicator group's ring (ASTRA-SIM's `Transmition::Fast`).
-GROUP_DELAY_NS = 10
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,7 @@ class CollectivePlan:
 
 def _program(pattern: Pattern, sim: IntArray, local: dict[int, int] | None, n_sim: int, *, kind: str, queue: int,
              delay: int, proc: dict[int, int], mem_bw: float, offset: int, symmetry: str | None, dim: int,
-             steps: int, gated: bool = False, position: dict[int, int] | None = None) -> PhaseProgram:
+             steps: int, gated: bool = False) -> PhaseProgram:
     """The CSR program of a pattern for the simulated ranks `sim` (global ids)."""
     if local is None:  # lane: the pattern holds rank 0's transfers only
         src_local = np.zeros(len(pattern.src), dtype=np.int64)
@@ -103,14 +101,7 @@ def _program(pattern: Pattern, sim: IntArray, local: dict[int, int] | None, n_si
         dst_local = lut[pattern.dst]
         inc = np.bincount(pattern.step * n_sim + dst_local, minlength=steps * n_sim).reshape(steps, n_sim)
     key = pattern.step * n_sim + src_local
-    if gated and position is not None:
-        # ASTRA-SIM's AllToAll sends to its peers in ring order from the next one: rank +1, +2, ...
-        n = len(position)
-        pos = np.vectorize(position.__getitem__, otypes=[np.int64])
-        rot = (pos(pattern.dst) - pos(pattern.src)) % n if len(pattern.src) else np.zeros(0, dtype=np.int64)
-        order = np.lexsort((rot, key))
-    else:
-        order = np.argsort(key, kind="stable")
+    order = np.argsort(key, kind="stable")  # a rank's messages of a step in the order the pattern sends them
     ptr = np.searchsorted(key[order], np.arange(steps * n_sim + 1))
     proc_ns = tuple(3 * math.floor(proc[s] / mem_bw) if s in proc else 0 for s in range(steps))
     return PhaseProgram(kind, queue, delay, steps, ptr.astype(np.int64), pattern.dst[order], pattern.nbytes[order],
@@ -118,17 +109,25 @@ def _program(pattern: Pattern, sim: IntArray, local: dict[int, int] | None, n_si
 
 
 class Planner:
-    """Builds (and caches) the plan of every collective of a bundle."""
+    """Builds (and caches) the plan of every collective of a bundle: the messages `patterns`
+    defines, as a program per phase. `lanes`: symmetric collectives of every rank are planned for
+    rank 0 alone (on link orbits, see `comms.Lanes`)."""
 
     def __init__(self, info: WorkloadInfo, *, lanes: bool) -> None:
         self.info = info
         self.lanes = lanes
         system = info.system
-        self.endpoint_delay = int(float(system.get("endpoint-delay", 10)))
+        self.cfg = info.collectives
         self.mem_bw = float(system.get("local-mem-bw", 1600)) or 1600.0
         self.active = max(1, int(system.get("active-chunks-per-dimension", 1)))
         self.native = info.topology.routing.kind == "dimension_order"
         self.cache: dict[tuple[object, ...], CollectivePlan] = {}
+        # dimensions whose links are all alike (bandwidth, latency, loss): a topology.json may give
+        # each link its own, and then ranks differ and no rank stands for another on that dimension
+        kinds: dict[int, set[tuple[float, float, float]]] = defaultdict(set)
+        for link in info.topology.links:
+            kinds[link.dim].add((link.bytes_per_ns, link.latency_ns, link.loss))
+        self.uniform = {k for k, v in kinds.items() if len(v) == 1}
 
     def plan(self, kind: str, members: tuple[int, ...], size: int, group: bool, turn: int = 0) -> CollectivePlan:
         """The plan of a collective of `size` bytes over `members` (`group`: a communicator group
@@ -140,41 +139,32 @@ class Planner:
             found = self.cache[key] = self._plan(kind, members, size, group, turn % 2)
         return found
 
-    def uses_trees(self, kind: str, members: tuple[int, ...], group: bool) -> bool:
-        """Whether a collective runs ASTRA-SIM's double binary tree (whose two trees alternate)."""
-        return any(algo == "doubleBinaryTree" for _, algo, *_ in self._phases(kind, members, 1 << 20, group))
-
-    def _phases(self, kind: str, members: tuple[int, ...], chunk: int, group: bool) -> list[tuple[Phase, str, int,
-                                                                                                 bool, int]]:
-        """(phase, algorithm, queue, ring backwards, delay) of one chunk."""
+    def symmetric(self, kind: str, members: tuple[int, ...], size: int) -> bool:
+        """Whether a collective of every rank is symmetric: every rank does what rank 0 does,
+        mapped by a symmetry of an ASTRA-SIM network (so every rank finishes at once)."""
         info = self.info
-        if group:
-            return [(Phase(kind, -1, chunk), "ring", 0, False, GROUP_DELAY_NS)]
-        if not info.by_dimension(kind, list(members)):
-            return [(Phase(kind, -1, chunk), info.algorithm(kind), 0, False, self.endpoint_delay)]
-        algos = info.algorithms(kind)
-        out = []
-        lba = kind == "all_reduce" and info.optimization != "baseline"
-        for ph in dimension_phases(kind, info.dim_sizes(), chunk, info.optimization):
-            algo = algos[ph.dim] if ph.dim < len(algos) else algos[-1]
-            # localBWAware: a dimension's all-gather shares the queue of its reduce-scatter and, as
-            # ASTRA-SIM allocates it (`get_next_queue_id_last`), runs its ring anticlockwise.
-            backwards = lba and ph.kind == "all_gather"
-            out.append((ph, algo, ph.dim, backwards, self.endpoint_delay))
-        return out
+        if not self.native or members != tuple(range(info.npus)):
+            return False
+        chunk_bytes, _ = chunking(size, info.chunks, kind, info.npus)
+        return all(self._symmetric(ph) for ph in collective_phases(self.cfg, kind, members, chunk_bytes, False))
+
+    def _uniform(self, ph: PhaseSpec) -> bool:
+        """Whether every link of the dimensions a phase uses is alike."""
+        dims = self.info.topology.routing.dims
+        used = [ph.dim] if ph.dim >= 0 else [k for k, d in enumerate(dims) if d.npus > 1]
+        return all(k in self.uniform for k in used)
 
     def _plan(self, kind: str, members: tuple[int, ...], size: int, group: bool, turn: int) -> CollectivePlan:
         info = self.info
         chunk_bytes, chunks = chunking(size, info.chunks, kind, info.npus)
-        spec = self._phases(kind, members, chunk_bytes, group)
-        lane = self.lanes and self.native and not group and members == tuple(range(info.npus)) and all(
-            self._symmetric(ph, algo) for ph, algo, *_ in spec)
+        spec = collective_phases(self.cfg, kind, members, chunk_bytes, group)
+        lane = self.lanes and not group and self.symmetric(kind, members, size)
         phases = self._programs(spec, members, lane, turn)
-        odd = self._programs(spec, members, lane, turn + 1) if any(a == "doubleBinaryTree" for _, a, *_ in spec) \
-            else None
+        odd = self._programs(spec, members, lane, turn + 1) if any(
+            algorithm(ph.algorithm).name == "double_binary_tree" for ph in spec) else None
         return CollectivePlan(kind, members, chunks, chunk_bytes, self.active, phases, lane, size, group, odd)
 
-    def _programs(self, spec: list[tuple[Phase, str, int, bool, int]], members: tuple[int, ...], lane: bool,
+    def _programs(self, spec: list[PhaseSpec], members: tuple[int, ...], lane: bool,
                   turn: int) -> list[PhaseProgram]:
         info = self.info
         dim_sizes = info.dim_sizes()
@@ -183,44 +173,31 @@ class Planner:
         m = np.asarray(members, dtype=np.int64)
         sim = m[:1] if lane else m
         local: dict[int, int] | None = None if lane else {}
-        for ph, algo_name, queue, backwards, delay in spec:
-            algo = algorithm(algo_name)
-            if ph.dim < 0:
-                line = m
-                n = len(members)
-            else:
-                stride = int(np.prod(dim_sizes[: ph.dim], dtype=np.int64))
-                n = dim_sizes[ph.dim]
-                line = np.arange(n, dtype=np.int64) * stride
-            if lane:
-                pattern = algo.pattern(ph.kind, line, ph.size, only=0, reverse=backwards)
-            elif ph.dim < 0:
-                pattern = algo.pattern(ph.kind, line, ph.size, reverse=backwards, variant=turn)
-            else:
-                pattern = _all_lines(algo_name, ph, dim_sizes, backwards, turn)
+        for ph in spec:
+            algo = algorithm(ph.algorithm)
+            n = len(members) if ph.dim < 0 else dim_sizes[ph.dim]
+            pattern = phase_messages(ph, m, dim_sizes, turn, first_only=lane)
             steps = pattern.steps
             if steps == 0:
                 continue
             symmetry = algo.symmetry_of(ph.kind) if lane else None
             gated = ph.kind == "all_reduce" and algo.name == "direct" and steps == 2
-            position = None
-            if gated:
-                position = {int(r): j for j, r in enumerate(line.tolist())} if ph.dim < 0 else {
-                    r: (r // stride) % n for r in range(info.npus)}
-            phases.append(_program(pattern, sim, local, len(sim), kind=ph.kind, queue=queue, delay=delay,
+            phases.append(_program(pattern, sim, local, len(sim), kind=ph.kind, queue=ph.queue, delay=ph.delay_ns,
                                    proc=algo.processing(ph.kind, n, ph.size), mem_bw=self.mem_bw, offset=offset,
-                                   symmetry=symmetry, dim=ph.dim, steps=steps, gated=gated, position=position))
+                                   symmetry=symmetry, dim=ph.dim, steps=steps, gated=gated))
             offset += steps
         return phases
 
-    def _symmetric(self, ph: Phase, algo_name: str) -> bool:
+    def _symmetric(self, ph: PhaseSpec) -> bool:
         """Whether every rank of a phase does what rank 0 does, mapped by a symmetry of the network."""
-        sym = algorithm(algo_name).symmetry_of(ph.kind)
+        sym = algorithm(ph.algorithm).symmetry_of(ph.kind)
         dims = self.info.topology.routing.dims
+        if not self._uniform(ph):
+            return False
         if ph.dim < 0 and sum(1 for d in dims if d.npus > 1) > 1:
-            # One ring or tree over every rank of a multi-dimensional network: only a pattern in
-            # which every rank sends to every other one maps onto itself dimension by dimension.
-            return algo_name != "ring" and ph.kind == "all_to_all"
+            # One ring or tree over every rank of a multi-dimensional network (collectives of every
+            # rank run dimension by dimension there): no symmetry of the network maps it onto itself.
+            return False
         if sym == "rotate":
             return True
         if sym == "xor":
@@ -228,18 +205,6 @@ class Planner:
             return all(d.topology != "Ring" and d.npus & (d.npus - 1) == 0 for d in used) and (
                 ph.dim >= 0 or len(used) == 1)
         return False
-
-
-def _all_lines(algo_name: str, phase: Phase, dim_sizes: list[int], backwards: bool, turn: int = 0) -> Pattern:
-    """A phase's transfers on every line of its dimension."""
-    stride = int(np.prod(dim_sizes[: phase.dim], dtype=np.int64))
-    n = dim_sizes[phase.dim]
-    total = int(np.prod(dim_sizes, dtype=np.int64))
-    algo = algorithm(algo_name)
-    parts = [algo.pattern(phase.kind, [s + j * stride for j in range(n)], phase.size, reverse=backwards, variant=turn)
-             for s in range(total) if (s // stride) % n == 0]
-    cols = [np.concatenate([getattr(p, f) for p in parts]) for f in ("step", "src", "dst", "nbytes")]
-    return Pattern(*cols)
 
 
 # -- running a plan ----------------------------------------------------------------------------
@@ -251,14 +216,17 @@ Record = tuple[int, int, int, int, int, int, int]
 class CollectiveRun:
     """One collective executed rank by rank on a network model.
 
-    `route(src, dst, size)` gives a message's (keys, multiplicities, latency, uncontended ns);
-    `on_rank_done(rank, t)` is called when a member has finished every chunk; `on_message(msg)`
-    for every message that arrived (its `ctx` is (sim rank, chunk, phase, step))."""
+    `route(src, dst, size, flow)` gives a message's (keys, multiplicities, latency, uncontended
+    ns); chunk c's messages are flow `flow + c`. `on_rank_done(rank, t)` is called when a member
+    has finished every chunk; `on_message(msg)` for every message that arrived (its `ctx` is
+    (sim rank, chunk, phase, step))."""
 
     def __init__(self, plan: CollectivePlan, sched: Scheduler, net: NetModel,
-                 route: Callable[[int, int, int], tuple[tuple[int, ...], tuple[int, ...] | None, float, int]],
-                 on_rank_done: Callable[[int, int], None], on_message: Callable[[Msg], None] | None = None) -> None:
+                 route: Callable[[int, int, int, int], tuple[tuple[int, ...], tuple[int, ...] | None, float, int]],
+                 on_rank_done: Callable[[int, int], None], on_message: Callable[[Msg], None] | None = None, *,
+                 flow: int = 0) -> None:
         self.plan = plan
+        self.flow = flow
         self.n = plan.sim_ranks
         self.lane = plan.lane
         self.progs = [plan.phases, plan.odd_phases or plan.phases]
@@ -282,7 +250,7 @@ class CollectiveRun:
         self.sent = [[False] * plan.chunks for _ in range(n)]
         self.arrived: dict[tuple[int, int, int, int], int] = defaultdict(int)
         self.left = [plan.chunks] * n
-        self.free: dict[tuple[int, int], int] = defaultdict(int)  # gated phases: MemBus events fired
+        self.free: dict[tuple[int, int, int], int] = defaultdict(int)  # gated phases: MemBus events fired
         self.queued: dict[tuple[int, int], list[int]] = {}  # gated phases: step-1 messages not yet sent
         self.done = 0
 
@@ -331,12 +299,16 @@ class CollectiveRun:
         src = self.plan.members[i]
         k = st * self.n + i
         net, route, deliver = self.net, self.route, self._arrive
+        flow = self.flow + c
         for j in range(ptr[k], ptr[k + 1]):
             dst = dsts[j]
             size = sizes[j]
-            keys, mult, latency, alone = route(src, dst, size)
+            keys, mult, latency, alone = route(src, dst, size, flow)
             net.send(Msg(src, dst, size, keys, mult, latency, alone, deliver, (i, c, p, st)))
         self.sent[i][c] = True
+        if st == 0 and self.progs[c & 1][p].gated:
+            self._gate(i, c, p)  # its step-0 messages may all have arrived (and been reduced) already
+            return
         self._check(i, c)
 
     def _arrive(self, msg: Msg) -> None:
@@ -357,7 +329,12 @@ class CollectiveRun:
     def _general(self, i: int, c: int, p: int) -> None:
         """A received step-0 message of a gated phase has been reduced: one more message of step 1
         may go, once every step-0 message has arrived (ASTRA-SIM's AllToAll all-reduce)."""
-        self.free[(i, c)] += 1
+        self.free[(i, c, p)] += 1  # of this phase: a later phase's may fire while the rank is still in this one
+        self._gate(i, c, p)
+
+    def _gate(self, i: int, c: int, p: int) -> None:
+        """Send what a gated phase's reduced step-0 messages allow: step 1 begins once the rank has
+        sent its step 0 and every step-0 message has arrived; then one step-1 message per reduced one."""
         if self.phase[i][c] != p or (not self.sent[i][c] and self.step[i][c] == 0):
             return
         key = (i, c)
@@ -373,17 +350,17 @@ class CollectiveRun:
         queued = self.queued.get(key)
         if not queued or self.step[i][c] != 1:
             return
-        release = min(self.free[key], len(queued))
-        self.free[key] -= release
+        release = min(self.free[(i, c, p)], len(queued))
+        self.free[(i, c, p)] -= release
         _, dsts, sizes = self.csr[c & 1][p]
         src = self.plan.members[i]
         for j in queued[:release]:
-            keys, mult, latency, alone = self.route(src, dsts[j], sizes[j])
+            keys, mult, latency, alone = self.route(src, dsts[j], sizes[j], self.flow + c)
             self.net.send(Msg(src, dsts[j], sizes[j], keys, mult, latency, alone, self._arrive, (i, c, p, 1)))
         del queued[:release]
         if not queued:
             del self.queued[key]
-            self.free.pop(key, None)
+            self.free.pop((i, c, p), None)
             self.sent[i][c] = True
             self._check(i, c)
 
