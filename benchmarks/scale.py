@@ -23,7 +23,8 @@ none`; the binary runs with its trace off); `--rows` also times flowsim keeping 
 Goals on a 2-core machine: 4,096 GPUs within 1x ASTRA-SIM's wall time and 1.5x its memory; 16,384
 GPUs in under 10 minutes and 16 GiB; rows at 1,024 NPUs within 1.5x ASTRA-SIM's memory.
 
-Usage: ASTRA_SIM_BIN=... python benchmarks/scale.py [--sizes 4096,16384] [--skip-astrasim-above N] [--rows]
+Usage: ASTRA_SIM_BIN=... python benchmarks/scale.py [--sizes 4096,16384] [--modes unaware,aware]
+       [--skip-astrasim-above N] [--rows] [--skip-rows-1024]
 """
 
 from __future__ import annotations
@@ -126,6 +127,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="4096,16384", help="GPU counts (4096, 16384)")
     parser.add_argument("--skip-astrasim-above", type=int, default=0,
                         help="do not run ASTRA-SIM above this many GPUs (0: run it everywhere)")
+    parser.add_argument("--modes", default="unaware,aware",
+                        help="flowsim modes against their binaries (unaware: 2 dims; aware: 1 switch)")
     parser.add_argument("--rows", action="store_true", help="also time flowsim keeping its traffic rows")
     parser.add_argument("--skip-rows-1024", action="store_true", help="leave out the 1,024-NPU rows comparison")
     args = parser.parse_args()
@@ -139,6 +142,8 @@ def main() -> None:
         for n in sizes:
             tp, pp, dp = SHAPES[n]
             for mode, one_dim in (("unaware", False), ("aware", True)):
+                if mode not in args.modes.split(","):
+                    continue
                 net = "1 switch" if one_dim else "2 dims"
                 b = root / f"b{n}{mode}"
                 res = compile_scenario(llama(n, one_dim), b)
