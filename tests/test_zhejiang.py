@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -79,4 +80,7 @@ def test_one_step_and_its_nic_bytes(tmp_path: Path) -> None:
     assert len(per_host) == 4
     assert per_host.to_numpy() == pytest.approx(3 * (n - 1) / n * 2 * params, rel=1e-6)
     readme = (ROOT / "README.md").read_text()
-    assert f"Simulated {run.finish_ns / 1e9:.2f} s per optimizer step" in readme
+    # the README prints benchmarks/zhejiang.py's mean over the spec's iterations; this is the first one
+    stated = re.search(r"Simulated ([0-9.]+) s per optimizer step", readme)
+    assert stated is not None
+    assert float(stated.group(1)) == pytest.approx(run.finish_ns / 1e9, rel=5e-4)
