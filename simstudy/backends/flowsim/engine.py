@@ -25,7 +25,7 @@ import numpy as np
 
 from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.comms import Comms
-from simstudy.backends.flowsim.netmodels import Msg
+from simstudy.backends.flowsim.netmodels import Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.network import Network
@@ -73,14 +73,14 @@ class Engine:
     def __init__(self, info: WorkloadInfo, net: Network, *, mode: str, timeout_s: float | None, emit: Emit,
                  progress: Callable[[float], None] | None = None, identical: bool = False,
                  planner: Planner | None = None, count: Callable[..., None] | None = None,
-                 isolated: bool = True) -> None:
+                 isolated: bool = True, model: Callable[[Scheduler], NetModel] | None = None) -> None:
         self.info = info
         self.net = net
         self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self.sched = Scheduler()
         self.emit_rows = emit
         self.comms = Comms(info, net, mode, self.sched, self._emit_collective, planner=planner, count=count,
-                           isolated=isolated)
+                           isolated=isolated, model=model(self.sched) if model is not None else None)
         #: Every rank runs the same trace and only collectives of every rank that finish together:
         #: rank 0 is simulated for all of them (see `identical_ranks`).
         self.identical = identical
@@ -129,7 +129,10 @@ class Engine:
         sched = self.sched
         heap = sched.heap
         checks = 0
-        while heap:
+        clock = self.comms.model.clock
+        while heap or (clock is not None and clock.busy()):
+            if clock is not None:
+                clock.advance(heap[0][0] if heap else None)  # may put earlier events on the heap
             ev = heapq.heappop(heap)
             sched.now = ev[0]
             ev[3](*ev[4])
