@@ -27,7 +27,6 @@ from simstudy.backends import RunResult, simulate
 from simstudy.compile.parameter_server import server_rank
 from simstudy.linktable import read_links
 from simstudy.spec import BackendSpec, ParameterServer, Scenario, SpecError, load_scenario, spec_error
-from simstudy.spec.framework import TensorFlowMWMS
 from simstudy.traffic.compare import DEFAULT_TOLERANCES, JOB, ValidationReport, compare
 from simstudy.traffic.counter_features import CounterFeatures, analyze_counters, compare_counters
 from simstudy.traffic.counters import Counters, counters_from_frame, export_links, load_counters
@@ -241,7 +240,7 @@ def validate(
         sim_table, _ = packet_sim_table(Path(out) / layout.SIM_DIR, real)
     else:
         sim_table = comparable_sim(result.traffic, real,
-                                   grpc_pull=isinstance(scenario.parallelism.framework, TensorFlowMWMS))
+                                   grpc_pull=scenario.parallelism.framework.pull_requests)
     real_table = payload_view(real.table) if count == "payload" else real.table
     say("analysing the real and the simulated traffic")
     real_features = analyze(real_table, boundaries=real.boundaries, roles=real.roles)
