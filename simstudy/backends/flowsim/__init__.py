@@ -13,7 +13,7 @@ import pandas as pd
 from simstudy import __version__, layout
 from simstudy.backends.base import SPAN_KINDS, RankStats, RunResult, empty_spans
 from simstudy.backends.flowsim.engine import Engine, identical_ranks
-from simstudy.backends.flowsim.netmodels import NETMODELS
+from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, NETMODELS
 from simstudy.backends.flowsim.shortcuts import DEFAULT, FULL, Shortcuts
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.network import Network
@@ -57,14 +57,19 @@ class FlowsimBackend:
     `aware`: ASTRA-SIM's two analytical network models). `traffic` is what is kept of the
     transfers: `rows` (streamed to Parquet), `links` (per-link bins of `traffic_bin_s`) or `none`.
     `progress(fraction)` is called now and then with the fraction of ET nodes done. `shortcuts`
-    says which fast paths it takes (`shortcuts.FULL`: none, the full simulation they stand for)."""
+    says which fast paths it takes (`shortcuts.FULL`: none, the full simulation they stand for);
+    `fluid_solver` which solver the fluid mode uses (`fast`, or `reference`, the one it must equal)."""
 
     name = "flowsim"
 
     def __init__(self, *, congestion: str = "fluid", traffic: str = "rows", traffic_bin_s: float = 1e-3,
-                 progress: Callable[[float], None] | None = None, shortcuts: Shortcuts = DEFAULT) -> None:
+                 progress: Callable[[float], None] | None = None, shortcuts: Shortcuts = DEFAULT,
+                 fluid_solver: str = "fast") -> None:
         if congestion not in NETMODELS:
             raise ValueError(f"unknown congestion mode {congestion!r}; expected one of {', '.join(CONGESTION_MODES)}")
+        if fluid_solver not in FLUID_SOLVERS:
+            raise ValueError(f"unknown fluid solver {fluid_solver!r}; expected one of {', '.join(FLUID_SOLVERS)}")
+        self.fluid_solver = fluid_solver
         self.congestion = congestion
         self.traffic = traffic
         self.traffic_bin_s = traffic_bin_s
@@ -83,7 +88,7 @@ class FlowsimBackend:
         identical = cuts.identical_ranks and identical_ranks(info, planner.symmetric)
         engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows, progress=self.progress,
                         identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count,
-                        isolated=cuts.isolated)
+                        isolated=cuts.isolated, solver=self.fluid_solver)
         engine.run()
         rows.flush()
         output = sink.close()
@@ -99,10 +104,18 @@ class FlowsimBackend:
             ranks=ranks,
             output=output,
             wall_time_s=time.perf_counter() - t0,
-            details={"congestion": self.congestion, "network": net.kind, "links": len(net.capacity),
-                     "identical_ranks": engine.identical, "shortcuts": list(cuts.names), **engine.comms.stats},
+            details={"congestion": self.congestion, **_solver_details(self, engine), "network": net.kind,
+                     "links": len(net.capacity), "identical_ranks": engine.identical, "shortcuts": list(cuts.names),
+                     **engine.comms.stats},
             spans=_spans(engine, info.npus if engine.identical else 1),
         )
+
+
+def _solver_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:
+    """The fluid mode's solver, and how often it found a component's rates already solved."""
+    if backend.congestion != "fluid":
+        return {}
+    return {"fluid_solver": backend.fluid_solver, "rates_reused": int(getattr(engine.comms.model, "reused", 0))}
 
 
 def _spans(engine: Engine, copies: int) -> pd.DataFrame:

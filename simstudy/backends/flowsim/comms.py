@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simstudy.backends.base import BackendError
-from simstudy.backends.flowsim.netmodels import NETMODELS, Msg, NetModel
+from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, NETMODELS, Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, Planner, lane_images
 from simstudy.backends.network import Network
@@ -204,15 +204,20 @@ class Comms:
 
     def __init__(self, info: WorkloadInfo, net: Network, mode: str, sched: Scheduler,
                  emit: Callable[..., None], *, planner: Planner | None = None,
-                 count: Callable[[int, int, NDArray[np.float64]], None] | None = None, isolated: bool = True) -> None:
+                 count: Callable[[int, int, NDArray[np.float64]], None] | None = None, isolated: bool = True,
+                 solver: str = "fast") -> None:
         if mode not in NETMODELS:
             raise ValueError(f"unknown congestion mode {mode!r}; expected one of {', '.join(NETMODELS)}")
+        if solver not in FLUID_SOLVERS:
+            raise ValueError(f"unknown fluid solver {solver!r}; expected one of {', '.join(FLUID_SOLVERS)}")
         self.info = info
         self.mode = mode
+        #: the network model's class (the fluid mode's solver as chosen)
+        self.model_class = FLUID_SOLVERS[solver] if mode == "fluid" else NETMODELS[mode]
         self.sched = sched
         self.routes = Routes(net)
         self.route = self.routes.route if mode == "unaware" else self.routes.shared_route
-        self.model: NetModel = NETMODELS[mode](sched, self.routes.effective, net.latency)
+        self.model: NetModel = self.model_class(sched, self.routes.effective, net.latency)
         self.emit = emit
         #: when given, isolated collectives only report (transfers, bytes, bytes sent per rank)
         self.count = count
@@ -443,10 +448,10 @@ class Comms:
         sched = Scheduler(0)
         lanes = self._lanes_for(plan) if plan.lane else None
         if lanes is not None:
-            model = NETMODELS[self.mode](sched, lanes.capacity, lanes.latency)
+            model = self.model_class(sched, lanes.capacity, lanes.latency)
             route = lanes.route
         else:
-            model = NETMODELS[self.mode](sched, self.routes.effective, self.routes.net.latency)
+            model = self.model_class(sched, self.routes.effective, self.routes.net.latency)
             route = self.route
         finish = np.zeros(len(plan.members), dtype=np.int64)
         rec = _Recorder()

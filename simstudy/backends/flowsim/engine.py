@@ -73,14 +73,14 @@ class Engine:
     def __init__(self, info: WorkloadInfo, net: Network, *, mode: str, timeout_s: float | None, emit: Emit,
                  progress: Callable[[float], None] | None = None, identical: bool = False,
                  planner: Planner | None = None, count: Callable[..., None] | None = None,
-                 isolated: bool = True) -> None:
+                 isolated: bool = True, solver: str = "fast") -> None:
         self.info = info
         self.net = net
         self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self.sched = Scheduler()
         self.emit_rows = emit
         self.comms = Comms(info, net, mode, self.sched, self._emit_collective, planner=planner, count=count,
-                           isolated=isolated)
+                           isolated=isolated, solver=solver)
         #: Every rank runs the same trace and only collectives of every rank that finish together:
         #: rank 0 is simulated for all of them (see `identical_ranks`).
         self.identical = identical
