@@ -485,7 +485,7 @@ class Comms:
             n = plan.sim_ranks
             for progs in (plan.phases, plan.odd_phases or []):
                 for ph in progs:
-                    src = np.repeat(np.tile(np.asarray(plan.members[:n], dtype=np.int64), ph.steps),
+                    src = np.repeat(np.tile(np.asarray(plan.members[:n], dtype=np.int64), ph.stored),
                                     np.diff(ph.out_ptr))
                     pairs.update(dict.fromkeys(zip(src.tolist(), ph.out_dst.tolist(), strict=True)))
             found = self._plan_pairs[id(plan)] = list(pairs)

@@ -354,20 +354,23 @@ class FastFluidNet(FluidNet):
             return
         f.version += 1
         msg = f.msg
-        keys = msg.keys
         on_link = self.on_link
-        for k in keys:
+        left: list[int] = []  # links that still carry flows: a recompute of the others would find none
+        for k in msg.keys:
             flows = on_link[k]
             flows.discard(f)
-            if not flows:
+            if flows:
+                left.append(k)
+            else:
                 del on_link[k]
         s = self.sched
         now = s.now
-        d = self._dirty
-        if d is None or d[0] is not s or d[1] != now:
-            d = self._dirty = (s, now, set())
-            s.after_all(now, self._recompute, d[2])
-        d[2].update(keys)
+        if left:
+            d = self._dirty
+            if d is None or d[0] is not s or d[1] != now:
+                d = self._dirty = (s, now, set())
+                s.after_all(now, self._recompute, d[2])
+            d[2].update(left)
         t = msg.t_send + int(msg.latency + msg.size / f.rate) if f.const else now + int(msg.latency)
         s.at(max(t, now), self._arrive, msg)
 
