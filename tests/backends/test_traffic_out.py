@@ -84,10 +84,18 @@ def test_links_are_the_rows_put_on_their_routes(mode: str, tmp_path: Path) -> No
     assert not (tmp_path / "run" / layout.TRAFFIC).exists()
 
 
-def test_every_mode_counts_the_same_transfers(tmp_path: Path) -> None:
+#: Data parallelism on a leaf-spine: no lanes, collectives timed alone with every member (kept as
+#: counts when the run keeps no rows) and, per pair, reused.
+LEAF_SPINE = {**SPEC, "parallelism": {"dp": 8, "bucket_size_mib": 0.5},
+              "topology": {"kind": "leaf_spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 2, "gpus_per_host": 2,
+                           "bandwidth_gbps": 10, "ecmp": "pair"}}
+
+
+@pytest.mark.parametrize("spec", [SPEC, LEAF_SPINE], ids=["switch", "leaf_spine"])
+def test_every_mode_counts_the_same_transfers(spec: dict[str, object], tmp_path: Path) -> None:
     """rows, links and none report the same transfers, bytes and bytes per rank (run.json and the
     sweep summary's metrics); none keeps nothing else."""
-    scenario, bundle = compiled(SPEC, tmp_path)
+    scenario, bundle = compiled(spec, tmp_path)
     results = {m: FlowsimBackend(traffic=m).run(bundle, tmp_path / m) for m in ("rows", "links", "none")}
     metrics = {m: run_metrics(r, scenario) for m, r in results.items()}
     for m in ("links", "none"):

@@ -21,6 +21,7 @@ random bundles through every one and through none.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,17 +164,45 @@ class Timing:
     chunk: IntArray
     step: IntArray
     xor: NDArray[np.bool_]
+    #: when only counts are kept: (messages, bytes, bytes sent per rank), and no messages above
+    counted: tuple[int, int, NDArray[np.float64]] | None = None
 
 
 class _Recorder:
-    def __init__(self) -> None:
-        self.rows: list[tuple[int, int, int, int, int, int, int, bool]] = []
+    """A timed collective's messages, as columns of int64 (not a tuple per message); `counts_only`:
+    only their number, bytes and bytes sent per rank (what a run that keeps no rows needs)."""
 
-    def add(self, msg: Msg, plan: CollectivePlan) -> None:
+    def __init__(self, plan: CollectivePlan, hosts: int, *, counts_only: bool) -> None:
+        self.plan = plan
+        self.counts_only = counts_only
+        self.cols = tuple(array("q") for _ in range(8))
+        self.transfers = 0
+        self.total = 0
+        self.sent = np.zeros(hosts) if counts_only else None
+        self._sent: dict[int, int] = {}
+
+    def add(self, msg: Msg) -> None:
+        if self.counts_only:
+            self.transfers += 1
+            self.total += msg.size
+            self._sent[msg.src] = self._sent.get(msg.src, 0) + msg.size
+            return
         _, c, p, st = msg.ctx
-        ph = plan.phases[p]
-        self.rows.append((msg.t_send, msg.t_arrive, msg.src, msg.dst, msg.size, c, ph.step_offset + st,
-                          ph.symmetry == "xor"))
+        ph = self.plan.phases[p]
+        for col, v in zip(self.cols, (msg.t_send, msg.t_arrive, msg.src, msg.dst, msg.size, c, ph.step_offset + st,
+                                      ph.symmetry == "xor"), strict=True):
+            col.append(v)
+
+    def columns(self) -> list[IntArray]:
+        return [np.frombuffer(c, dtype=np.int64).copy() if len(c) else np.empty(0, dtype=np.int64)
+                for c in self.cols]
+
+    def counted(self) -> tuple[int, int, NDArray[np.float64]] | None:
+        if self.sent is None:
+            return None
+        for r, b in self._sent.items():
+            self.sent[r] += b
+        return self.transfers, self.total, self.sent
 
 
 @dataclass(eq=False)
@@ -454,13 +483,15 @@ class Comms:
             model = self.model_class(sched, self.routes.effective, self.routes.net.latency)
             route = self.route
         finish = np.zeros(len(plan.members), dtype=np.int64)
-        rec = _Recorder()
+        # a lane plan's messages are rank 0's (copied to every rank); otherwise, when only counts are
+        # kept, a timing keeps its counts, not its messages (memory by ranks, not by messages)
+        rec = _Recorder(plan, self.routes.net.hosts, counts_only=self.count is not None and not plan.lane)
         index = {r: i for i, r in enumerate(plan.members)}
 
         def done(rank: int, t: int) -> None:
             finish[index[rank]] = t
 
-        run = CollectiveRun(plan, sched, model, route, done, lambda m: rec.add(m, plan), flow=flow)
+        run = CollectiveRun(plan, sched, model, route, done, rec.add, flow=flow)
         run.start()
         while sched.heap:
             _, _, _, fn, args = sched.pop()
@@ -470,10 +501,8 @@ class Comms:
                                f"{plan.sim_ranks - run.done} of them: its chunks wait for queues that others hold")
         if plan.lane:
             finish[:] = finish[0]
-        cols = list(zip(*rec.rows, strict=True)) if rec.rows else [()] * 8
-        arr = [np.asarray(c, dtype=np.int64) for c in cols[:7]]
-        xor = np.asarray(cols[7], dtype=bool)
-        timing = Timing(finish, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5], arr[6], xor)
+        arr = rec.columns()
+        timing = Timing(finish, *arr[:7], arr[7].astype(bool), rec.counted())
         self.timings[(id(plan), choices)] = timing
         return timing
 
@@ -537,6 +566,10 @@ class Comms:
         copied to every rank), in blocks of about `EMIT_BLOCK` rows."""
         t = act.timing
         assert t is not None and act.plan is not None
+        if t.counted is not None:
+            assert self.count is not None
+            self.count(*t.counted)
+            return
         if not len(t.src):
             return
         kind, _, ctx = act.ctx

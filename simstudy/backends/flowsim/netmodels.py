@@ -310,14 +310,16 @@ class FastFluidNet(FluidNet):
     the capacities only, so a solution found again is the one that would be computed: results
     equal `FluidNet`'s to the last ns (tests/backends/test_fluid_solver.py)."""
 
-    #: Solutions kept at most (then forgotten and found again): memory bounded whatever the run's length.
-    MEMO = 1 << 16
+    #: Flows of the solutions kept at most (then they are forgotten and found again): memory
+    #: bounded whatever the run's length.
+    MEMO = 1 << 20
 
     def __init__(self, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float]) -> None:
         super().__init__(sched, capacity, latency)
         self._route_ids: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
         self._route_of: dict[int, tuple[int, ...]] = {}
         self._solved: dict[tuple[int, ...], list[float]] = {}
+        self._kept = 0
         self.reused = 0
 
     def send(self, msg: Msg) -> None:
@@ -411,8 +413,10 @@ class FastFluidNet(FluidNet):
         rates = self._solved.get(sig)
         if rates is None:
             rates = self._maxmin(flows)
-            if len(self._solved) >= self.MEMO:
+            self._kept += len(sig)
+            if self._kept > self.MEMO:
                 self._solved.clear()
+                self._kept = len(sig)
             self._solved[sig] = rates
         else:
             self.reused += 1
