@@ -16,6 +16,7 @@ import pytest
 
 from simstudy import layout
 from simstudy.backends import FlowsimBackend, RunResult, traffic_out, write_run
+from simstudy.backends.base import Progress
 from simstudy.backends.flowsim import DEFAULT, FULL, Shortcuts
 from simstudy.backends.network import Network
 from simstudy.compile import Bundle, compile_scenario
@@ -134,9 +135,30 @@ def test_identical_ranks_are_simulated_once(other: Shortcuts, tmp_path: Path) ->
 
 def test_progress_is_fed_by_the_fraction_of_nodes_done(tmp_path: Path) -> None:
     _, bundle = compiled(PS, tmp_path)
-    seen: list[float] = []
+    seen: list[Progress] = []
     FlowsimBackend(progress=seen.append).run(bundle, tmp_path / "w")
-    assert seen and seen[-1] == 1.0 and seen == sorted(seen) and 0 <= seen[0] <= 1
+    fractions = [p.fraction for p in seen]
+    assert seen and fractions[-1] == 1.0 and fractions == sorted(fractions) and 0 <= fractions[0] <= 1
+
+
+def test_progress_tells_simulated_time_and_transfers(tmp_path: Path) -> None:
+    """A run of several thousand transfers is followed by its transfers (the fraction of those it
+    expects: every ring message of every rank), its simulated time and their rates; the last
+    report is the run's whole."""
+    spec = {**LEAF_SPINE, "parallelism": {"dp": 32, "bucket_size_mib": 0.5},
+            "topology": {**LEAF_SPINE["topology"], "hosts_per_leaf": 4, "gpus_per_host": 4}}  # type: ignore[dict-item]
+    _, bundle = compiled(spec, tmp_path)
+    seen: list[Progress] = []
+    result = FlowsimBackend(progress=seen.append, shortcuts=FULL).run(bundle, tmp_path / "w")
+    assert len(seen) > 2
+    last = seen[-1]
+    assert last.fraction == 1.0 and last.sim_ns == result.finish_ns and last.transfers == result.output.transfers
+    middle = seen[len(seen) // 2]
+    assert 0 < middle.fraction < 1 and 0 < middle.sim_ns < result.finish_ns and middle.transfers > 0
+    # the fraction is of the transfers expected (here exactly those of the run)
+    assert abs(middle.fraction - middle.transfers / result.output.transfers) < 0.01
+    assert middle.transfers_per_s > 0 and middle.sim_ns_per_s > 0
+    assert [p.sim_ns for p in seen] == sorted(p.sim_ns for p in seen)
 
 
 @pytest.mark.slow

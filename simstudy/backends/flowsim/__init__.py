@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from simstudy import __version__, layout
-from simstudy.backends.base import SPAN_KINDS, RankStats, RunResult, empty_spans
+from simstudy.backends.base import SPAN_KINDS, Progress, RankStats, RunResult, empty_spans
 from simstudy.backends.flowsim.engine import Engine, identical_ranks
 from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, NETMODELS
 from simstudy.backends.flowsim.shortcuts import DEFAULT, FULL, Shortcuts
@@ -56,14 +56,15 @@ class FlowsimBackend:
     network, in one of three congestion modes (`fluid`: max-min fair flows; `unaware` and
     `aware`: ASTRA-SIM's two analytical network models). `traffic` is what is kept of the
     transfers: `rows` (streamed to Parquet), `links` (per-link bins of `traffic_bin_s`) or `none`.
-    `progress(fraction)` is called now and then with the fraction of ET nodes done. `shortcuts`
+    `progress(Progress)` is called now and then: the fraction of the transfers it expects that
+    are simulated, the simulated time reached, the transfers so far and the wall time. `shortcuts`
     says which fast paths it takes (`shortcuts.FULL`: none, the full simulation they stand for);
     `fluid_solver` which solver the fluid mode uses (`fast`, or `reference`, the one it must equal)."""
 
     name = "flowsim"
 
     def __init__(self, *, congestion: str = "fluid", traffic: str = "rows", traffic_bin_s: float = 1e-3,
-                 progress: Callable[[float], None] | None = None, shortcuts: Shortcuts = DEFAULT,
+                 progress: Callable[[Progress], None] | None = None, shortcuts: Shortcuts = DEFAULT,
                  fluid_solver: str = "fast") -> None:
         if congestion not in NETMODELS:
             raise ValueError(f"unknown congestion mode {congestion!r}; expected one of {', '.join(CONGESTION_MODES)}")
@@ -86,9 +87,12 @@ class FlowsimBackend:
         cuts = self.shortcuts
         planner = Planner(info, lanes=cuts.lanes)
         identical = cuts.identical_ranks and identical_ranks(info, planner.symmetric)
-        engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows, progress=self.progress,
+        engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows,
                         identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count,
                         isolated=cuts.isolated, solver=self.fluid_solver)
+        if self.progress is not None:
+            engine.progress = _ticker(self.progress, lambda: sink.transfers + len(rows.buf) + engine.comms.unflushed,
+                                      t0, engine.expected_transfers())
         engine.run()
         rows.flush()
         output = sink.close()
@@ -109,6 +113,19 @@ class FlowsimBackend:
                      **engine.comms.stats},
             spans=_spans(engine, info.npus if engine.identical else 1),
         )
+
+
+def _ticker(progress: Callable[[Progress], None], transfers: Callable[[], int], t0: float,
+            expected: int) -> Callable[[float, int], None]:
+    """The engine's ticks (fraction of nodes done, simulated ns) as `Progress`: the fraction of the
+    `expected` transfers that have arrived (of the nodes when none is expected; 1 at the end)."""
+
+    def tick(nodes: float, sim_ns: int) -> None:
+        done = transfers()
+        fraction = nodes if nodes >= 1.0 or expected <= 0 else min(done / expected, 0.999)
+        progress(Progress(fraction, sim_ns, done, time.perf_counter() - t0))
+
+    return tick
 
 
 def _solver_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:

@@ -266,6 +266,8 @@ class Comms:
         self.fast_owner: list[Activity | None] = [None] * nlinks
         self.detailed = np.zeros(nlinks, dtype=np.int64)
         self.stats = {"fast": 0, "detailed": 0, "replayed": 0, "staggered": 0, "timed": 0, "lanes": 0}
+        #: messages of collectives run message by message that arrived but are not handed on yet
+        self.unflushed = 0
 
     # -- collectives -------------------------------------------------------------------------
 
@@ -393,6 +395,7 @@ class Comms:
         def flush() -> None:
             if rows:
                 cols = [np.asarray(c, dtype=np.int64) for c in zip(*rows, strict=True)]
+                self.unflushed -= len(rows)
                 rows.clear()
                 self.emit(kind, ctx, *cols)
 
@@ -412,6 +415,7 @@ class Comms:
         def message(msg: Msg) -> None:
             _, c, p, st = msg.ctx
             rows.append((msg.t_send, msg.t_arrive, msg.src, msg.dst, msg.size, c, offsets[p] + st))
+            self.unflushed += 1
             if len(rows) >= 65536:
                 flush()
 
@@ -502,7 +506,8 @@ class Comms:
         if plan.lane:
             finish[:] = finish[0]
         arr = rec.columns()
-        timing = Timing(finish, *arr[:7], arr[7].astype(bool), rec.counted())
+        timing = Timing(finish, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5], arr[6], arr[7].astype(bool),
+                        rec.counted())
         self.timings[(id(plan), choices)] = timing
         return timing
 

@@ -29,7 +29,13 @@ from simstudy.backends.flowsim.netmodels import Msg
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.network import Network
-from simstudy.backends.patterns import broadcast_messages, broadcast_root
+from simstudy.backends.patterns import (
+    broadcast_messages,
+    broadcast_root,
+    chunking,
+    collective_phases,
+    phase_messages,
+)
 from simstudy.backends.traffic_build import COLLECTIVE_KIND, WorkloadInfo
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compile.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, node_meta
@@ -65,13 +71,15 @@ class _Rank:
 
 #: emit(op/meta, t_send, t_arrive, src, dst, bytes, flow, chunk, step): scalars or arrays.
 Emit = Callable[..., None]
+#: progress(fraction of the ET nodes done, simulated ns reached)
+Tick = Callable[[float, int], None]
 
 
 class Engine:
     """One simulation of a bundle."""
 
     def __init__(self, info: WorkloadInfo, net: Network, *, mode: str, timeout_s: float | None, emit: Emit,
-                 progress: Callable[[float], None] | None = None, identical: bool = False,
+                 progress: Tick | None = None, identical: bool = False,
                  planner: Planner | None = None, count: Callable[..., None] | None = None,
                  isolated: bool = True, solver: str = "fast") -> None:
         self.info = info
@@ -138,7 +146,7 @@ class Engine:
                 if self.deadline is not None and time.monotonic() > self.deadline:
                     raise BackendError(f"flowsim: timed out at simulated time {sched.now} ns")
                 if self.progress is not None:
-                    self.progress(self.nodes_done / max(self.total_nodes, 1))
+                    self.progress(self.nodes_done / max(self.total_nodes, 1), sched.now)
         stuck = [r for r, s in enumerate(self.ranks) if s.left]
         if stuck:
             r = stuck[0]
@@ -151,7 +159,7 @@ class Engine:
                 "without a matching send?"
             )
         if self.progress is not None:
-            self.progress(1.0)
+            self.progress(1.0, sched.now)
 
     # -- issuing -----------------------------------------------------------------------------
 
@@ -356,6 +364,34 @@ class Engine:
         else:
             self.posted[key].append((rank, node.id))
 
+    # -- what to expect ----------------------------------------------------------------------
+
+    def expected_transfers(self) -> int:
+        """About how many transfers the run will simulate (for its progress): per collective node
+        of a rank, what its group's first member sends (`patterns`, that member's messages only),
+        one per send. Exact for rings and direct collectives; an estimate for trees."""
+        info = self.info
+        per: dict[tuple[str, int, int, bool], int] = {}
+        total = 0
+        for rank, s in enumerate(self.ranks):
+            for node in s.nodes.values():
+                if node.type == NodeType.COMM_SEND_NODE:
+                    total += 1
+                    continue
+                if node.type != NodeType.COMM_COLL_NODE:
+                    continue
+                kind = COLLECTIVE_KIND.get(CollectiveType(int(node.get("comm_type", 0))))
+                if kind is None:
+                    continue
+                members = info.members(node, rank)
+                size = int(node.get("comm_size", 0))
+                key = (kind, len(members), size, len(members) < info.npus)
+                found = per.get(key)
+                if found is None:
+                    found = per[key] = _first_member_messages(info, kind, members, size, key[3])
+                total += found
+        return total * (info.npus if self.identical else 1)
+
     # -- spans -------------------------------------------------------------------------------
 
     def span_columns(self) -> tuple[np.ndarray, ...]:
@@ -383,3 +419,15 @@ def identical_ranks(info: WorkloadInfo, symmetric: Callable[[str, tuple[int, ...
         if tuple(info.members(n, 0)) != everyone or not symmetric(kind, everyone, int(n.get("comm_size", 0))):
             return False
     return True
+
+
+def _first_member_messages(info: WorkloadInfo, kind: str, members: list[int], size: int, group: bool) -> int:
+    """The messages the first member of a collective sends, over all its chunks (0 where the
+    collective cannot run: the run says why)."""
+    chunk_bytes, chunks = chunking(size, info.chunks, kind, info.npus)
+    try:
+        phases = collective_phases(info.collectives, kind, members, chunk_bytes, group)
+        dims = info.dim_sizes()
+        return chunks * sum(len(phase_messages(ph, members, dims, first_only=True).src) for ph in phases)
+    except (ValueError, BackendError):
+        return 0
