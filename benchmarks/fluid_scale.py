@@ -107,8 +107,23 @@ def work(case: str, mode: str, bundle_dir: str, out: str, timeout_s: float) -> d
         counts = result.counts
         return {"wall": wall, "peak": peak_bytes(), "transfers": None, "finish_ns": None,
                 "runs": sum(counts.values()), "failed": counts.get("failed", 0)}
-    result = FlowsimBackend(congestion=mode, traffic="none").run(Bundle.from_dir(bundle_dir), Path(out),
-                                                                  timeout_s=timeout_s)
+    from simstudy.backends import BackendError
+    from simstudy.backends.base import Progress
+
+    last: list[Progress] = []
+
+    def keep(p: Progress) -> None:
+        last[:] = [p]
+
+    try:
+        result = FlowsimBackend(congestion=mode, traffic="none", progress=keep).run(
+            Bundle.from_dir(bundle_dir), Path(out), timeout_s=timeout_s)
+    except BackendError as exc:
+        if "timed out" not in str(exc) or not last:
+            raise
+        p = last[0]  # how far it got: the fraction of its transfers, and at what rate
+        return {"timeout": True, "wall": time.perf_counter() - t0, "peak": peak_bytes(), "fraction": p.fraction,
+                "transfers": p.transfers, "sim_ns": p.sim_ns}
     return {"wall": time.perf_counter() - t0, "peak": peak_bytes(), "transfers": result.output.transfers,
             "finish_ns": result.finish_ns, "sim_wall": result.wall_time_s}
 
@@ -157,7 +172,7 @@ def run_child(case: str, mode: str, bundle: Path | None, out: Path, timeout_s: f
 
 def fmt_wall(r: dict[str, Any], timeout_s: float) -> str:
     if r.get("timeout"):
-        return f">{timeout_s:.0f}"
+        return f">{r.get('wall', timeout_s):.0f}"
     if "error" in r:
         return "failed"
     return f"{r['wall']:.1f}"
@@ -202,6 +217,10 @@ def main() -> None:
                 finish = f"{r['finish_ns'] / 1e6:.3f}" if r.get("finish_ns") else "-"
                 peak = f"{r['peak'] / GIB:.2f}" if "peak" in r else "-"
                 note = f"  ({r['runs']} runs, {r['failed']} failed)" if "runs" in r else ""
+                if r.get("timeout") and "fraction" in r:
+                    eta = r["wall"] / max(r["fraction"], 1e-9)
+                    note += (f"  stopped at {r['fraction']:.2%} of its transfers, sim {r['sim_ns'] / 1e6:.3f} ms:"
+                             f" about {eta:,.0f} s in all at this rate")
                 note += f"  {r['error']}" if "error" in r else ""
                 print(f"{label:<32} {m:<8} {fmt_wall(r, args.timeout):>8} {peak:>9} {count:>13} {rate:>12} "
                       f"{finish:>10} {ratio:>10}{note}", flush=True)

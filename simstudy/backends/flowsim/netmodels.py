@@ -21,6 +21,7 @@ one representative rank (then `mult` says how many links of each orbit the route
 from __future__ import annotations
 
 import math
+import operator
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -302,6 +303,9 @@ def _fill_numpy(flows: list[_Flow], cap: list[float]) -> list[float]:
     return [float(r) for r in rates]
 
 
+_by_seq = operator.attrgetter("seq")
+
+
 class FastFluidNet(FluidNet):
     """`FluidNet` that does not redo what it already knows: the same flows, components, instants
     and arithmetic, with the max-min rates of a component looked up when the same routes (in the
@@ -384,18 +388,38 @@ class FastFluidNet(FluidNet):
             if flows is None:
                 continue
             if len(flows) != 1:
-                return super()._component(keys)
+                return self._search(keys)
             f = next(iter(flows))
             if only is None:
                 only = f
             elif f is not only:
-                return super()._component(keys)
+                return self._search(keys)
         if only is None:
             return []
         for k in only.msg.keys:
             if len(on_link[k]) != 1:
-                return super()._component(keys)
+                return self._search(keys)
         return [only]
+
+    def _search(self, keys: set[int]) -> list[_Flow]:
+        """`FluidNet._component` with set operations: the same flows, in the order they were sent."""
+        on_link = self.on_link
+        seen = set(keys)
+        stack = list(keys)
+        found: set[_Flow] = set()
+        while stack:
+            flows = on_link.get(stack.pop())
+            if not flows:
+                continue
+            new = flows - found
+            if new:
+                found |= new
+                for f in new:
+                    for k in f.msg.keys:
+                        if k not in seen:
+                            seen.add(k)
+                            stack.append(k)
+        return sorted(found, key=_by_seq)
 
     def _recompute(self, keys: set[int]) -> None:
         if self._dirty is not None and self._dirty[2] is keys:
