@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from simstudy import layout
-from simstudy.backends import FlowsimBackend, RunResult, traffic_out, write_run
+from simstudy.backends import BackendError, FlowsimBackend, RunResult, traffic_out, write_run
 from simstudy.backends.base import Progress
 from simstudy.backends.flowsim import DEFAULT, FULL, Shortcuts
 from simstudy.backends.network import Network
@@ -198,3 +198,33 @@ def test_a_4096_npu_all_reduce_runs_in_bounded_memory(tmp_path: Path) -> None:
     assert res["finish"] == 4 * chunk
     assert res["transfers"] == 4 * 8190 * 4096 and res["links"] > 0
     assert res["rss_mb"] < 1000
+
+
+def _one_all_reduce_on_a_leaf_spine(tmp: Path) -> Bundle:
+    """One 64 MiB all-reduce of 64 GPUs (2 leaves, 4 hosts each, 8 GPUs a host) in 4 chunks: a
+    run that is nearly all one collective timed alone (32,256 messages)."""
+    from simstudy.compile.topology_file import topology_of
+    from tests.backends.bundles import collective_node, write_bundle
+
+    topo = Scenario.model_validate({**LEAF_SPINE, "parallelism": {"dp": 64}, "topology": {
+        **LEAF_SPINE["topology"], "hosts_per_leaf": 4, "gpus_per_host": 8}}).topology  # type: ignore[dict-item]
+    return write_bundle(tmp, [("Switch", 64, 12.5, 500.0)], [[collective_node(0, "all_reduce", 64 << 20)]] * 64,
+                        splits=4, topology=topology_of(topo).to_json())
+
+
+def test_a_collective_timed_alone_shows_progress_and_times_out(tmp_path: Path) -> None:
+    """A collective timed alone (in its own event queue) reports progress as it goes, transfers and
+    simulated time growing, and is stopped at the run's deadline: before, a run that was one such
+    collective said nothing until it ended and ran past its timeout."""
+    bundle = _one_all_reduce_on_a_leaf_spine(tmp_path / "b")
+    seen: list[Progress] = []
+    result = FlowsimBackend(progress=seen.append, traffic="none").run(bundle, tmp_path / "w")
+    assert result.details["timed"] == 1 and result.details["fast"] == 1
+    middle = [p for p in seen if 0 < p.fraction < 1]
+    assert len(middle) >= 3
+    assert 0 < middle[0].sim_ns < result.finish_ns and 0 < middle[0].transfers < result.output.transfers / 2
+    assert [p.transfers for p in middle] == sorted(p.transfers for p in middle)
+    assert [p.sim_ns for p in middle] == sorted(p.sim_ns for p in middle)
+    assert all(p.transfers <= result.output.transfers for p in middle)
+    with pytest.raises(BackendError, match="timed out"):
+        FlowsimBackend(traffic="none").run(bundle, tmp_path / "t", timeout_s=1e-3)

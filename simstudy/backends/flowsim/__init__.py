@@ -91,7 +91,7 @@ class FlowsimBackend:
                         identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count,
                         isolated=cuts.isolated, solver=self.fluid_solver)
         if self.progress is not None:
-            engine.progress = _ticker(self.progress, lambda: sink.transfers + len(rows.buf) + engine.comms.unflushed,
+            engine.progress = _ticker(self.progress, lambda: sink.transfers + len(rows.buf) + engine.comms.simulated(),
                                       t0, engine.expected_transfers())
         engine.run()
         rows.flush()

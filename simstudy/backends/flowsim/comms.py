@@ -167,6 +167,11 @@ class Timing:
     #: when only counts are kept: (messages, bytes, bytes sent per rank), and no messages above
     counted: tuple[int, int, NDArray[np.float64]] | None = None
 
+    @property
+    def messages(self) -> int:
+        """Its messages (a lane plan's: rank 0's)."""
+        return self.counted[0] if self.counted is not None else len(self.src)
+
 
 class _Recorder:
     """A timed collective's messages, as columns of int64 (not a tuple per message); `counts_only`:
@@ -180,8 +185,10 @@ class _Recorder:
         self.total = 0
         self.sent = np.zeros(hosts) if counts_only else None
         self._sent: dict[int, int] = {}
+        self.n = 0
 
     def add(self, msg: Msg) -> None:
+        self.n += 1
         if self.counts_only:
             self.transfers += 1
             self.total += msg.size
@@ -226,6 +233,8 @@ class Activity:
     flow: int = 0
     #: the paths ECMP chose for its flows (see `Comms._choices`): with its plan, what its timing depends on
     choices: tuple[int, ...] = ()
+    #: messages of its timing not handed on yet
+    pending: int = 0
 
 
 class Comms:
@@ -268,6 +277,21 @@ class Comms:
         self.stats = {"fast": 0, "detailed": 0, "replayed": 0, "staggered": 0, "timed": 0, "lanes": 0}
         #: messages of collectives run message by message that arrived but are not handed on yet
         self.unflushed = 0
+        #: messages of timed collectives not handed on yet, and the collective being timed
+        self.timed_pending = 0
+        self._timing_now: _Recorder | None = None
+        self._timing_sched: Scheduler | None = None
+        #: called now and then in long private runs (a collective timed alone, a replay)
+        self.tick: Callable[[], None] | None = None
+
+    def timing_ns(self) -> int:
+        """How far the collective being timed alone has got (ns from its start; 0 when none is)."""
+        return self._timing_sched.now if self._timing_now is not None and self._timing_sched is not None else 0
+
+    def simulated(self) -> int:
+        """Messages simulated and not yet handed on as rows or counts (for a run's progress)."""
+        now = self._timing_now
+        return self.unflushed + self.timed_pending + (now.n if now is not None else 0)
 
     # -- collectives -------------------------------------------------------------------------
 
@@ -301,6 +325,8 @@ class Comms:
             return
         assert act.plan is not None
         timing = act.timing = self._timing(act.plan, act.flow, act.choices)
+        act.pending = timing.messages * (len(act.members) if act.plan.lane else 1)
+        self.timed_pending += act.pending
         s = self.sched
         index = {r: i for i, r in enumerate(act.members)} if len(act.report) != len(act.members) else None
         for lr, rank in enumerate(act.report):
@@ -428,13 +454,15 @@ class Comms:
         """Turn an isolated collective into a message-by-message one: replay it alone from its
         start until now (it was alone until now, so this is what happened), then go on sharing."""
         self.stats["replayed"] += 1
+        self.timed_pending -= act.pending
+        act.pending = 0
         self._release_fast(act)
         act.fast = False
         private = Scheduler(act.start)
         self.model.sched = private
         try:
             run = self._run_detailed(act, private)
-            private.run_before(self.sched.now)
+            private.run_before(self.sched.now, self.tick)
         finally:
             self.model.sched = self.sched
         run.sched = self.sched
@@ -497,9 +525,11 @@ class Comms:
 
         run = CollectiveRun(plan, sched, model, route, done, rec.add, flow=flow)
         run.start()
-        while sched.heap:
-            _, _, _, fn, args = sched.pop()
-            fn(*args)
+        self._timing_now, self._timing_sched = rec, sched
+        try:
+            sched.run_before(math.inf, self.tick)
+        finally:
+            self._timing_now = None
         if run.done < plan.sim_ranks:  # as the full path (and ASTRA-SIM, whose ranks never finish either)
             raise BackendError(f"flowsim: deadlock: {plan.kind} of {len(plan.members)} ranks never finished on "
                                f"{plan.sim_ranks - run.done} of them: its chunks wait for queues that others hold")
@@ -571,6 +601,8 @@ class Comms:
         copied to every rank), in blocks of about `EMIT_BLOCK` rows."""
         t = act.timing
         assert t is not None and act.plan is not None
+        self.timed_pending -= act.pending
+        act.pending = 0
         if t.counted is not None:
             assert self.count is not None
             self.count(*t.counted)

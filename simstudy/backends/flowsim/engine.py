@@ -26,7 +26,7 @@ import numpy as np
 from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.comms import Comms
 from simstudy.backends.flowsim.netmodels import Msg
-from simstudy.backends.flowsim.sched import Scheduler
+from simstudy.backends.flowsim.sched import TICK, Scheduler
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.network import Network
 from simstudy.backends.patterns import (
@@ -89,6 +89,7 @@ class Engine:
         self.emit_rows = emit
         self.comms = Comms(info, net, mode, self.sched, self._emit_collective, planner=planner, count=count,
                            isolated=isolated, solver=solver)
+        self.comms.tick = self.tick
         #: Every rank runs the same trace and only collectives of every rank that finish together:
         #: rank 0 is simulated for all of them (see `identical_ranks`).
         self.identical = identical
@@ -142,11 +143,8 @@ class Engine:
             sched.now = ev[0]
             ev[3](*ev[4])
             checks += 1
-            if checks % 8192 == 0:
-                if self.deadline is not None and time.monotonic() > self.deadline:
-                    raise BackendError(f"flowsim: timed out at simulated time {sched.now} ns")
-                if self.progress is not None:
-                    self.progress(self.nodes_done / max(self.total_nodes, 1), sched.now)
+            if checks % TICK == 0:
+                self.tick()
         stuck = [r for r, s in enumerate(self.ranks) if s.left]
         if stuck:
             r = stuck[0]
@@ -160,6 +158,14 @@ class Engine:
             )
         if self.progress is not None:
             self.progress(1.0, sched.now)
+
+    def tick(self) -> None:
+        """Now and then (also from inside a collective timed alone): the deadline, the progress."""
+        now = self.sched.now + self.comms.timing_ns()
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise BackendError(f"flowsim: timed out at simulated time {now} ns")
+        if self.progress is not None:
+            self.progress(self.nodes_done / max(self.total_nodes, 1), now)
 
     # -- issuing -----------------------------------------------------------------------------
 
