@@ -14,6 +14,8 @@ Cases (`--cases`, comma-separated; default all that the zoo can build):
   llama4096  LLaMA-3 70B TP 8 x PP 8 x DP 64 on a 3-tier Clos of 4,096 GPUs
   llama2x2048  two LLaMA-3 70B jobs of 2,048 GPUs (TP 8 x PP 8 x DP 32) spread over that Clos
   llama16k   LLaMA-3 70B TP 8 x PP 16 x DP 128 on a 3-tier Clos of 16,384 GPUs
+  gpt4096, gpt2x2048, gpt16k  the same shapes and fabrics with GPT-2 medium (16 heads, 24 layers:
+             TP 8 x PP 8, DP 64 / 32 / 256), standing in for LLaMA-3 70B until the zoo has it
 
 A run that passes `--timeout` seconds is stopped and printed as '>' its timeout.
 
@@ -36,6 +38,8 @@ GIB = 1 << 30
 
 #: LLaMA-3 70B shapes: GPUs -> (tp, pp, dp)
 LLAMA = {4096: (8, 8, 64), 16384: (8, 16, 128)}
+#: GPT-2 medium's (24 layers: PP 8 at most at TP 8) stand-in shapes
+GPT = {4096: (8, 8, 64), 16384: (8, 8, 256)}
 
 
 def resnet(name: str, leaves: int, hosts: int, spines: int) -> dict[str, Any]:
@@ -60,15 +64,24 @@ def llama_job(tp: int, pp: int, dp: int) -> dict[str, Any]:
             "training": {"batch_size_per_worker": pp, "iterations": 1, "precision": "bf16"}}
 
 
-def llama(gpus: int) -> dict[str, Any]:
-    return {"name": f"llama3_70b_{gpus}", **llama_job(*LLAMA[gpus]), "topology": clos(gpus),
+def gpt_job(tp: int, pp: int, dp: int) -> dict[str, Any]:
+    """GPT-2 medium in LLaMA-3 70B's place (what the zoo on this branch has with 8 | heads and 8 | layers)."""
+    return {"model": "gpt2_medium", "parallelism": {"dp": dp, "tp": tp, "pp": pp, "microbatches": pp},
+            "training": {"batch_size_per_worker": pp, "iterations": 1}}
+
+
+def llama(gpus: int, job: Any = llama_job) -> dict[str, Any]:
+    name = "llama3_70b" if job is llama_job else "gpt2_medium"
+    shape = LLAMA[gpus] if job is llama_job else GPT[gpus]
+    return {"name": f"{name}_{gpus}", **job(*shape), "topology": clos(gpus),
             "system": {"peak_tflops": 989, "efficiency": 0.4}}
 
 
-def two_llamas() -> dict[str, Any]:
-    return {"kind": "cluster", "name": "llama3_70b_2x2048", "topology": clos(4096),
+def two_llamas(job: Any = llama_job) -> dict[str, Any]:
+    name = "llama3_70b" if job is llama_job else "gpt2_medium"
+    return {"kind": "cluster", "name": f"{name}_2x2048", "topology": clos(4096),
             "system": {"peak_tflops": 989, "efficiency": 0.4},
-            "jobs": [{"name": n, "gpus": 2048, "placement": "spread", **llama_job(8, 8, 32)} for n in ("a", "b")]}
+            "jobs": [{"name": n, "gpus": 2048, "placement": "spread", **job(8, 8, 32)} for n in ("a", "b")]}
 
 
 CASES: dict[str, tuple[str, Any]] = {
@@ -78,6 +91,9 @@ CASES: dict[str, tuple[str, Any]] = {
     "llama4096": ("LLaMA-3 70B 4096 3-tier Clos", lambda: llama(4096)),
     "llama2x2048": ("2 x LLaMA-3 70B 2048 Clos", two_llamas),
     "llama16k": ("LLaMA-3 70B 16384 3-tier Clos", lambda: llama(16384)),
+    "gpt4096": ("GPT-2 medium 4096 3-tier Clos", lambda: llama(4096, gpt_job)),
+    "gpt2x2048": ("2 x GPT-2 medium 2048 Clos", lambda: two_llamas(gpt_job)),
+    "gpt16k": ("GPT-2 medium 16384 3-tier Clos", lambda: llama(16384, gpt_job)),
 }
 
 

@@ -19,9 +19,9 @@ from simstudy.compile.topology_file import topology_of
 from simstudy.spec import Scenario
 from tests.backends.fastpaths import PATHS, Case, assert_same, cases, run_solvers
 
-#: Examples per test (about a minute in all on a 2-core machine; see README "Congestion models at scale").
-NATIVE = 60
-GRAPHS = 90
+#: Examples per test (about 40 s in all on a loaded 2-core machine; see README "Congestion models at scale").
+NATIVE = 40
+GRAPHS = 60
 
 
 def examples(n: int) -> settings:
