@@ -13,7 +13,16 @@ iteration), and the verdict of `simstudy validate --real DIR --spec S` on the ba
 directory with the capture's own scenario. Targets: period within 5% and bytes per iteration
 within 2% in every case.
 
+A second matrix puts every rank on one host, where ranks share an address and are told apart
+by their ports (`simstudy.traffic.processes`): gloo DDP and the parameter server, the same
+three models, 2 and 4 workers, one process per rank, either as plain processes on the machine's
+loopback (127.0.0.1, `where: loopback`: the machine's other loopback traffic is in the capture
+too) or in one network namespace of their own (`where: namespace`, on 10.0.0.1), captured on the
+loopback interface; 20 recorded iterations (compute, not a link, sets their pace, and 2 shared
+cores make it jitter). Same targets.
+
     sudo python benchmarks/bare_captures.py [-o results/bare] [--reuse] [--quick] [--iterations 5]
+                                            [--matrix hosts|one-host|all] [--one-host-iterations 20]
 
 `--reuse` analyses the captures already in the output directory instead of capturing again
 (rerun one case by deleting its directory). Captures are CPU-sensitive: the load average at the
@@ -41,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity import MODELS, STRATEGIES, case_spec
 
 from simstudy.capture.run import capture
+from simstudy.spec.capture import CaptureSpec
 from simstudy.traffic.features import analyze
 from simstudy.traffic.meta import read_meta
 from simstudy.traffic.sources import load_traffic
@@ -79,26 +89,47 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+#: Where the ranks of the one-host matrix run (`capture.where`).
+ONE_HOST = ("loopback", "namespace")
+
+
+def cases(args: argparse.Namespace) -> list[CaptureSpec]:
+    """The capture specs of the matrices asked for."""
+    workers = (2,) if args.quick else (2, 4)
+    out: list[CaptureSpec] = []
+    if args.matrix in ("hosts", "all"):
+        links = ("200mbit",) if args.quick else tuple(LINKS)
+        for strategy, model, w, link in itertools.product(STRATEGIES, MODELS, workers, links):
+            spec = case_spec(strategy, model, w, "200mbit", args.iterations)
+            out.append(spec.model_copy(update={
+                "name": f"{strategy}_{model}_w{w}_{link}",
+                "capture": spec.capture.model_copy(update={"link": spec.capture.link.model_copy(
+                    update=LINKS[link])})}))
+    if args.matrix in ("one-host", "all"):
+        for strategy, model, w, where in itertools.product(("ddp", "ps"), MODELS, workers, ONE_HOST):
+            spec = case_spec(strategy, model, w, "unshaped", args.one_host_iterations)
+            out.append(spec.model_copy(update={
+                "name": f"{strategy}_{model}_w{w}_{where}",
+                "capture": spec.capture.model_copy(update={"where": where})}))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("-o", "--output", default="results/bare")
     ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--one-host-iterations", type=int, default=20)
+    ap.add_argument("--matrix", choices=("hosts", "one-host", "all"), default="all")
     ap.add_argument("--quick", action="store_true", help="2 workers, no lossy links")
     ap.add_argument("--reuse", action="store_true", help="analyse captures already in the output directory")
     args = ap.parse_args()
     out = Path(args.output)
-    workers = (2,) if args.quick else (2, 4)
-    links = ("200mbit",) if args.quick else tuple(LINKS)
     print(f"load average at the start: {load()} (2 cores)")
     header = (f"{'case':34s} {'roles found':16s} {'period found':>12s} {'truth':>9s} {'err':>7s}  "
               f"{'B/iter found':>13s} {'truth':>13s} {'err':>7s}  {'n':>2s}  verdict")
     print(header)
     rows: list[dict[str, Any]] = []
-    for strategy, model, w, link in itertools.product(STRATEGIES, MODELS, workers, links):
-        spec = case_spec(strategy, model, w, "200mbit", args.iterations)
-        spec = spec.model_copy(update={"name": f"{strategy}_{model}_w{w}_{link}",
-                                       "capture": spec.capture.model_copy(update={"link": spec.capture.link.model_copy(
-                                           update=LINKS[link])})})
+    for spec in cases(args):
         case = out / spec.name
         t0 = time.monotonic()
         try:

@@ -197,11 +197,41 @@ def _rank_map(path: str | None) -> RankMap | None:
     return load_rank_map(path) if path else None
 
 
+def _analyze_counters(args: argparse.Namespace) -> int:
+    from simstudy.report.counters import render_counter_analysis
+    from simstudy.traffic.counter_features import analyze_counters
+    from simstudy.traffic.counters import load_counters
+
+    c = load_counters(args.path)
+    f = analyze_counters(c)
+    out = Path(args.output) if args.output else (c.path if c.path.is_dir() else c.path.parent) / layout.ANALYSIS_DIR
+    path = render_counter_analysis(f, out, title=c.label, notes=c.warnings)
+    print(f"counters {c.path} ({c.format}): {len(f.ports)} ports, {f.duration_s:.1f} s, a sample every "
+          f"{f.sample_s:.3g} s (steps of {f.grid_s:.3g} s)")
+    for t in f.tiers:
+        period = f"period {t.period_s:.3g} s (strength {t.period_strength:.2f})" if t.period_s == t.period_s else (
+            f"no period (strength {t.period_strength:.2f})")
+        print(f"  tier {t.tier}: {t.ports} ports, {t.bytes / 1e9:,.1f} GB, mean utilisation {t.mean_utilization:.3f}, "
+              f"{period}")
+    for key in f.hottest[:5]:
+        p = f.port(key)
+        print(f"  port {key}: mean utilisation {p.mean_utilization:.3f}, peak {p.peak_utilization:.3f}, period "
+              f"{p.period_s:.3g} s (strength {p.period_strength:.2f})")
+    for w in c.warnings:
+        print(f"  warning: {w}", file=sys.stderr)
+    print(f"  {out / layout.FEATURES}, {path}")
+    return EXIT_OK
+
+
 def _analyze(args: argparse.Namespace) -> int:
     from simstudy.report.traffic import render_analysis
+    from simstudy.traffic.counters import is_counters
     from simstudy.traffic.features import analyze
     from simstudy.traffic.sources import load_traffic
     from simstudy.validate import payload_view
+
+    if is_counters(args.path):
+        return _analyze_counters(args)
 
     source = load_traffic(args.path, rank_map=_rank_map(args.ranks))
     out = Path(args.output) if args.output else source.path / layout.ANALYSIS_DIR
@@ -258,11 +288,36 @@ class _StageBar:
         self.bar.close()
 
 
+def _validate_counters(args: argparse.Namespace) -> int:
+    from simstudy.report.counters import render_counter_validation
+    from simstudy.spec import BackendSpec, SpecError
+    from simstudy.validate import validate_counters
+
+    if not args.spec:
+        raise SpecError(None, "--spec", "switch counters record no scenario: give the one to simulate with --spec")
+    real = Path(args.real)
+    out = Path(args.output) if args.output else (real if real.is_dir() else real.parent) / layout.VALIDATION_DIR
+    bar = _StageBar(3, enabled=not args.quiet)
+    try:
+        v = validate_counters(real, out, spec=args.spec, backend=BackendSpec(name=args.backend, timeout_s=args.timeout),
+                              astra_sim=args.astra_sim, tolerances=_tolerances(args.tolerance), progress=bar)
+    finally:
+        bar.close()
+    path = render_counter_validation(v, out)
+    print(v.report.to_markdown())
+    print(f"report {path}")
+    return EXIT_OK if v.report.passed else EXIT_FAILED
+
+
 def _validate(args: argparse.Namespace) -> int:
     from simstudy.report.traffic import render_validation
     from simstudy.spec import BackendSpec
     from simstudy.traffic.compare import JOB, TRANSPORT
+    from simstudy.traffic.counters import is_counters
     from simstudy.validate import validate
+
+    if is_counters(args.real):
+        return _validate_counters(args)
 
     out = Path(args.output) if args.output else Path(args.real) / layout.VALIDATION_DIR
     judge = (JOB, TRANSPORT) if args.judge_transport else (JOB,)
@@ -511,8 +566,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ranks_help = ("YAML: `ranks` (rank -> ip or ip:port), optional `servers` (ranks) and `control` (endpoints); "
                   "replaces the roles found from the traffic or meta.json")
-    p = sub.add_parser("analyze", help="analyse a capture directory (pcaps) or a run directory")
-    p.add_argument("path", help="capture directory (pcap/pcapng files, meta.json) or run directory")
+    p = sub.add_parser("analyze", help="analyse a capture directory (pcaps), a run directory or switch counters")
+    p.add_argument("path", help="capture directory (pcap/pcapng files, meta.json), run directory, or switch counters "
+                                "(Zhejiang Lab's per-port CSVs, or a CSV of time, device, port, rx_bytes, tx_bytes)")
     p.add_argument("-o", "--output", help="where features.json, plots and analysis.md go (default PATH/analysis)")
     p.add_argument("--ranks", metavar="MAP.yaml", help=ranks_help)
     p.add_argument("--count", default="payload", choices=["payload", "ip"],
@@ -521,7 +577,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_analyze)
 
     p = sub.add_parser("validate", help="simulate a captured job and compare, metric by metric")
-    p.add_argument("--real", required=True, help="capture directory of the real job")
+    p.add_argument("--real", required=True, help="capture directory of the real job, or its switch counters "
+                                                  "(compared with the simulation's link table; needs --spec)")
     p.add_argument("--spec", help="scenario YAML (default: the scenario in the capture's meta.json)")
     p.add_argument("-o", "--output", help="output directory (default REAL/validation)")
     p.add_argument("--backend", default="flowsim", choices=["flowsim", "astrasim"], help="simulator")
@@ -583,12 +640,13 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
     from simstudy.spec import SpecError
     from simstudy.sweep import SweepError
     from simstudy.traffic.cluster import ClusterError
+    from simstudy.traffic.counters import CountersError
     from simstudy.traffic.meta import MetaError
     from simstudy.traffic.pcap import PcapError
     from simstudy.traffic.sources import SourceError
 
     return (SpecError, CompileError, BundleError, ChakraFormatError, SweepError, PcapError, SourceError,
-            MetaError, FileNotFoundError, DashboardError, TraceError, ClusterError)
+            MetaError, FileNotFoundError, DashboardError, TraceError, ClusterError, CountersError)
 
 
 def _failure_types() -> tuple[type[BaseException], ...]:

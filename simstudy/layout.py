@@ -45,6 +45,8 @@ DASHBOARD_HTML = "dashboard.html"
 # -- capture directory -------------------------------------------------------------------------
 META = "meta.json"
 LOOPBACK_PCAP = "lo.pcap"
+#: `capture.also_any`: the same capture by `tcpdump -i any`, in a directory of the capture.
+ANY_DIR = "any"
 #: Files read as captures (one per host or interface; any name).
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap")
 

@@ -25,9 +25,12 @@ from pydantic import ValidationError
 from simstudy import layout
 from simstudy.backends import RunResult, simulate
 from simstudy.compile.parameter_server import server_rank
+from simstudy.linktable import read_links
 from simstudy.spec import BackendSpec, ParameterServer, Scenario, SpecError, load_scenario, spec_error
 from simstudy.spec.framework import TensorFlowMWMS
 from simstudy.traffic.compare import DEFAULT_TOLERANCES, JOB, ValidationReport, compare
+from simstudy.traffic.counter_features import CounterFeatures, analyze_counters, compare_counters
+from simstudy.traffic.counters import Counters, counters_from_frame, export_links, load_counters
 from simstudy.traffic.features import Features, analyze
 from simstudy.traffic.meta import RankMap
 from simstudy.traffic.registry import Level
@@ -185,3 +188,54 @@ def validate(
     report = compare(real_features, sim_features, tolerances=tolerances, skip=(*skip, *unmeasurable), judge=judge)
     say("compared")
     return Validation(real, scenario, sim_table, result, real_features, sim_features, report, unmeasurable)
+
+
+# ---------------------------------------------------------------------------------------------
+# switch counters
+
+
+@dataclass(frozen=True)
+class CounterValidation:
+    """A counter series, the simulation of a scenario with its link table, and both analyses."""
+
+    real: Counters
+    scenario: Scenario
+    run: RunResult
+    sim: Counters
+    real_features: CounterFeatures
+    sim_features: CounterFeatures
+    report: ValidationReport
+
+
+def validate_counters(
+    real_path: str | Path,
+    out: str | Path,
+    *,
+    spec: str | Path,
+    backend: BackendSpec | None = None,
+    astra_sim: str | Path | None = None,
+    tolerances: Mapping[str, float] | None = None,
+    by: str = "auto",
+    progress: Callable[[str], None] | None = None,
+) -> CounterValidation:
+    """Simulate `spec` into `out/sim` keeping its link table (flowsim `traffic: links`, bins a tenth
+    of the counters' sample interval), read the table as a switch would count it at the counters'
+    own sample interval (`export_links`), and compare both series port by port (when the
+    simulated links carry the counters' port names) or tier by tier (`compare_counters`)."""
+    say = progress or (lambda _text: None)
+    say(f"reading the counters {real_path}")
+    real = load_counters(real_path)
+    scenario = load_scenario(spec)
+    sample = real.sample_s
+    base = backend or BackendSpec()
+    run_spec = base.model_copy(update={"traffic": "links", "traffic_bin_s": min(sample / 10, base.traffic_bin_s)})
+    say(f"simulating {scenario.name} ({scenario.npus} ranks) on {run_spec.key}, its links binned at "
+        f"{run_spec.traffic_bin_s:g} s")
+    result = simulate(scenario, Path(out) / layout.SIM_DIR, run_spec, astra_sim=astra_sim, source=spec)
+    links = read_links(Path(out) / layout.SIM_DIR / layout.LINKS)
+    sim = counters_from_frame(export_links(links, sample), Path(out) / layout.SIM_DIR)
+    say("analysing both counter series")
+    real_f = analyze_counters(real)
+    sim_f = analyze_counters(sim, merge=max(1, round(real_f.grid_s / real_f.sample_s)))  # on the same grid
+    report = compare_counters(real_f, sim_f, by=by, tolerances=tolerances)
+    return CounterValidation(real, scenario, result, sim, real_f, sim_f, report)

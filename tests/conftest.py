@@ -1,4 +1,4 @@
-"""Shared test fixtures, and CI's rule that a test needing a part CI installs must not skip."""
+"""Shared test fixtures, and CI's rule that a test must not skip under CI (CI installs every part)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import pytest
 
 pytest_plugins = ("pytester",)
 REPO = Path(__file__).resolve().parents[1]
-#: Markers of tests whose parts `.ci/run` installs: under CI=true such a test that skips fails.
-MUST_RUN_UNDER_CI = ("astrasim",)
+#: The marker of a test allowed to skip under CI: it needs something `.ci/run` cannot install (a package
+#: with no CPU wheel for the pinned torch) or checks the absence of something CI installs.
+MAY_SKIP = "ci_may_skip"
+_SKIPPED_MODULES: list[str] = []
 
 
 def under_ci() -> bool:
@@ -20,20 +22,48 @@ def under_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
 
 
+def _reason(longrepr: object) -> str:
+    return longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MAY_SKIP}(reason): may skip under CI=true (the reason says why CI "
+                                       "cannot provide what it needs)")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Generator[None, Any, None]:
+    """Under CI=true a test that skips fails, unless marked `ci_may_skip`: `.ci/run` installs every part
+    the tests use (ASTRA-SIM, ns-3, torch, TensorFlow, Horovod, SLURM, Chromium, tcpdump, tshark)."""
     outcome = yield
     report = outcome.get_result()
     if not (report.skipped and under_ci()) or hasattr(report, "wasxfail"):
         return
-    marker = next((m for m in MUST_RUN_UNDER_CI if item.get_closest_marker(m) is not None), None)
-    if marker is None:
+    if item.get_closest_marker(MAY_SKIP) is not None:
         return
-    longrepr = report.longrepr
-    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
     report.outcome = "failed"
-    report.longrepr = (f"CI=true: a test marked `{marker}` may not skip (.ci/run installs what it needs), "
-                       f"but it skipped: {reason}")
+    report.longrepr = (f"CI=true: a test may not skip (.ci/run installs what the tests need; mark it "
+                       f"`{MAY_SKIP}` with the reason if CI cannot), but it skipped: {_reason(report.longrepr)}")
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """A whole module that skips at import (`pytest.importorskip`, `allow_module_level`) under CI=true
+    fails the session: it is listed at the end."""
+    if report.skipped and under_ci():
+        _SKIPPED_MODULES.append(f"{report.nodeid}: {_reason(report.longrepr)}")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _SKIPPED_MODULES:
+        terminalreporter.section("CI=true: modules that skipped (each fails the run)", red=True)
+        for line in _SKIPPED_MODULES:
+            terminalreporter.line(line)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _SKIPPED_MODULES and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture

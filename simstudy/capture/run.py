@@ -2,8 +2,9 @@
 
 The capture is written into a temporary directory beside `out` and renamed when complete, so a
 failed or interrupted capture never replaces an earlier one. `out` then holds one egress pcap per
-rank (`rank<N>.pcap`; on loopback a single `lo.pcap`), `meta.json` (see `simstudy.traffic.sources`)
-and `logs/` (each rank's output and result).
+rank (`rank<N>.pcap`; with every rank on one host, loopback or one namespace, a single `lo.pcap`),
+`meta.json` (see `simstudy.traffic.sources`), `logs/` (each rank's output and result) and, with
+`capture.also_any`, `any/`: the same packets recorded at the same time by `tcpdump -i any`.
 """
 
 from __future__ import annotations
@@ -86,11 +87,14 @@ def ps_plan(scenario: Scenario) -> dict[str, Any]:
     }
 
 
-def _start_tcpdump(host: Host, path: Path, spec: CaptureSpec, loopback: bool) -> subprocess.Popen[bytes]:
+def _start_tcpdump(host: Host, path: Path, spec: CaptureSpec, one_host: bool, *,
+                   interface: str | None = None) -> subprocess.Popen[bytes]:
+    """tcpdump on the host's interface (one host: its loopback), or on `interface` ("any")."""
     c = spec.capture
-    argv = ["tcpdump", "-i", host.ifname, "-n", "-s", str(c.snaplen), "-B", str(c.buffer_kib),
+    ifname = interface or ("lo" if one_host else host.ifname)
+    argv = ["tcpdump", "-i", ifname, "-n", "-s", str(c.snaplen), "-B", str(c.buffer_kib),
             "--time-stamp-precision=nano", "-w", str(path)]
-    if not loopback:
+    if not one_host:
         argv[3:3] = ["-Q", "out"]
     argv.append("tcp")
     proc = subprocess.Popen(host.wrap(argv), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -105,7 +109,7 @@ def _start_tcpdump(host: Host, path: Path, spec: CaptureSpec, loopback: bool) ->
     if proc.poll() is not None or b"listening on" not in line:
         rest = proc.stderr.read().decode(errors="replace") if proc.poll() is not None else ""
         proc.kill()
-        raise CaptureError(f"tcpdump on {host.ifname} did not start: {(line.decode(errors='replace') + rest).strip()}")
+        raise CaptureError(f"tcpdump on {ifname} did not start: {(line.decode(errors='replace') + rest).strip()}")
     return proc
 
 
@@ -237,6 +241,75 @@ def measured_compute(results: list[dict[str, Any]], servers: list[dict[str, Any]
             "optimizer_us": opt, "layers": layers}
 
 
+def loaded_compute(measured: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+    """`measured` with its per-layer forward and backward times scaled to the training steps' own
+    (the median over steps of the workers' mean: the workers of a synchronous job end their
+    backward together, the slower ones having waited less).
+
+    Where every rank is on one host, their communication (gloo's copies and reductions, the
+    kernel moving loopback bytes) runs on the cores that compute, which calibration passes
+    without communication do not see: a 4-worker DDP job's backward took 63 ms per training step
+    against 43 ms in calibration. The simulated network does not take compute from the ranks,
+    so the compute it is given is what the ranks had left."""
+    steps = [r.get("steps", []) for r in results]
+    n = min((len(s) for s in steps), default=0)
+    if n == 0 or not measured.get("layers"):
+        return measured
+    out = dict(measured)
+    layers = {k: dict(v) for k, v in measured["layers"].items()}
+    for key in ("forward_us", "backward_us"):
+        per_step = sorted(sum(s[i][key] for s in steps) / len(steps) for i in range(n))
+        target = per_step[n // 2] if n % 2 else (per_step[n // 2 - 1] + per_step[n // 2]) / 2
+        scale = target / measured[key] if measured[key] > 0 else 1.0
+        for v in layers.values():
+            v[key] *= scale
+        out[key] = target
+    out["layers"] = layers
+    return out
+
+
+#: Data packets of one direction of a connection closer than this are one burst (`loaded_goodput`).
+BURST_GAP_S = 1e-3
+
+
+def loaded_goodput(pcap: Path, spans: list[tuple[float, float]], control: list[str]) -> float | None:
+    """Payload bits per second the training connections moved while they had data in flight,
+    during the recorded iterations: every direction's data packets cut into bursts at gaps of
+    `BURST_GAP_S`, and the payload of all bursts (but their first packets) over their summed
+    lengths. None with too few bursts.
+
+    Where every rank is on one host, loopback bytes are moved by the cores that also compute, so
+    an idle probe overstates the goodput the job had (18 Gbit/s against 1-3 Gbit/s while 4 ranks
+    trained on 2 busy cores); this is the rate the job's own transfers got."""
+    import numpy as np
+
+    from simstudy.traffic.pcap import read_pcap
+
+    try:
+        p = read_pcap(pcap).packets
+    except (OSError, ValueError):
+        return None
+    if not spans or len(p) == 0:
+        return None
+    t = p["time"].to_numpy()
+    keep = (p["payload_bytes"].to_numpy() > 0) & (t >= min(a for a, _ in spans)) & (t <= max(b for _, b in spans))
+    ends = {f"{ip}:{port}" for ip, port in (e.rsplit(":", 1) for e in control)}
+    src = (p["src_ip"].astype(str) + ":" + p["sport"].astype(str)).to_numpy()
+    dst = (p["dst_ip"].astype(str) + ":" + p["dport"].astype(str)).to_numpy()
+    keep &= ~np.isin(src, list(ends)) & ~np.isin(dst, list(ends))
+    frame = p[keep].assign(flow=np.char.add(np.char.add(src[keep].astype(str), ">"), dst[keep].astype(str)))
+    moved = busy = 0.0
+    for _, f in frame.groupby("flow", sort=False):
+        tt = f["time"].to_numpy()
+        b = f["payload_bytes"].to_numpy(np.float64)
+        cut = np.flatnonzero(np.diff(tt) > BURST_GAP_S) + 1
+        for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(tt)], strict=True):
+            if hi - lo >= 4:
+                moved += float(b[lo + 1:hi].sum())
+                busy += float(tt[hi - 1] - tt[lo])
+    return 8 * moved / busy if busy > 0 and moved > 0 else None
+
+
 def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: str | Path | None = None,
             progress: Callable[[str], None] | None = None) -> CaptureResult:
     """Run the job of `spec`, record it into `out`; CaptureError when the machine cannot."""
@@ -257,6 +330,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
     procs: list[subprocess.Popen[bytes]] = []
     helpers: list[subprocess.Popen[bytes]] = []  # e.g. Horovod's rendezvous server
     dumps: list[tuple[Host, subprocess.Popen[bytes]]] = []
+    anys: list[tuple[Host, subprocess.Popen[bytes]]] = []  # tcpdump -i any beside them (capture.also_any)
     logs: list[IO[bytes]] = []
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -264,16 +338,22 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
             _say(progress, f"testbed: {spec.ranks} ranks on {where}")
             probe = _probe(bed, 0.5, work) if spec.ranks >= 2 else {"rtt_s": 0.0, "goodput_bps": 0.0}
             _say(progress, f"link: rtt {probe['rtt_s'] * 1e6:.0f} us, goodput {probe['goodput_bps'] / 1e6:.0f} Mbit/s")
-            loopback = where == "loopback"
-            for host in bed.hosts[:1] if loopback else bed.hosts:
-                name = layout.LOOPBACK_PCAP if loopback else layout.rank_pcap(host.rank)
-                dumps.append((host, _start_tcpdump(host, tmp / name, spec, loopback)))
+            one_host = bed.one_host
+            files: list[Path] = []
+            for host in bed.hosts[:1] if one_host else bed.hosts:
+                name = layout.LOOPBACK_PCAP if one_host else layout.rank_pcap(host.rank)
+                files.append(tmp / name)
+                dumps.append((host, _start_tcpdump(host, files[-1], spec, one_host)))
+                if c.also_any:  # the same packets from `tcpdump -i any`, at the same time
+                    (tmp / layout.ANY_DIR).mkdir(exist_ok=True)
+                    files.append(tmp / layout.ANY_DIR / name)
+                    anys.append((host, _start_tcpdump(host, files[-1], spec, one_host, interface="any")))
             strategy = "ps" if isinstance(scenario.parallelism.aggregation, ParameterServer) else "ddp"
             plan = ps_plan(scenario) if strategy == "ps" else None
             zoo = spec.model.model_dump(mode="json")
             env = {**os.environ, "PYTHONPATH": _pythonpath(), "OMP_NUM_THREADS": str(c.threads)}
             fw = framework_of(spec)
-            cluster = tf_cluster([h.ip for h in bed.hosts], c.port, loopback)
+            cluster = tf_cluster([h.ip for h in bed.hosts], c.port, one_host)
             if spec.framework == "horovod":
                 helpers.append(_start_rendezvous(bed.hosts[0], spec.ranks, c.port, work))
             for host in bed.hosts:
@@ -294,13 +374,16 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
             _say(progress, f"training: {spec.framework}, {how}, {c.iterations} recorded iterations")
             _wait(procs, work, c.timeout_s)
             _say(progress, "collecting the packets")
-            _settle([tmp / (layout.LOOPBACK_PCAP if loopback else layout.rank_pcap(h.rank)) for h, _ in dumps])
-            stats = {f"rank{h.rank}" if not loopback else "lo": _stop_tcpdump(p) for h, p in dumps}
+            _settle(files)
+            stats = {f"rank{h.rank}" if not one_host else "lo": _stop_tcpdump(p) for h, p in dumps}
+            stats |= {f"any/rank{h.rank}" if not one_host else "any/lo": _stop_tcpdump(p) for h, p in anys}
             dumps.clear()
+            anys.clear()
             shaping = {**bed.shaping(), "qdiscs": bed.qdisc_stats()}
             hosts = list(bed.hosts)
         results = [json.loads((work / f"rank{r}.json").read_text()) for r in range(spec.ranks)]
-        meta = _meta(spec, scenario, hosts, results, probe, stats, shaping, where)
+        meta = _meta(spec, scenario, hosts, results, probe, stats, shaping, where,
+                     tmp / layout.LOOPBACK_PCAP if where != "namespaces" else None)
         write_meta(meta, tmp / layout.META)
         _say(progress, f"written: {out}")
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -317,7 +400,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
         signal.signal(signal.SIGTERM, previous)
         for p in procs + helpers:
             _kill(p)
-        for _, d in dumps:
+        for _, d in dumps + anys:
             _kill(d)
         for log in logs:
             log.close()
@@ -353,27 +436,36 @@ def _wait(procs: list[subprocess.Popen[bytes]], work: Path, timeout_s: float) ->
 
 def _meta(spec: CaptureSpec, scenario: Scenario, hosts: list[Host], results: list[dict[str, Any]],
           probe: dict[str, float], stats: dict[str, dict[str, int]], shaping: dict[str, object],
-          where: str) -> CaptureMeta:
+          where: str, one_host_pcap: Path | None = None) -> CaptureMeta:
     c = spec.capture
     workers = [r for r in results if r.get("role") == "worker"]
     servers = [r for r in results if r.get("role") == "server"]
     mss = c.mtu - IP_TCP_HEADER if where == "namespaces" else None
+    fw = framework_of(spec)
+    control = fw.control([h.ip for h in hosts], c.port)
+    loaded = None
     if c.link.rate_mbit is not None and mss is not None:
         goodput = c.link.rate_mbit * 1e6 * mss / (mss + IP_TCP_HEADER + ETHERNET_HEADER)
     else:
         goodput = probe["goodput_bps"]
+        if one_host_pcap is not None:  # the cores move the bytes: what the job's own transfers got
+            spans = [(float(a), float(b)) for r in workers for a, b in r["iterations"]]
+            loaded = loaded_goodput(one_host_pcap, spans, control)
+            goodput = loaded or goodput
+    if loaded is not None:
+        shaping = {**shaping, "goodput_with": "the job's own transfers while in flight (loaded_goodput)"}
     agg = scenario.parallelism.aggregation
     synchronous = not isinstance(agg, ParameterServer) or agg.mode == "sync"
     measured = measured_compute(workers, servers, synchronous=synchronous)
+    if where != "namespaces":
+        measured = loaded_compute(measured, workers)
     sim = spec.scenario_dict(bandwidth_gbps=round(goodput / 1e9, 6), latency_ns=round(probe["rtt_s"] / 2 * 1e9, 1),
                              measured=measured)
     Scenario.model_validate(sim)  # it must be a valid scenario for `validate`
-    fw = framework_of(spec)
     if where == "namespaces":
         ranks: dict[str, Any] = {str(h.rank): h.ip for h in hosts}
     else:
         ranks = {str(r["rank"]): r["endpoints"] for r in results}
-    control = fw.control([h.ip for h in hosts], c.port)
 
     return CaptureMeta.model_validate({
         "simstudy": __version__,

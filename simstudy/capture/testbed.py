@@ -1,5 +1,6 @@
 """Where the ranks of a captured job run: one network namespace per rank joined by a bridge (in a
-namespace of its own), or plain processes on loopback.
+namespace of its own), every rank a process in one namespace of its own (one host), or plain
+processes on the machine's loopback.
 
 Everything the testbed creates lives in namespaces it made itself (`ss<pid>-<rank>` and
 `ss<pid>-br`); removing them removes their veths, bridge, qdiscs and nftables rules. Processes
@@ -138,15 +139,23 @@ class Testbed:
 
     # --- setup ---------------------------------------------------------------------------------
 
+    @property
+    def one_host(self) -> bool:
+        """Every rank on one address (its traffic goes through that host's loopback interface)."""
+        return self.where in ("loopback", "namespace")
+
     def setup(self) -> None:
+        if self.one_host and self.link.shaped:
+            raise CaptureError(f"capture.link: shaping needs capture.where: namespaces ({self.where} puts every "
+                               "rank on one host, whose loopback is left as it is)")
         if self.where == "loopback":
-            if self.link.shaped:
-                raise CaptureError("capture.link: shaping needs capture.where: namespaces (loopback is "
-                                   "the machine's own interface and is left as it is)")
             self.hosts = [Host(r, None, "127.0.0.1", "lo") for r in range(self.ranks)]
             return
         if not is_root():
-            raise CaptureError("capture.where: namespaces needs root (run with sudo, or set where: loopback)")
+            raise CaptureError(f"capture.where: {self.where} needs root (run with sudo, or set where: loopback)")
+        if self.where == "namespace":
+            self._one_namespace()
+            return
         tools = ["ip", "tc"] + ([] if self.offloads else ["ethtool"]) + (["nft"] if self.link.loss > 0 else [])
         require_tools(tools)
         remove_stale()
@@ -178,6 +187,23 @@ class Testbed:
                 for where, dev in ((host.wrap([]), "eth0"), (["ip", "netns", "exec", bridge_ns], port)):
                     _run([*where, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"], "offloads")
             self._shape(host, bridge_ns, port)
+
+    def _one_namespace(self) -> None:
+        """Every rank in one namespace of its own, on the address of its eth0 (10.0.0.1; a veth whose
+        peer stays in the namespace unused): one host whose ranks reach each other through its
+        loopback interface."""
+        require_tools(["ip"])
+        remove_stale()
+        ns = f"{PREFIX}{os.getpid()}-0"
+        self._netns(ns)
+        for args in (["link", "add", "eth0", "type", "veth", "peer", "name", "eth1"],
+                     ["addr", "add", f"{rank_ip(0)}/16", "dev", "eth0"], ["link", "set", "eth0", "up"],
+                     ["link", "set", "eth1", "up"], ["link", "set", "lo", "up"]):
+            _run(["ip", "-n", ns, *args], "namespace")
+        self.hosts = [Host(r, ns, rank_ip(0), "eth0") for r in range(self.ranks)]
+        if self.hostnames:
+            (NETNS_ETC / ns).mkdir(parents=True, exist_ok=True)
+            (NETNS_ETC / ns / "hosts").write_text(f"127.0.0.1 localhost\n{rank_ip(0)} {socket.gethostname()}\n")
 
     def _netns(self, name: str) -> None:
         _run(["ip", "netns", "add", name], "namespace")

@@ -9,7 +9,9 @@ iteration of at most `GANTT_RANKS` ranks. Four kinds of directory have a page:
 
 * `study`: a sweep's results directory (summary.parquet);
 * `run`: a run directory (run.json);
-* `capture`: a directory of packet captures (one pcap per host, meta.json optional);
+* `capture`: a directory of packet captures (one pcap per host, meta.json optional), or switch
+  counters (`simstudy.traffic.counters`: tiers and hottest ports over time, every port's
+  utilisation and period in a table);
 * `validation`: the `validation/` directory `simstudy validate` writes (or the directory above it).
 """
 
@@ -33,6 +35,8 @@ from simstudy.linktable import read_links, utilization_note
 from simstudy.sweep.runner import run_link_summary
 from simstudy.table import read_table
 from simstudy.traffic.compare import ValidationReport, compare
+from simstudy.traffic.counter_features import CounterFeatures, analyze_counters, compare_counters, counters_frame
+from simstudy.traffic.counters import CountersError, is_counters, load_counters
 from simstudy.traffic.features import Features, analyze, iteration_profile
 from simstudy.traffic.sources import SourceError, load_traffic
 from simstudy.traffic.timeline import _spread
@@ -67,8 +71,11 @@ def detect(path: Path) -> tuple[Kind, Path]:
     if not path.exists():
         raise DashboardError(f"{path}: no such file or directory")
     if not path.is_dir():
+        if is_counters(path):  # a counters CSV
+            return "capture", path
         raise DashboardError(f"{path}: not a directory; expected a study results directory (summary.parquet), a "
-                             f"run directory (run.json), a capture directory (*.pcap) or a validation directory")
+                             f"run directory (run.json), a capture directory (*.pcap), switch counters or a "
+                             f"validation directory")
     if (path / layout.SUMMARY).is_file() or (path / layout.STUDY_JSON).is_file():
         return "study", path
     if (path / layout.RUN_JSON).is_file():
@@ -77,7 +84,7 @@ def detect(path: Path) -> tuple[Kind, Path]:
         return "validation", path
     if (path / layout.VALIDATION_DIR / layout.FEATURES_REAL).is_file():
         return "validation", path / layout.VALIDATION_DIR
-    if any(p.suffix in layout.CAPTURE_SUFFIXES for p in path.iterdir() if p.is_file()):
+    if any(p.suffix in layout.CAPTURE_SUFFIXES for p in path.iterdir() if p.is_file()) or is_counters(path):
         return "capture", path
     raise DashboardError(f"{path}: none of the four kinds: expected summary.parquet (a study's results), run.json "
                          f"(a run), {layout.FEATURES_REAL} (a validation) or capture files "
@@ -424,7 +431,8 @@ def overlay(features: dict[str, Features]) -> Overlay | None:
 
 @dataclass(frozen=True)
 class TraceData:
-    """A capture or a validation: timelines, per-iteration overlay and (validation) the verdict."""
+    """A capture or a validation: timelines, per-iteration overlay and (validation) the verdict;
+    for switch counters, per tier and hottest port, and a table of every port."""
 
     path: Path
     title: str
@@ -432,6 +440,10 @@ class TraceData:
     timelines: dict[str, tuple[FloatArray, FloatArray]]
     overlay: Overlay | None
     report: ValidationReport | None
+    step_label: str = "1 ms bins"
+    """What one point of the timelines is."""
+    ports: pd.DataFrame | None = None
+    """Switch counters: one row per port (`counters_frame`)."""
 
 
 def _timeline_of(f: Features) -> tuple[FloatArray, FloatArray]:
@@ -440,7 +452,35 @@ def _timeline_of(f: Features) -> tuple[FloatArray, FloatArray]:
     return tl.times_s, total
 
 
+def _counter_trace(title: str, path: Path, features: dict[str, CounterFeatures],
+                   report: ValidationReport | None) -> TraceData:
+    first = next(iter(features.values()))
+    timelines = {(f"{label}: {name}" if len(features) > 1 else name): (f.times_s, rates)
+                 for label, f in features.items() for name, rates in f.timelines.items()
+                 if len(features) == 1 or name.startswith("tier ")}
+    facts = {"ports": str(len(first.ports)), "sample": f"{first.sample_s:.3g} s", "steps": f"{first.grid_s:.3g} s",
+             "duration": f"{first.duration_s:.1f} s"}
+    for t in first.tiers:
+        facts[f"tier {t.tier}"] = (f"mean utilisation {t.mean_utilization:.3f}, period "
+                                   + (f"{t.period_s:.3g} s" if math.isfinite(t.period_s) else "none")
+                                   + f" (strength {t.period_strength:.2f})")
+    if report is not None:
+        facts = {"verdict": report.verdict, **facts}
+    return TraceData(path, title, facts, timelines, None, report, f"{first.grid_s:.3g} s steps",
+                     counters_frame(first))
+
+
+def counters_data(path: Path) -> TraceData:
+    try:
+        c = load_counters(path)
+    except CountersError as exc:
+        raise DashboardError(str(exc)) from None
+    return _counter_trace(f"Switch counters {c.label}", path, {"real": analyze_counters(c)}, None)
+
+
 def capture_data(path: Path) -> TraceData:
+    if is_counters(path):
+        return counters_data(path)
     try:
         src = load_traffic(path)
     except SourceError as exc:
@@ -456,7 +496,13 @@ def capture_data(path: Path) -> TraceData:
 
 def validation_data(vdir: Path) -> TraceData:
     try:
-        real = Features.from_json(json.loads((vdir / layout.FEATURES_REAL).read_text()))
+        data = json.loads((vdir / layout.FEATURES_REAL).read_text())
+        if isinstance(data, dict) and "grid_s" in data:  # switch counters against a simulated link table
+            real_c = CounterFeatures.from_json(data)
+            sim_c = CounterFeatures.from_json(json.loads((vdir / layout.FEATURES_SIM).read_text()))
+            return _counter_trace(f"Validation {vdir.parent.name}", vdir, {"real": real_c, "simulated": sim_c},
+                                  compare_counters(real_c, sim_c))
+        real = Features.from_json(data)
         sim = Features.from_json(json.loads((vdir / layout.FEATURES_SIM).read_text()))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DashboardError(f"{vdir}: unreadable features ({type(exc).__name__}: {exc})") from None

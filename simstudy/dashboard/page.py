@@ -201,9 +201,14 @@ def _trace_body(d: TraceData) -> str:
     parts = [_facts(d.facts)]
     fig = go.Figure([go.Scatter(x=_list(t * 1e3), y=_list(r * 8 / 1e9, 4), name=k, mode="lines")
                      for k, (t, r) in d.timelines.items()])
-    fig.update_layout(title="Throughput (1 ms bins)", xaxis_title="time (ms)", yaxis_title="Gbit/s", margin={"t": 40})
+    fig.update_layout(title=f"Throughput ({d.step_label})", xaxis_title="time (ms)", yaxis_title="Gbit/s",
+                      margin={"t": 40})
     parts += ["<h2>Throughput</h2>", _fig_div("throughput", fig)]
-    if d.overlay is not None:
+    if d.ports is not None:
+        parts += ["<h2>Ports</h2>", '<p class="note">Utilisation of the busier direction; a period is the shortest '
+                  "autocorrelation peak of the port's throughput as high as the highest, at 2 steps or more "
+                  "(strength under 0.2: none).</p>", _table(d.ports.round(4), "ports")]
+    elif d.overlay is not None:
         o = d.overlay
         traces = []
         for k, curves in o.each.items():
@@ -218,7 +223,7 @@ def _trace_body(d: TraceData) -> str:
         fig.update_layout(title="Throughput through one iteration, aligned at iteration starts",
                           xaxis_title="time since the iteration's start (ms)", yaxis_title="Gbit/s", margin={"t": 40})
         parts += ["<h2>Per iteration</h2>", _fig_div("per_iteration", fig)]
-    else:
+    elif d.ports is None:
         parts.append('<p class="note">No iteration period was found: no per-iteration overlay.</p>')
     if d.report is not None:
         frame = d.report.to_frame()

@@ -47,10 +47,16 @@ class CaptureSettings(Spec):
         default=5, ge=1, description="iterations without communication that time forward/backward compute "
         "(the workers run them together, so they share the cores as in training)"
     )
-    where: Literal["namespaces", "loopback"] | None = Field(
+    where: Literal["namespaces", "loopback", "namespace"] | None = Field(
         default=None,
         description="namespaces: one network namespace per rank joined by a bridge (needs root); "
-        "loopback: plain processes on 127.0.0.1; default: namespaces when root, else loopback",
+        "loopback: plain processes on 127.0.0.1; namespace: every rank a process in one network namespace "
+        "of its own, on its address 10.0.0.1 (one host: the traffic goes through its loopback; needs root); "
+        "default: namespaces when root, else loopback",
+    )
+    also_any: bool = Field(
+        default=False, description="also record with `tcpdump -i any` (Linux cooked captures) into any/ beside "
+        "the interfaces' captures, at the same time",
     )
     link: Link = Field(default_factory=Link, description="link shaping (namespaces only)")
     snaplen: int = Field(default=128, ge=64, le=65535, description="tcpdump snap length, bytes")

@@ -43,7 +43,12 @@ the iteration: **a true iteration period repeats the same bytes per cycle**, sen
    and a candidate that repeats its bytes exactly (`EXACT_CV`) but whose alternate cycles differ
    in length by `ALTERNATION` gives way to its double (a ring all-reduce of two workers moves
    the same bytes in its reduce-scatter and its all-gather, but only one half holds the compute
-   gap). Its period is the slope of the steady run's found boundaries against their cycle number.
+   gap). Its period is the slope of the steady run's found boundaries against their cycle number,
+   or, when their durations vary more than `JITTER` (compute-bound iterations on busy cores,
+   drifting with the load) or the iterations are counted over more than the steady run (step
+   7), the median time between each sender's iterations' worth of bytes
+   over the stretch it was counted on (its cumulative bytes cross every whole multiple of its
+   bytes per iteration at the end of that iteration's sends).
    When no candidate is strong, the one that comes closest among those with `MIN_CYCLES` steady
    cycles holding `MIN_COVERAGE` of the bytes is chosen and said to be weak; when none has
    those, no iteration is found (never a pacing period).
@@ -55,6 +60,24 @@ the iteration: **a true iteration period repeats the same bytes per cycle**, sen
    than that (the initial broadcast) counts its typical cycle (the median, when most of its
    cycles agree with it) instead. Otherwise the steady cycles are counted.
 
+8. Bursts: where compute, not a network, sets the pace (ranks on one host, 2 busy cores), the
+   iterations jitter by tens of percent, so no one period cuts them, and the cycles of a
+   periodic candidate hold a varying number of iterations. Each sender's traffic is then cut
+   at its own silences instead: its bursts (tiny ones, under `NOISE_SHARE` of a typical one,
+   left out) cut wherever it is silent for at least some length (each length it shows is
+   tried), the pieces grouped k at a time (k up to `MAX_GROUP`: DDP's buckets, a parameter
+   server's pieces); a sender's cycles are the grouping of the shortest median duration whose
+   steady groups repeat their bytes within `MAX_VOLUME_CV` and do not alternate in length.
+   When the senders with such cycles hold at least half the bytes, their bytes-weighted median
+   cycle is a candidate ("bursts"); it is
+   the iteration when no periodic candidate is strong, when the chosen one's cycles hold a
+   whole multiple of its bytes (within `BURST_MULTIPLE_BYTES`) and repeat them no better, or
+   when it repeats its bytes `BURST_EXACTER` times more exactly with at least twice the
+   cycles (a periodic cut through jittery iterations holds a varying number of them). Its
+   period is the median cycle duration (jitter makes the mean a poor middle), its bytes per
+   iteration each sender's median group (the senders without cycles: their bytes over the
+   steady cycles of the busiest sender with cycles, divided by their number).
+
 `Candidate` records every candidate with what rejected it, and `Iterations.reason` says why the
 chosen one won, so that a person can check the choice against the plot.
 """
@@ -62,7 +85,7 @@ chosen one won, so that a person can check the choice against the plot.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -151,6 +174,26 @@ CLEAN_SHARE = 0.5
 CLEAN_CYCLE = 0.02
 #: Bin width of the series the cycles are cut from, seconds.
 BIN_S = 1e-3
+#: Most silence lengths tried as what separates a sender's cycles (quantiles beyond that).
+MAX_GAPS = 48
+#: A burst holding less than this share of the sender's typical (90th percentile) burst is noise.
+NOISE_SHARE = 0.01
+#: Most bursts grouped into one cycle.
+MAX_GROUP = 4
+#: Cycles whose durations vary more than this jitter: the period is then the median time between each
+#: sender's iterations' worth of bytes, not the slope through the steady cycles' boundaries.
+JITTER = 0.05
+#: A cycle holds several iterations when this share of its 1/m parts end at a sender's silence ...
+SPLIT_SHARE = 0.9
+#: ... for senders holding this share of the bytes.
+SPLIT_SENDERS = 0.5
+#: Senders whose cycles of bursts are within this of each other agree on the iteration.
+BURST_MULTIPLE_TOLERANCE = 0.15
+#: ... or when it repeats its bytes this many times more exactly, with twice the cycles or more.
+BURST_EXACTER = 0.25
+#: A periodic candidate is a multiple of the bursts' cycle when its bytes per cycle are within
+#: this of a whole multiple of the bursts' bytes per cycle.
+BURST_MULTIPLE_BYTES = 0.05
 
 
 @dataclass(frozen=True)
@@ -203,7 +246,8 @@ class Iterations:
     counted_by: str
     """"cycles": the steady cycles; "stretch": the traffic between two gaps (or the trace's
     ends) holds `count` times the steady cycles' bytes, within `STRETCH_TOLERANCE` cycles, so
-    its bytes are divided by that (boundaries inside the stretch then do not matter); "none"."""
+    its bytes are divided by that (boundaries inside the stretch then do not matter); "bursts":
+    each sender's median cycle of bursts (see the module docstring, 8); "none"."""
 
     @property
     def bytes_per_iteration(self) -> float:
@@ -518,7 +562,13 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
     for period, source, _ in found:  # the iteration may show only as its multiple or sub-multiple
         seeds += [(period * k, f"{k:.3g} x {source}", 0.0) for k in HARMONICS]
     merged = _merge(seeds, longest)
+    bursts = _bursts(volume, total)
+    if bursts is not None and bursts.cycles < MIN_CYCLES:
+        bursts = None
     if not merged:
+        if bursts is not None:
+            return _from_bursts(bursts, volume, total, t0, senders, (), "no periodicity at any scale, but "
+                                "every sender's bursts repeat")
         return _none("no periodicity: the traffic has no autocorrelation or periodogram peak")
     cuts = [_refined_cut(act, volume, total, first, last, period_s / BIN_S) for period_s, _, _ in merged]
     quiet = _Quiet(act, float(act[total > 0].mean()))
@@ -545,6 +595,9 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
         if not strong:
             candidates = tuple(Candidate(p, src, acf, stats[i].cycles, stats[i].volume_cv, stats[i].duration_cv,
                                          verdicts[i]) for i, (p, src, acf) in enumerate(merged))
+            if bursts is not None:
+                return _from_bursts(bursts, volume, total, t0, senders, candidates, "no periodic candidate has "
+                                    "steady cycles that hold the bulk of the bytes")
             return _none("no candidate has steady cycles that hold the bulk of the bytes: no iteration found",
                          candidates)
     # the most exact repeat of bytes; at a tie, the most steady cycles, the most regular, the shortest
@@ -576,9 +629,33 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
             same = abs(stats[i].period_s / stats[best].period_s - 1) <= MERGE_TOLERANCE
             verdicts[i] = ("the same cycles" if same else
                            f"bytes per cycle vary {stats[i].volume_cv:.1%} (chosen: {stats[best].volume_cv:.1%})")
+    if bursts is not None:
+        a, b = cuts[best].run
+        agree = bursts.typical > 0  # the senders whose bursts make the cycle: bytes, not times, as jitter
+        k = float(cuts[best].volumes[a:b][:, agree].sum(axis=1).mean() / bursts.typical.sum())  # moves only times
+        multiple = round(k) >= 2 and abs(k / round(k) - 1) <= BURST_MULTIPLE_BYTES
+        finer = (bursts.volume_cv <= stats[best].volume_cv * BURST_EXACTER and bursts.cycles >= 2 * stats[best].cycles
+                 and k >= 1.5)
+        if weak or finer or (multiple and bursts.volume_cv <= stats[best].volume_cv + VOLUME_CV_NOISE):
+            if weak:
+                verdicts[best] = why = "weak, where every sender's bursts repeat"
+            elif multiple:
+                verdicts[best] = f"{round(k)} x the bursts' cycle ({k:.3g} times its bytes), which repeats as well"
+                why = f"the chosen periodic candidate ({stats[best].period_s * 1e3:.4g} ms) holds {round(k)} of them"
+            else:
+                verdicts[best] = why = (f"{k:.3g} bursts' cycles, which repeat their bytes more exactly "
+                                        f"({bursts.volume_cv:.2%} against {stats[best].volume_cv:.2%})")
+            candidates = tuple(Candidate(p, src, acf, stats[i].cycles, stats[i].volume_cv, stats[i].duration_cv,
+                                         verdicts.get(i, "")) for i, (p, src, acf) in enumerate(merged))
+            return _from_bursts(bursts, volume, total, t0, senders, candidates, why)
     verdicts[best] = "chosen" if not weak else "chosen, weak"
     candidates = tuple(Candidate(p, src, acf, stats[i].cycles, stats[i].volume_cv, stats[i].duration_cv, verdicts[i])
                        for i, (p, src, acf) in enumerate(merged))
+    if bursts is not None:
+        same = abs(stats[best].period_s / bursts.period_s - 1) <= BURST_MULTIPLE_TOLERANCE
+        note = "the same iterations" if same else f"not 1/k of the chosen {stats[best].period_s * 1e3:.4g} ms"
+        candidates += (Candidate(bursts.period_s, (bursts.label,), 0.0, bursts.cycles, bursts.volume_cv,
+                                 bursts.duration_cv, note),)
     cut, s = cuts[best], stats[best]
     a, b = cut.run
     volumes = cut.volumes[a:b]
@@ -607,10 +684,263 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
     else:
         reason += f"; bytes per iteration = the mean of the {b - a} steady cycles"
     edges = t0 + cut.bounds.astype(np.float64) * BIN_S
-    return Iterations(s.period_s, candidates, reason, edges[a:b], edges[a + 1:b + 1], volumes.sum(axis=1),
+    period_s = s.period_s
+    uneven = s.duration_cv > JITTER or count > b - a  # jitter, or iterations beyond the steady run
+    crossed = _crossing_period(volume, per, window[0], window[1], count) if uneven else math.nan
+    if math.isfinite(crossed):
+        reason = reason.replace("period = slope of its", f"period = {crossed * 1e3:.4g} ms, the median time between "
+                                "each sender's iterations' worth of bytes (slope of its")
+        reason = reason.replace(" boundaries against their cycle number", " boundaries against their cycle number: "
+                                f"{period_s * 1e3:.4g} ms)", 1)
+        period_s = crossed
+    split = _split_at_silences(volume, per, window[0], window[1])
+    if split > 1:  # the cycles hold `split` iterations each, which the senders' silences separate
+        per, count = per / split, count * split
+        crossed = _crossing_period(volume, per, window[0], window[1], count)
+        period_s = crossed if math.isfinite(crossed) else period_s / split
+        reason += (f"; each of these holds {split} iterations: every sender's cumulative bytes reach each "
+                   f"1/{split} of them at a silence (period {period_s * 1e3:.4g} ms, the median time between them)")
+        was = next(c for c in candidates if c.verdict.startswith("chosen"))
+        candidates = (*(replace(c, verdict=f"{split} x the iteration, whose bytes end at the senders' silences")
+                        if c is was else c for c in candidates),
+                      Candidate(period_s, (f"1/{split} x {was.period_s * 1e3:.4g} ms, at silences",), 0.0, count,
+                                was.volume_cv, was.duration_cv, "chosen"))
+    return Iterations(period_s, candidates, reason, edges[a:b], edges[a + 1:b + 1], volumes.sum(axis=1),
                       tuple(int(x) for x in senders),
                       volumes, count, (t0 + lo * BIN_S, t0 + hi * BIN_S),
                       (t0 + window[0] * BIN_S, t0 + window[1] * BIN_S), per, counted_by)
+
+
+def _split_at_silences(volume: FloatArray, per: FloatArray, lo: int, hi: int) -> int:
+    """How many iterations each counted cycle holds (1, or m up to `MAX_GROUP`): the smallest m such
+    that, for the senders holding most of the bytes, nearly every whole multiple of 1/m of their
+    cycle's bytes is reached at the end of a burst (within `CLEAN_CYCLE` of it), and the same holds
+    again for the parts. A cycle that is the iteration splits nowhere: its 1/m parts end in the
+    middle of the traffic (a ring's reduce-scatter runs straight into its all-gather)."""
+    total = 1
+    while True:
+        found = 0
+        for m in range(2, MAX_GROUP + 1):
+            held = clean = 0.0
+            for e in range(volume.shape[1]):
+                b = float(per[e]) / (total * m)
+                v = volume[lo:hi, e]
+                sent = float(v.sum())
+                if b <= 0 or sent < MIN_CYCLES * b:
+                    continue
+                _, _, nbytes = _bursts_of(v, 2)
+                at_ends = np.cumsum(nbytes)
+                levels = b * np.arange(1, int(sent / b + CLEAN_CYCLE) + 1)
+                near = np.abs(at_ends[np.clip(np.searchsorted(at_ends, levels), 0, len(at_ends) - 1)] - levels)
+                near = np.minimum(near, np.abs(at_ends[np.clip(np.searchsorted(at_ends, levels) - 1, 0,
+                                                                len(at_ends) - 1)] - levels))
+                held += sent
+                if np.mean(near <= CLEAN_CYCLE * b) >= SPLIT_SHARE:
+                    clean += sent
+            if held > 0 and clean >= SPLIT_SENDERS * volume[lo:hi].sum():
+                found = m
+                break
+        if not found:
+            return total
+        total *= found
+
+
+# ---------------------------------------------------------------------------------------------
+# cycles cut at each sender's silences (jittery, compute-bound jobs)
+
+
+@dataclass(frozen=True)
+class _SenderCycles:
+    """One sender's cycles: starts and ends (bins) and bytes of its steady groups of bursts."""
+
+    starts: IntArray
+    ends: IntArray
+    bytes: FloatArray
+    gap: int
+    group: int
+
+    @property
+    def period(self) -> float:
+        return float(np.median(np.diff(self.starts))) if len(self.starts) >= 2 else math.nan
+
+
+@dataclass(frozen=True)
+class _Bursts:
+    """The bursts candidate (see the module docstring, 8)."""
+
+    period_s: float
+    volume_cv: float
+    duration_cv: float
+    coverage: float
+    cycles: int
+    starts: IntArray  # the reference sender's steady cycles (bins)
+    ends: IntArray
+    per_iteration: FloatArray  # every sender
+    sender_bytes: FloatArray  # cycles x senders, each sender's bytes within the reference cycles
+    label: str
+    typical: FloatArray  # each sender's median cycle (0 for the senders without cycles that agree)
+
+
+def _bursts_of(v: FloatArray, gap: int) -> tuple[IntArray, IntArray, FloatArray]:
+    """Runs of busy bins with silences shorter than `gap` bins bridged: starts, ends (exclusive), bytes."""
+    busy = np.flatnonzero(v > 0)
+    if len(busy) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    cut = np.flatnonzero(np.diff(busy) > gap)
+    starts = np.concatenate([[busy[0]], busy[cut + 1]]).astype(np.int64)
+    ends = np.concatenate([busy[cut], [busy[-1]]]).astype(np.int64) + 1
+    cum = np.concatenate([[0.0], np.cumsum(v)])
+    return starts, ends, cum[ends] - cum[starts]
+
+
+def _sender_cycles(v: FloatArray) -> _SenderCycles | None:
+    """The sender's cycles: its bursts cut at every silence of at least some length (each length
+    it has is tried, up to `MAX_GAPS` of them) and grouped k at a time; the grouping of the
+    shortest median duration whose steady groups repeat their bytes and do not alternate in
+    length (None when none does)."""
+    starts, ends, nbytes = _bursts_of(v, 1)
+    if len(nbytes) < MIN_CYCLES + 1:
+        return None
+    keep = nbytes >= NOISE_SHARE * float(np.quantile(nbytes, 0.9))
+    starts, ends, nbytes = starts[keep], ends[keep], nbytes[keep]
+    silences = starts[1:] - ends[:-1]
+    lengths = np.unique(silences)[::-1]
+    if len(lengths) > MAX_GAPS:
+        lengths = np.unique(np.quantile(silences, np.linspace(0, 1, MAX_GAPS), method="nearest"))[::-1]
+    best: _SenderCycles | None = None
+    cum = np.concatenate([[0.0], np.cumsum(nbytes)])
+    for gap in lengths.tolist():
+        cut = np.flatnonzero(silences >= gap)
+        if len(cut) < MIN_CYCLES:
+            continue
+        first = np.concatenate([[0], cut + 1])  # burst index of each segment's first burst
+        last = np.concatenate([cut, [len(nbytes) - 1]])
+        seg_bytes = cum[last + 1] - cum[first]
+        for k in range(1, MAX_GROUP + 1):
+            for offset in range(k):
+                m = (len(seg_bytes) - offset) // k
+                if m < MIN_CYCLES + 1:
+                    continue
+                idx = offset + k * np.arange(m)
+                g = seg_bytes[offset: offset + k * m].reshape(m, k).sum(axis=1)
+                a, b = _steady(g)
+                if b - a < max(MIN_CYCLES, m // 2):
+                    continue
+                run = g[a:b]
+                if not run.std() <= MAX_VOLUME_CV * run.mean():
+                    continue
+                c = _SenderCycles(starts[first[idx[a:b]]], ends[last[idx[a:b] + k - 1]], run, int(gap), k)
+                if best is not None and c.period >= best.period * (1 - MERGE_TOLERANCE):
+                    continue
+                d = np.diff(c.starts).astype(np.float64)
+                if len(d) >= 4:
+                    even, odd = d[0::2], d[1::2]
+                    noise = math.sqrt(even.var(ddof=1) / len(even) + odd.var(ddof=1) / len(odd))
+                    diff = abs(even.mean() - odd.mean())
+                    if diff >= ALTERNATION * d.mean() and diff > ALTERNATION_SIGNIFICANCE * noise:
+                        continue  # half the iteration: its groups alternate in length
+                best = c
+    return best
+
+
+def _bursts(volume: FloatArray, total: FloatArray) -> _Bursts | None:
+    """The bursts candidate of a bins x senders series: the senders whose cycles agree (within
+    `BURST_MULTIPLE_TOLERANCE`) on the shortest cycle any group of them holding a quarter of the
+    bytes shows (a sender that serves several others, a parameter server, may group its bursts
+    into a multiple), when they hold at least a third of the bytes; None otherwise."""
+    sent = volume.sum(axis=0)
+    if sent.sum() <= 0:
+        return None
+    found = {e: c for e in range(volume.shape[1]) if sent[e] > 0 and (c := _sender_cycles(volume[:, e])) is not None
+             and math.isfinite(c.period)}
+    agree: list[int] = []
+    for e in sorted(found, key=lambda e: found[e].period):
+        group = [x for x in found if abs(found[x].period / found[e].period - 1) <= BURST_MULTIPLE_TOLERANCE]
+        if sent[group].sum() >= 0.25 * sent.sum():
+            agree = group
+            break
+    if not agree or sent[agree].sum() < MIN_COVERAGE * sent.sum():
+        return None
+    ids = sorted(agree, key=lambda e: found[e].period)
+    weights = sent[ids] / sent[ids].sum()
+    period = float(np.array([found[e].period for e in ids])[np.searchsorted(np.cumsum(weights), 0.5)])
+    ref = found[max(ids, key=lambda e: sent[e])]
+    n = len(ref.starts)
+    bounds = np.concatenate([ref.starts, [ref.ends[-1]]])
+    cum = np.vstack([np.zeros((1, volume.shape[1])), np.cumsum(volume, axis=0)])
+    within = np.diff(cum[np.clip(bounds, 0, len(volume))], axis=0)  # cycles x senders
+    typical = np.array([float(np.median(found[e].bytes)) if e in agree else 0.0 for e in range(volume.shape[1])])
+    per = np.where(typical > 0, typical, within.sum(axis=0) / n)
+    cvs = np.array([found[e].bytes.std() / found[e].bytes.mean() for e in ids])
+    d = np.diff(ref.starts).astype(np.float64)
+    coverage = float(sum(found[e].bytes.sum() for e in ids) / total.sum()) if total.sum() > 0 else 0.0
+    return _Bursts(period * BIN_S, float((weights * cvs).sum()), float(d.std() / d.mean()) if len(d) >= 2 else 0.0,
+                   coverage, n, ref.starts, ref.ends, np.asarray(per, dtype=np.float64), within,
+                   f"bursts (silences >= {ref.gap} ms, {ref.group} per cycle)", typical)
+
+
+def _crossing_period(volume: FloatArray, per: FloatArray, lo: int, hi: int, count: int) -> float:
+    """The median iteration: each sender's cumulative bytes over [lo, hi) cross every whole number
+    of its bytes per iteration at the end of that iteration's sends; the median time between
+    crossings, and the bytes-weighted median over the senders whose window holds a whole number
+    of iterations (within `STRETCH_TOLERANCE`). Jitter and drift of the iterations' lengths move
+    the median little, where a slope through a subset of the cycles follows them. NaN when no
+    sender has at least `MIN_CYCLES` crossings."""
+    if count < MIN_CYCLES + 1:
+        return math.nan
+    medians, weights = [], []
+    for e in range(volume.shape[1]):
+        b = float(per[e])
+        v = volume[lo:hi, e]
+        sent = float(v.sum())
+        if b <= 0 or abs(sent / b - round(sent / b)) > STRETCH_TOLERANCE or round(sent / b) < MIN_CYCLES + 1:
+            continue
+        cum = np.cumsum(v)
+        levels = b * np.arange(1, round(sent / b) + 1) - STRETCH_TOLERANCE * b
+        i = np.minimum(np.searchsorted(cum, levels, side="left"), len(v) - 1)
+        before = np.where(i > 0, cum[np.maximum(i - 1, 0)], 0.0)
+        at = i + (levels - before) / np.where(v[i] > 0, v[i], 1.0)  # within the bin, as if spread evenly
+        d = np.diff(at)
+        if len(d) >= MIN_CYCLES:
+            medians.append(float(np.median(d)))
+            weights.append(sent)
+    if not medians:
+        return math.nan
+    order = np.argsort(medians)
+    w = np.asarray(weights)[order] / sum(weights)
+    return float(np.asarray(medians)[order][np.searchsorted(np.cumsum(w), 0.5)]) * BIN_S
+
+
+def _from_bursts(b: _Bursts, volume: FloatArray, total: FloatArray, t0: float, senders: IntArray,
+                 candidates: tuple[Candidate, ...], why: str) -> Iterations:
+    """The iterations of the bursts candidate (see the module docstring, 8): counted over the stretch
+    of traffic around the busiest sender's steady cycles when the senders with cycles agree that it
+    holds a whole number of theirs, and the median time between each sender's iterations' worth
+    of bytes as the period."""
+    lo, hi = int(b.starts[0]), int(b.ends[-1])
+    count, window, per, counted = b.cycles, (lo, hi), b.per_iteration, "bursts"
+    s_lo, s_hi = _stretch(total, lo, hi, b.period_s / BIN_S)
+    stretch = volume[s_lo:s_hi + 1].sum(axis=0)
+    n = _whole_cycles(stretch, b.typical)
+    how = f"each sender's median cycle, over {b.cycles} cycles"
+    if n >= b.cycles:
+        count, window, per, counted = n, (s_lo, s_hi + 1), stretch / n, "stretch"
+        how = f"the bytes of the stretch of traffic the cycles lie in / {n}"
+    period_s = b.period_s
+    crossed = _crossing_period(volume, per, window[0], window[1], count)
+    if math.isfinite(crossed):
+        period_s = crossed
+    chosen = Candidate(period_s, (b.label,), 0.0, b.cycles, b.volume_cv, b.duration_cv, "chosen")
+    reason = (f"every sender's traffic cut at its own silences: {why}; {b.cycles} steady cycles of the busiest "
+              f"sender ({b.label}) holding {b.coverage:.0%} of the bytes, each sender's bytes per cycle vary "
+              f"{b.volume_cv:.1%}, their durations {b.duration_cv:.0%} (jitter); period = "
+              + ("the median time between each sender's iterations' worth of bytes" if math.isfinite(crossed)
+                 else "the median cycle") + f"; bytes per iteration = {how}")
+    starts = t0 + b.starts.astype(np.float64) * BIN_S
+    ends = np.concatenate([starts[1:], [t0 + float(b.ends[-1]) * BIN_S]])
+    return Iterations(period_s, (*candidates, chosen), reason, starts, ends, b.sender_bytes.sum(axis=1),
+                      tuple(int(x) for x in senders), b.sender_bytes, count, (float(starts[0]), float(ends[-1])),
+                      (t0 + window[0] * BIN_S, t0 + window[1] * BIN_S), np.asarray(per, dtype=np.float64), counted)
 
 
 def _whole_cycles(stretch: FloatArray, cycle: FloatArray) -> int:

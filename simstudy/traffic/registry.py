@@ -178,7 +178,9 @@ def decode(data: Any, kind: Any) -> Any:
             return from_json(data)
         if dataclasses.is_dataclass(kind):
             hints = _hints(kind)
-            return kind(**{f.name: decode(data[f.name], hints[f.name]) for f in dataclasses.fields(kind) if f.init})
+            missing = dataclasses.MISSING
+            return kind(**{f.name: decode(data[f.name], hints[f.name]) for f in dataclasses.fields(kind)
+                           if f.init and (f.name in data or (f.default is missing and f.default_factory is missing))})
     raise TypeError(f"cannot read {kind!r} from JSON")
 
 

@@ -48,11 +48,14 @@ __all__ = [
     "SERVER",
     "TRAINING_SHARE",
     "WORKER",
+    "ConnectionKinds",
     "EndpointRole",
+    "Place",
     "Role",
     "Roles",
     "apply",
     "classify",
+    "connection_kinds",
     "given",
     "shifted",
     "with_iterations",
@@ -95,6 +98,8 @@ class EndpointRole:
     """In how many of the steady iterations it sent at least a tenth of its typical iteration:
     a worker or server sends in every one, a rendezvous store in none."""
     iterations_seen: int = 0
+    endpoints: tuple[str, ...] = ()
+    """When several ranks share an address: the address:port endpoints that are this one."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,21 @@ class _Connections:
         return np.asarray(self.a_to_b + self.b_to_a)
 
 
+def _group_ids(a: np.ndarray, ap: np.ndarray, b: np.ndarray, bp: np.ndarray) -> np.ndarray:
+    """Per row, the number of its (a, ap, b, bp) group in sorted order (as a sorted groupby's
+    ngroup), from one int64 key per row when the values fit (ranks above -2^14, ports below
+    2^16), else from a groupby."""
+    lo = min(int(a.min()), int(b.min())) if len(a) else 0
+    hi = max(int(a.max()), int(b.max())) if len(a) else 0
+    if lo >= -(1 << 14) and hi < (1 << 14):
+        left = ((a - lo) << 16) | ap
+        right = ((b - lo) << 16) | bp
+        codes, _ = pd.factorize((left << 31) | right, sort=True)
+        return np.asarray(codes, dtype=np.int64)
+    frame = pd.DataFrame({"a": a, "ap": ap, "b": b, "bp": bp})
+    return np.asarray(frame.groupby(["a", "ap", "b", "bp"], sort=True).ngroup().to_numpy(), dtype=np.int64)
+
+
 def _volume(table: pd.DataFrame) -> np.ndarray:
     col = "payload_bytes" if "payload_bytes" in table.columns else "bytes"
     return np.asarray(table[col].to_numpy(), dtype=np.float64)
@@ -167,16 +187,14 @@ def _connections(table: pd.DataFrame) -> _Connections:
     forward = (src < dst) | ((src == dst) & (sp <= dp))
     a, b = np.where(forward, src, dst), np.where(forward, dst, src)
     ap, bp = np.where(forward, sp, dp), np.where(forward, dp, sp)
-    frame = pd.DataFrame({"a": a, "ap": ap, "b": b, "bp": bp})
-    of_row = frame.groupby(["a", "ap", "b", "bp"], sort=True).ngroup().to_numpy()
+    of_row = _group_ids(a, ap, b, bp)
     n = int(of_row.max()) + 1 if len(of_row) else 0
     vol = _volume(table)
-    t = table["t_start_s"].to_numpy()
-    first = np.full(n, np.inf)
-    last = np.full(n, -np.inf)
-    np.minimum.at(first, of_row, t)
-    np.maximum.at(last, of_row, table["t_end_s"].to_numpy())
-    _, idx = np.unique(of_row, return_index=True)
+    order = np.argsort(of_row, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(of_row[order]) != 0]) if len(order) else np.zeros(0, np.int64)
+    first = np.minimum.reduceat(table["t_start_s"].to_numpy()[order], starts) if n else np.zeros(0)
+    last = np.maximum.reduceat(table["t_end_s"].to_numpy()[order], starts) if n else np.zeros(0)
+    idx = order[starts]  # each connection's first row
     return _Connections(
         a[idx], ap[idx], b[idx], bp[idx],
         np.bincount(of_row, weights=np.where(forward, vol, 0.0), minlength=n),
@@ -231,21 +249,20 @@ def _bipartite(hosts: list[int], edges: set[tuple[int, int]]) -> tuple[list[int]
     return (servers, workers) if edges == want else None
 
 
-def classify(table: pd.DataFrame, labels: Mapping[int, str] | None = None, *,
-             renumber_ranks: bool = True) -> tuple[Roles, dict[int, int], np.ndarray]:
-    """Roles of the endpoints of `table` (see the module docstring).
+@dataclass(frozen=True)
+class ConnectionKinds:
+    """The connections of a table and what each one is (see the module docstring, rule 1)."""
 
-    `labels` names the table's ranks (a capture's host addresses); default "rank N". Returns the
-    roles, the renumbering {table rank: new rank} (workers first, then servers, control hosts
-    -1), and per row whether it is control traffic. With `renumber_ranks` the roles carry the
-    new ranks (as `apply` will number the table), else the table's own."""
-    labels = dict(labels or {})
+    con: _Connections
+    training: np.ndarray
+    setup: np.ndarray
+    """Big but only at the edges of the capture (an initial broadcast): not evidence of roles."""
+    unmapped: np.ndarray
+    """An end without a rank (-1)."""
 
-    def name(rank: int) -> str:
-        return labels.get(rank, f"rank {rank}")
 
-    if len(table) == 0:
-        return Roles("traffic", (), "no traffic"), {}, np.zeros(0, dtype=np.bool_)
+def connection_kinds(table: pd.DataFrame) -> ConnectionKinds:
+    """Group the rows of `table` into connections and tell training, setup and control ones apart."""
     con = _connections(table)
     size = con.size
     already = (table["op"] == "control").to_numpy() if "op" in table.columns else np.zeros(len(table), np.bool_)
@@ -256,8 +273,63 @@ def classify(table: pd.DataFrame, labels: Mapping[int, str] | None = None, *,
     busiest = float(size[candidates].max()) if candidates.any() else 0.0
     big = candidates & (size >= TRAINING_SHARE * busiest)
     lasting = _lasting(table, con, big)
-    training = big & lasting
-    setup = big & ~lasting  # big but only at the edges of the capture: not evidence of roles
+    return ConnectionKinds(con, big & lasting, big & ~lasting, unmapped)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a rank of a table lives when it is not a whole host: a process among others on one
+    address (`simstudy.traffic.processes`), its endpoints and why they are one process."""
+
+    address: str
+    endpoints: tuple[str, ...]
+    evidence: str
+    process: bool = True
+    """False for the ports of the address that no training process holds (one control entry)."""
+
+
+def _cycle(hosts: list[int], edges: set[tuple[int, int]]) -> list[int] | None:
+    """The hosts in ring order when the training graph is one cycle through all of them (from the
+    first host, towards its lower neighbour), else None."""
+    if len(hosts) < 3 or len(edges) != len(hosts):
+        return None
+    near: dict[int, list[int]] = {h: [] for h in hosts}
+    for a, b in edges:
+        near[a].append(b)
+        near[b].append(a)
+    if any(len(v) != 2 for v in near.values()):
+        return None
+    order = [hosts[0], min(near[hosts[0]])]
+    while len(order) < len(hosts):
+        a, b = near[order[-1]]
+        nxt = a if a != order[-2] else b
+        if nxt == order[0]:
+            return None
+        order.append(nxt)
+    return order
+
+
+def classify(table: pd.DataFrame, labels: Mapping[int, str] | None = None, *,
+             renumber_ranks: bool = True,
+             places: Mapping[int, Place] | None = None) -> tuple[Roles, dict[int, int], np.ndarray]:
+    """Roles of the endpoints of `table` (see the module docstring).
+
+    `labels` names the table's ranks (a capture's host addresses); default "rank N". `places`:
+    the ranks that are processes sharing an address (their endpoints and evidence). Returns the
+    roles, the renumbering {table rank: new rank} (workers first, then servers, control hosts
+    -1), and per row whether it is control traffic. With `renumber_ranks` the roles carry the
+    new ranks (as `apply` will number the table), else the table's own. Workers are numbered in
+    host order, or around the ring when their training connections form one."""
+    labels = dict(labels or {})
+    places = dict(places or {})
+
+    def name(rank: int) -> str:
+        return labels.get(rank, f"rank {rank}")
+
+    if len(table) == 0:
+        return Roles("traffic", (), "no traffic"), {}, np.zeros(0, dtype=np.bool_)
+    kinds = connection_kinds(table)
+    con, training, setup, unmapped = kinds.con, kinds.training, kinds.setup, kinds.unmapped
     edges = {(int(a), int(b)) for a, b, ok in zip(con.a, con.b, training, strict=True) if ok and a != b}
     hosts = sorted({h for e in edges for h in e} | {int(a) for a, b, ok in zip(con.a, con.b, training, strict=True)
                                                      if ok and a == b})
@@ -267,9 +339,11 @@ def classify(table: pd.DataFrame, labels: Mapping[int, str] | None = None, *,
         reason = (f"{len(workers)} workers and {len(servers)} parameter server{'s' if len(servers) > 1 else ''}: "
                   "every worker exchanges training traffic with every server and with no other worker")
     else:
-        servers, workers = [], hosts
+        ring = _cycle(hosts, edges)
+        servers, workers = [], ring or hosts
         reason = (f"{len(workers)} workers exchanging training traffic with each other "
-                  f"({len(edges)} pair{'s' if len(edges) != 1 else ''}: all-reduce, ring or tree)")
+                  f"({len(edges)} pair{'s' if len(edges) != 1 else ''}: "
+                  + ("a ring, numbered around it)" if ring else "all-reduce, ring or tree)"))
     renumber = {h: i for i, h in enumerate(workers)}
     renumber.update({h: len(workers) + i for i, h in enumerate(servers)})
     every = sorted(set(con.a.tolist()) | set(con.b.tolist()))
@@ -281,17 +355,17 @@ def classify(table: pd.DataFrame, labels: Mapping[int, str] | None = None, *,
     def rank(h: int) -> int:
         return renumber[h] if renumber_ranks else h
 
-    entries = [_host_entry(h, rank(h), WORKER if h in workers else SERVER, con, training, name, edges, ps)
-               for h in workers + servers]
-    entries += [_host_entry(h, rank(h) if renumber_ranks else -1, CONTROL, con, training, name, edges, ps)
-                for h in every if renumber[h] < 0]
+    entries = [_host_entry(h, rank(h), WORKER if h in workers else SERVER, con, training, name, edges, ps,
+                           places.get(h)) for h in workers + servers]
+    entries += [_host_entry(h, rank(h) if renumber_ranks else -1, CONTROL, con, training, name, edges, ps,
+                            places.get(h)) for h in every if renumber[h] < 0]
     if "sport" in table.columns and "dport" in table.columns:  # services are ports: only captures have them
-        entries += _services(con, ~training & ~unmapped, name)
+        entries += _services(con, ~training & ~unmapped, name, places)
     return Roles("traffic", tuple(entries), reason), renumber, control_row
 
 
 def _host_entry(h: int, rank: int, role: Role, con: _Connections, training: np.ndarray,
-                name: object, edges: set[tuple[int, int]], ps: bool) -> EndpointRole:
+                name: object, edges: set[tuple[int, int]], ps: bool, place: Place | None) -> EndpointRole:
     label = name(h)  # type: ignore[operator]
     mine = (con.a == h) | (con.b == h)
     sent = float(np.where(con.a == h, con.a_to_b, 0.0)[mine].sum() + np.where(con.b == h, con.b_to_a, 0.0)[mine].sum())
@@ -309,11 +383,14 @@ def _host_entry(h: int, rank: int, role: Role, con: _Connections, training: np.n
     else:
         evidence = (f"{n_train} training connection(s) with {len(peers)} "
                     f"{'server(s) and no other worker' if ps else 'other worker(s)'}")
+    if place is not None:
+        evidence = f"{place.evidence}; {evidence}"
     return EndpointRole(label, role, rank, int(sent), int(recv), tuple(name(p) for p in peers),  # type: ignore[operator]
-                        int(mine.sum()), first, last, evidence)
+                        int(mine.sum()), first, last, evidence, endpoints=place.endpoints if place else ())
 
 
-def _services(con: _Connections, control: np.ndarray, name: object) -> list[EndpointRole]:
+def _services(con: _Connections, control: np.ndarray, name: object,
+              places: Mapping[int, Place]) -> list[EndpointRole]:
     """The service side of every control connection (shared by more control connections, or the lower port)."""
     idx = np.flatnonzero(control)
     if len(idx) == 0:
@@ -333,7 +410,8 @@ def _services(con: _Connections, control: np.ndarray, name: object) -> list[Endp
         into = np.where(con.a[m] == host, con.b_to_a[m], con.a_to_b[m]).sum()
         out_b = np.where(con.a[m] == host, con.a_to_b[m], con.b_to_a[m]).sum()
         clients = sorted({int(con.b[i]) if int(con.a[i]) == host else int(con.a[i]) for i in members})
-        label = f"{name(host)}:{port}" if port else name(host)  # type: ignore[operator]
+        where = places[host].address if host in places else name(host)  # type: ignore[operator]
+        label = (f"[{where}]:{port}" if ":" in where else f"{where}:{port}") if port else where
         life = float(con.last[m].max() - con.first[m].min())
         out.append(EndpointRole(
             label, CONTROL, -1, int(out_b), int(into), tuple(name(c) for c in clients), len(members),  # type: ignore[operator]

@@ -21,7 +21,7 @@ A run directory holds `traffic.parquet` (simulated; its time origin is the start
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -116,12 +116,33 @@ def _drop_strays(packets: pd.DataFrame, directory: Path, warnings: list[str]) ->
     return packets[keep].reset_index(drop=True)
 
 
+def _whole_processes(packets: pd.DataFrame, rank_of: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """`rank_of` with, for every rank given by an `address:port` of a process among others on its
+    address (loopback, one host), the other ports of that process (`simstudy.traffic.processes`):
+    a rank may be named by one of its endpoints, its listening port say. Returns the map and what
+    it added."""
+    if not any(":" in key.rsplit("]", 1)[-1] for key in rank_of):
+        return rank_of, {}
+    places = to_traffic_table(packets, t0_s=0.0).attrs.get("places", {})
+    added: dict[str, int] = {}
+    for place in places.values():
+        if not place.process:
+            continue
+        named = {rank_of[e] for e in place.endpoints if e in rank_of}
+        if len(named) == 1:
+            r = named.pop()
+            added.update({e: r for e in place.endpoints if e not in rank_of})
+    return {**rank_of, **added}, added
+
+
 def load_capture(directory: Path, *, rank_map: RankMap | None = None) -> TrafficSource:
     """A capture directory's packets as a TrafficTable aligned on its first training iteration.
 
     Ranks and control endpoints come from `rank_map` (`--ranks`), else from meta.json, else
     from the traffic itself (`simstudy.traffic.roles`): workers first, then parameter servers,
-    control endpoints marked `op == "control"` and hosts without training traffic rank -1."""
+    control endpoints marked `op == "control"` and hosts without training traffic rank -1. A rank
+    given by one `address:port` of a process that shares its address with others stands for
+    every port of that process (`simstudy.traffic.processes`)."""
     cap = read_pcap_dir(directory)
     meta = cap.meta
     stated = rank_map if rank_map is not None else (meta if meta is not None and meta.ranks else None)
@@ -138,15 +159,21 @@ def load_capture(directory: Path, *, rank_map: RankMap | None = None) -> Traffic
                         "counts them every time)")
     if stated is not None:
         control = stated.control_keys or (meta.control_keys if meta and rank_map is not None else [])
-        table = to_traffic_table(packets, rank_of=stated.rank_of, control=control or None, t0_s=0.0)
+        rank_of, found = _whole_processes(packets, stated.rank_of)
+        table = to_traffic_table(packets, rank_of=rank_of, control=control or None, t0_s=0.0)
         source = "rank map" if rank_map is not None else "meta.json"
         servers = rank_map.servers if rank_map is not None else sorted(meta.servers) if meta else []
-        roles = given(source, {r: [e.key for e in ends] for r, ends in stated.ranks.items()}, servers,
-                      control, table)
+        ends = {r: [e.key for e in ends] for r, ends in stated.ranks.items()}
+        for key, r in found.items():
+            ends.setdefault(r, []).append(f"{key} (its process)")
+        roles = given(source, ends, servers, control, table)
     else:  # meta.json may still name the control endpoints
         control = meta.control_keys if meta else []
         table = to_traffic_table(packets, control=control or None, t0_s=0.0)
-        roles, renumber, control_row = classify(table, table.attrs.get("rank_labels"))
+        roles, renumber, control_row = classify(table, table.attrs.get("rank_labels"),
+                                                places=table.attrs.get("places"))
+        if table.attrs.get("processes"):
+            roles = replace(roles, reason=f"{roles.reason}; {table.attrs['processes']}")
         table = apply(table, renumber, control_row)
     if iterations and all(iterations.values()):
         table = _label_iterations(table, iterations)

@@ -6,7 +6,8 @@ torch >= 2.1 as released (see simstudy.capture.frameworks); with its CMAKE_CXX_S
 
 Analytical payload bytes per iteration, P = the model's parameters, 4 bytes each (fp32): Horovod
 all-reduces every gradient once (in fused buffers) with Gloo's ring, so each of N workers sends
-2 (N - 1) / N * 4P, which for N = 2 is 4P; Horovod's per-cycle coordination adds well under 0.5%.
+2 (N - 1) / N * 4P, which for N = 2 is 4P; Horovod's per-cycle coordination adds small packets
+(under 1% of it at load average 7: it grows with an iteration's wall time).
 """
 
 from __future__ import annotations
@@ -56,9 +57,17 @@ def test_horovod_capture_bytes(tmp_path: Path) -> None:
     src = load_traffic(tmp_path / "hvd")
     t = src.table[(src.table["op"] != "control") & (src.table["payload_bytes"] > 0)]
     assert t["iteration"].nunique() == 3
-    sums = t.groupby(["src", "dst"], observed=True)["payload_bytes"].sum() / 3
+    # Horovod's background thread coordinates every cycle (a few ms) in packets of tens of bytes, so
+    # their bytes grow with an iteration's wall time (1% of the gradient at load average 7); the
+    # gradient's segments fill packets. Split at 512 bytes: what is left of the gradient below it is
+    # the tail of a fused buffer (a few hundred bytes an iteration).
+    small = t[t["payload_bytes"] < 512]
+    sums = (t.groupby(["src", "dst"], observed=True)["payload_bytes"].sum() / 3).to_dict()
+    coord = (small.groupby(["src", "dst"], observed=True)["payload_bytes"].sum() / 3).to_dict()
     per = {(int(a), int(b)): float(v) for (a, b), v in sums.items() if v > 0.01 * GRAD}
     assert set(per) == {(0, 1), (1, 0)}
     for pair, got in per.items():
-        # ring all-reduce, N = 2: 2 (N - 1) / N * 4P = 4P per worker, Horovod's coordination < 0.5%
-        assert GRAD <= got <= GRAD * 1.005, (pair, got, GRAD)
+        # ring all-reduce, N = 2: 2 (N - 1) / N * 4P = 4P per worker, plus Horovod's coordination
+        data = got - float(coord.get(pair, 0.0))
+        assert abs(data - GRAD) <= 0.001 * GRAD, (pair, got, data, GRAD)
+        assert 0 < got - data < 0.05 * GRAD, (pair, got, data, GRAD)

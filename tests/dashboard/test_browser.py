@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.dashboard.conftest import cli
+from tests.dashboard.conftest import REPO, cli
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install '.[dev]')")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -113,4 +113,19 @@ def test_trace_pages_overlay_iterations(browser: Any, dirs: dict[str, Path], kin
         marks = browser.execute_script("return [...document.querySelectorAll('#metrics tbody tr')]"
                                        ".map(r=>r.dataset.status)")
         assert marks and set(marks) <= {"pass", "fail"}
+    _not_blank(browser)
+
+
+def test_switch_counters_page(browser: Any, dirs: dict[str, Path]) -> None:
+    """The Zhejiang Lab excerpt (tests/data/zhejiang): tiers and hottest ports over time, and every
+    port's utilisation and period in the table."""
+    dirs = {**dirs, "counters": REPO / "tests" / "data" / "zhejiang"}
+    _open(browser, _page(dirs, "counters"))
+    plots = _plots(browser)
+    assert plots.get("throughput", 0) >= 2, plots
+    names = browser.execute_script("return document.getElementById('throughput').data.map(t=>t.name)")
+    assert {"tier nic", "tier spine"} <= set(names)
+    rows = browser.execute_script("return [...document.querySelectorAll('#ports tbody tr')]"
+                                  ".map(r=>r.cells[0].innerText)")
+    assert len(rows) == 6 and any("TwoHundredGigE1/0/15:1" in r for r in rows)
     _not_blank(browser)

@@ -2,10 +2,11 @@
 
     sudo python tests/data/make_real_captures.py
 
-Each is a real torch.distributed job captured by `simstudy capture` (a narrow CNN, 2 workers,
-200 Mbit/s links, snap length 100), kept as its pcaps only, as a capture from elsewhere would
-come, and `truth.json`: what the capture's meta.json logged (the median time between iteration
-starts, payload bytes per marked iteration, workers and servers). tests/traffic/test_real.py
+Each is a real torch.distributed job captured by `simstudy capture` (a narrow CNN; 2 workers on
+200 Mbit/s links, or 3-4 workers and a parameter server as processes of one host; snap length
+100), kept as its pcaps only, as a capture from elsewhere would come, and `truth.json`: what the
+capture's meta.json logged (the median time between iteration starts, payload bytes per marked
+iteration, workers and servers, and on one host every rank's ports). tests/traffic/test_real.py
 checks that `analyze` finds the roles, the period and the bytes per iteration from the pcaps
 alone. Run this only when a change is meant to move them, and say why in the commit.
 """
@@ -27,17 +28,25 @@ from simstudy.validate import payload_view
 
 HERE = Path(__file__).resolve().parent / "real"
 MODEL = {"zoo": "small_cnn", "options": {"width": 8}}
+PS = {"kind": "parameter_server", "servers": 1, "mode": "sync"}
+#: Two workers on a 200 Mbit/s link (one host each), and jobs whose ranks are processes of one host
+#: (every rank in one network namespace, on one address: captured on its loopback), 20 iterations.
 JOBS = {
     "ddp_w2": {"parallelism": {"dp": 2}},
-    "ps_w2": {"parallelism": {"dp": 2, "aggregation": {"kind": "parameter_server", "servers": 1, "mode": "sync"}}},
+    "ps_w2": {"parallelism": {"dp": 2, "aggregation": PS}},
+    "one_host_ddp_w4": {"parallelism": {"dp": 4}, "where": "namespace"},
+    "one_host_ps_w3": {"parallelism": {"dp": 3, "aggregation": PS}, "where": "namespace"},
 }
 
 
 def main() -> None:
     for name, job in JOBS.items():
+        where = job.pop("where", "namespaces")
+        settings = {"iterations": 6, "link": {"rate_mbit": 200}} if where == "namespaces" else {
+            "iterations": 20, "where": where}
         spec = CaptureSpec.model_validate({
             "name": name, "model": MODEL, **job, "training": {"batch_size_per_worker": 256},
-            "capture": {"iterations": 6, "warmup": 1, "calibration": 1, "snaplen": 100, "link": {"rate_mbit": 200}},
+            "capture": {"warmup": 1, "calibration": 1, "snaplen": 100, **settings},
         })
         with tempfile.TemporaryDirectory() as tmp:
             cap = Path(tmp) / name
@@ -58,6 +67,8 @@ def main() -> None:
                      "workers": spec.parallelism.dp, "servers": spec.ranks - spec.parallelism.dp,
                      "iterations_marked": n,
                      "starts_s": {str(r): [s for s, _ in spans] for r, spans in meta.iterations.items()}}
+            if where != "namespaces":  # the ports of each rank (its process's sockets, from /proc)
+                truth["endpoints"] = {str(r): [e.key for e in ends] for r, ends in meta.ranks.items()}
             (out / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
             sizes = ", ".join(f"{f.name} {f.stat().st_size:,} B" for f in sorted(out.glob("*.pcap")))
             print(f"{name}: {sizes}; {truth}")

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simstudy.traffic.features import analyze
-from simstudy.traffic.pcap import PcapError, PcapResult, read_pcap
+from simstudy.traffic.pcap import LINK_TYPES, PcapError, PcapResult, read_pcap
 from simstudy.traffic.sources import SourceError, load_traffic
 
 from .test_pcap import (
@@ -77,17 +77,52 @@ def _pcapng(order: str) -> bytes:
     return out + shb(other) + idb(other, 1) + epb(other, 0, T0_NS + 10**9, _frames()[4].data)
 
 
+def relink(frame: bytes, link: int) -> bytes:
+    """An Ethernet frame of `_frames` as a frame of link type `link` (same IP packet, or a non-IP one)."""
+    at = 12
+    while frame[at:at + 2] in (b"\x81\x00", b"\x88\xa8", b"\x91\x00"):
+        at += 4
+    et, pkt = frame[at:at + 2], frame[at + 2:]
+    v6 = et == b"\x86\xdd"
+    if link == 1:
+        return frame
+    if link == 113:
+        return struct.pack("!HHH8s", 0, 772, 0, bytes(8)) + et + pkt
+    if link == 276:
+        return et + struct.pack("!HIHBB8s", 0, 1, 772, 0, 0, bytes(8)) + pkt
+    if link in (0, 108):
+        af = 30 if v6 else 2 if et == b"\x08\x00" else 7
+        return struct.pack("<I" if link == 0 else ">I", af) + pkt
+    return pkt  # raw IP
+
+
+def _every_link(tmp: Path) -> list[bytes]:
+    """One classic pcap per link type read, and a pcapng with one interface of each (mixed)."""
+    out = [write_classic(tmp / f"l{link}.pcap", [Frame(f.t_ns, relink(f.data, link), f.wire) for f in _frames()],
+                         link=link, snaplen=100 if link % 2 else 65535).read_bytes() for link in sorted(LINK_TYPES)]
+    links = sorted(LINK_TYPES)
+    mixed = shb("<") + b"".join(idb("<", link, 0, tsresol=9 if k % 2 else None) for k, link in enumerate(links))
+    for k, f in enumerate(_frames() * 2):
+        i = k % len(links)
+        mixed += epb("<", i, f.t_ns // (1 if i % 2 else 1000), relink(f.data, links[i]))
+    one_host = [Frame(f.t_ns, ether(ip_tcp("127.0.0.1", "127.0.0.1", 40000 + k % 3, 29500 + k % 2, 1448)))
+                for k, f in enumerate(_frames())]  # ranks that share an address: endpoints are ports
+    out.append(write_classic(tmp / "lo.pcap", one_host).read_bytes())
+    return [*out, mixed]
+
+
 @pytest.fixture(scope="module")
 def seeds(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
     tmp = tmp_path_factory.mktemp("seeds")
     out = [_classic(tmp, "<", False, 65535), _classic(tmp, ">", True, 96), _classic(tmp, "<", True, 60),
-           _pcapng("<"), _pcapng(">")]
+           _pcapng("<"), _pcapng(">"), *_every_link(tmp)]
     for data in out:  # the seeds themselves are valid and read whole
         (tmp / "s").write_bytes(data)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             r = read_pcap(tmp / "s")
         assert r.records_read >= 20 and not any("corrupt" in w or "truncated" in w for w in r.warnings), r.warnings
+        assert len(r.packets) >= 4, r.link_type  # the IP frames of every link type are read
     return out
 
 
@@ -163,5 +198,36 @@ def test_mutated_capture_directories_analyse_or_fail_clearly(seeds: list[bytes],
             except SourceError:
                 return
             analyze(source.table, boundaries=source.boundaries, roles=source.roles)
+
+    check()
+
+
+def test_mutated_captures_through_the_command(seeds: list[bytes], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`simstudy analyze` (reading, roles, iterations, features, report and plots) on mutants of every
+    link type: exit 0, or one error line and exit 2; never a traceback."""
+    from simstudy.cli import main
+
+    directory = tmp_path / "capture"
+    directory.mkdir()
+
+    def run(a: bytes) -> None:
+        (directory / "host.pcap").write_bytes(a)
+        code = main(["analyze", str(directory), "-o", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert code in (0, 2), err
+        assert "Traceback" not in err
+        if code == 2:
+            assert len([line for line in err.splitlines() if line.startswith("simstudy: error")]) == 1, err
+
+    for seed in seeds:  # the seeds as they are: every link type, and ranks sharing one address
+        run(seed)
+
+    @settings(max_examples=12, deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                     HealthCheck.function_scoped_fixture])
+    @given(mutants(seeds))
+    def check(a: bytes) -> None:
+        run(a)
 
     check()

@@ -148,8 +148,9 @@ def test_classic_pcap_both_byte_orders_and_resolutions(tmp_path: Path, order: st
     assert (r.records_read, r.skipped_non_ip, r.skipped_malformed, r.warnings) == (3, 0, 0, [])
     p = r.packets
     assert list(p.columns) == ["time", "src_ip", "dst_ip", "sport", "dport", "proto", "ip_bytes", "payload_bytes",
-                               "cap_bytes", "tcp_seq"]
+                               "cap_bytes", "tcp_seq", "tcp_flags"]
     assert p["tcp_seq"].tolist() == [1, 0, 0xFFFF_FFF0]  # UDP has none
+    assert p["tcp_flags"].tolist() == [0x18, 0, 0x18]  # PSH ACK
     assert list(p["src_ip"].astype(str)) == ["10.0.0.1", "10.0.0.2", "10.0.0.1"]
     assert list(p["dst_ip"].astype(str)) == ["10.0.0.2", "10.0.0.1", "10.0.0.3"]
     assert p["sport"].tolist() == [40000, 5000, 40001]
@@ -161,7 +162,7 @@ def test_classic_pcap_both_byte_orders_and_resolutions(tmp_path: Path, order: st
     assert {str(c): str(t) for c, t in p.dtypes.items()} == {
         "time": "float64", "src_ip": "category", "dst_ip": "category", "sport": "int32", "dport": "int32",
         "proto": "uint8", "ip_bytes": "int64", "payload_bytes": "int64", "cap_bytes": "int32",
-        "tcp_seq": "uint32"}
+        "tcp_seq": "uint32", "tcp_flags": "uint8"}
     step = 1e-9 if nano else 1e-6
     want = [(T0_NS + d) // round(step * 1e9) * step for d in (0, 1_500, 2_000_000_001)]
     np.testing.assert_allclose(p["time"], want, rtol=0, atol=5e-7)
@@ -673,19 +674,25 @@ def test_to_traffic_table_ranks_flows_and_control(tmp_path: Path) -> None:
 
 
 def test_to_traffic_table_on_a_single_ip_capture() -> None:
-    """Loopback: without metadata only the lower-port (listening) endpoints are numbered."""
+    """Loopback: ranks are processes of `ip:port` endpoints (simstudy.traffic.processes). Two
+    connections whose SYNs name 29500 and 29501 as listening ports: each listener is a process,
+    and each client port belongs to the other one (the fewest processes), as two gRPC tasks
+    that call each other look."""
     p = pd.DataFrame({
-        "time": [1.0, 1.1, 1.2, 1.3],
-        "src_ip": ["127.0.0.1"] * 4, "dst_ip": ["127.0.0.1"] * 4,
-        "sport": [50000, 29500, 50001, 29501], "dport": [29500, 50000, 29501, 50001],
-        "proto": [6, 6, 6, 6], "ip_bytes": [100, 40, 100, 40], "payload_bytes": [60, 0, 60, 0],
+        "time": [1.0, 1.1, 1.2, 1.3, 1.4, 1.5],
+        "src_ip": ["127.0.0.1"] * 6, "dst_ip": ["127.0.0.1"] * 6,
+        "sport": [50000, 29500, 50001, 29501, 50000, 50001], "dport": [29500, 50000, 29501, 50001, 29500, 29501],
+        "proto": [6] * 6, "ip_bytes": [52, 52, 52, 52, 1000, 1000], "payload_bytes": [0, 0, 0, 0, 948, 948],
+        "tcp_flags": [0x02, 0x12, 0x02, 0x12, 0x18, 0x18],
     })
     t = to_traffic_table(p)
-    assert t["src"].tolist() == [-1, 0, -1, 1] and t["dst"].tolist() == [0, -1, 1, -1]
+    assert t["src"].tolist() == [1, 0, 0, 1, 1, 0] and t["dst"].tolist() == [0, 1, 1, 0, 0, 1]
+    assert t.attrs["rank_labels"] == {0: "127.0.0.1:29500", 1: "127.0.0.1:29501"}
+    assert t.attrs["places"][0].endpoints == ("127.0.0.1:29500", "127.0.0.1:50001")
     t = to_traffic_table(p, rank_of={"127.0.0.1:29500": 0, "127.0.0.1:29501": 1, "127.0.0.1:50000": 1,
                                      "127.0.0.1:50001": 0})
-    assert t["src"].tolist() == [1, 0, 0, 1] and t["dst"].tolist() == [0, 1, 1, 0]
-    assert t["flow"].tolist() == [0, 1, 2, 3]
+    assert t["src"].tolist() == [1, 0, 0, 1, 1, 0] and t["dst"].tolist() == [0, 1, 1, 0, 0, 1]
+    assert t["flow"].tolist() == [0, 1, 2, 3, 0, 2]
 
 
 # ---------------------------------------------------------------------------------------------

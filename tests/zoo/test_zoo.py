@@ -486,6 +486,7 @@ def test_list_models() -> None:
         ("vgg16", "vgg16"),
     ],
 )
+@pytest.mark.ci_may_skip("torchvision has no CPU wheel for torch 2.13.0 on the registry CI reaches")
 def test_params_match_torchvision(name: str, factory: str) -> None:
     models = pytest.importorskip("torchvision.models")
     reference = getattr(models, factory)(num_classes=10)
@@ -493,6 +494,7 @@ def test_params_match_torchvision(name: str, factory: str) -> None:
     assert build(name, num_classes=10).params == expected
 
 
+@pytest.mark.ci_may_skip("torchvision has no CPU wheel for torch 2.13.0 on the registry CI reaches")
 def test_layer_params_match_torchvision_resnet50() -> None:
     """Per-layer check: each fused conv+bn layer matches torchvision's modules."""
     models = pytest.importorskip("torchvision.models")

@@ -11,6 +11,7 @@
 | `ip_bytes` | int64 | IP total length (IPv6: payload length + 40), whatever the snap length |
 | `payload_bytes` | int64 | `ip_bytes` minus the IP and TCP/UDP headers (never negative) |
 | `tcp_seq` | uint32 | TCP sequence number (0 for other protocols and when the snap length cut it) |
+| `tcp_flags` | uint8 | TCP flags (FIN 1, SYN 2, RST 4, PSH 8, ACK 16, ...; 0 as for `tcp_seq`) |
 | `cap_bytes` | int32 | bytes captured for the frame (link header included) |
 
 How it stays fast: the file is memory-mapped and read in chunks of `chunk_bytes` (default 64 MiB).
@@ -40,7 +41,8 @@ after each chunk. The peak is about the output table plus one chunk's scratch ar
 `meta.json`), and `to_traffic_table(packets, ...)` maps endpoints to ranks and builds a checked
 TrafficTable (see `simstudy.table`).
 
-The package, module by module: `base` (link types, `PcapError`, `Interface`, `PcapResult`),
+The package, module by module: `base` (`PcapError`, `Interface`, `PcapResult`), `links` (one entry
+per link type read: where the IP header starts),
 `buffer` (the mapped file and where each packet's bytes are), `walk` (record boundaries),
 `decode` (link, IP and transport headers of a block of packets), `collect` (columns across
 chunks), `classic` and `pcapng` (the two file formats), `reader` (`read_pcap`), `directory`
@@ -50,15 +52,6 @@ chunks), `classic` and `pcapng` (the two file formats), `reader` (`read_pcap`), 
 from simstudy.traffic.meta import parse_experiment_name
 from simstudy.traffic.pcap.base import (
     DEFAULT_CHUNK_BYTES,
-    LINK_TYPES,
-    LINKTYPE_ETHERNET,
-    LINKTYPE_IPV4,
-    LINKTYPE_IPV6,
-    LINKTYPE_LINUX_SLL,
-    LINKTYPE_LINUX_SLL2,
-    LINKTYPE_LOOP,
-    LINKTYPE_NULL,
-    LINKTYPE_RAW,
     MAX_CAPLEN,
     Interface,
     PcapError,
@@ -69,6 +62,18 @@ from simstudy.traffic.pcap.directory import (
     CAPTURE_SUFFIXES,
     CaptureDir,
     read_pcap_dir,
+)
+from simstudy.traffic.pcap.links import (
+    LINK_TYPES,
+    LINKTYPE_ETHERNET,
+    LINKTYPE_IPV4,
+    LINKTYPE_IPV6,
+    LINKTYPE_LINUX_SLL,
+    LINKTYPE_LINUX_SLL2,
+    LINKTYPE_LOOP,
+    LINKTYPE_NULL,
+    LINKTYPE_RAW,
+    LinkType,
 )
 from simstudy.traffic.pcap.reader import read_pcap
 from simstudy.traffic.pcap.table import retransmitted_payload, to_traffic_table
@@ -88,6 +93,7 @@ __all__ = [
     "MAX_CAPLEN",
     "CaptureDir",
     "Interface",
+    "LinkType",
     "PcapError",
     "PcapResult",
     "PcapWarning",

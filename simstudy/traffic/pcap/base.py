@@ -1,4 +1,5 @@
-"""Vocabulary of the pcap reader: link types, the reader's error, interfaces and the result of reading a file."""
+"""Vocabulary of the pcap reader: the reader's error, interfaces and the result of reading a file (link
+types are `simstudy.traffic.pcap.links`)."""
 
 from __future__ import annotations
 
@@ -19,29 +20,6 @@ DEFAULT_CHUNK_BYTES: Final = 64 << 20
 BLOCK_PACKETS: Final = 16384  # packets decoded together (their bytes stay in cache)
 ROW_BYTES: Final = 128  # bytes of each scattered record copied together (record header and packet headers)
 MAX_CAPLEN: Final = 262144  # largest captured length libpcap accepts unless the snap length is larger
-
-LINKTYPE_NULL: Final = 0
-LINKTYPE_ETHERNET: Final = 1
-LINKTYPE_RAW: Final = 101
-LINKTYPE_LOOP: Final = 108
-LINKTYPE_LINUX_SLL: Final = 113
-LINKTYPE_IPV4: Final = 228
-LINKTYPE_IPV6: Final = 229
-LINKTYPE_LINUX_SLL2: Final = 276
-#: Link types read, by number. 12 and 14 are DLT_RAW values some systems wrote into files.
-LINK_TYPES: Final[dict[int, str]] = {
-    LINKTYPE_NULL: "NULL (BSD loopback)",
-    LINKTYPE_ETHERNET: "ETHERNET",
-    12: "RAW (DLT 12)",
-    14: "RAW (DLT 14)",
-    LINKTYPE_RAW: "RAW",
-    LINKTYPE_LOOP: "LOOP",
-    LINKTYPE_LINUX_SLL: "LINUX_SLL",
-    LINKTYPE_IPV4: "IPV4",
-    LINKTYPE_IPV6: "IPV6",
-    LINKTYPE_LINUX_SLL2: "LINUX_SLL2",
-}
-RAW_LINKS: Final = (12, 14, LINKTYPE_RAW)
 
 OK: Final = 0
 NON_IP: Final = 1
@@ -92,8 +70,3 @@ class PcapResult:
     def snaplen(self) -> int:
         """The snap length of the (first) interface, or 0 when a pcapng file defines none."""
         return self.interfaces[0].snaplen if self.interfaces else 0
-
-
-
-def supported_links() -> str:
-    return ", ".join(f"{k} {v}" for k, v in LINK_TYPES.items())

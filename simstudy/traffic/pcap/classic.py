@@ -13,18 +13,17 @@ from numpy.typing import NDArray
 
 from simstudy.traffic.pcap.base import (
     I64,
-    LINK_TYPES,
     MAX_CAPLEN,
     ROW_BYTES,
     Interface,
     Mask,
     PcapError,
     PcapResult,
-    supported_links,
 )
 from simstudy.traffic.pcap.buffer import Buf, Offsets, Rows, Where
 from simstudy.traffic.pcap.collect import Collector, make_result
 from simstudy.traffic.pcap.decode import Headers
+from simstudy.traffic.pcap.links import require_link
 from simstudy.traffic.pcap.walk import WalkSpec, ended, walk_chunk
 
 _PCAP_MAGICS: Final[dict[int, tuple[bool, int]]] = {  # magic -> (nanosecond, record header bytes)
@@ -60,8 +59,7 @@ def _classic_header(path: Path, buf: Buf) -> _ClassicHeader:
     nano, rec_hdr = _PCAP_MAGICS[magic]
     snaplen, network = struct.unpack_from(order + "II", raw, 16)
     link = network & 0xFFFF  # the upper bits may carry the FCS length
-    if link not in LINK_TYPES:
-        raise PcapError(f"{path}: unsupported link type {link}; supported: {supported_links()}")
+    require_link(link, str(path))
     return _ClassicHeader(order, nano, rec_hdr, snaplen, link)
 
 

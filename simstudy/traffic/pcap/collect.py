@@ -68,7 +68,7 @@ def _key_text(key: int) -> str:
 _COLUMNS: Final[dict[str, type[np.generic]]] = {
     "time": np.float64, "src_ip": np.int8, "dst_ip": np.int8, "sport": np.int32, "dport": np.int32,
     "proto": np.uint8, "ip_bytes": np.int64, "payload_bytes": np.int64, "cap_bytes": np.int32,
-    "tcp_seq": np.uint32,
+    "tcp_seq": np.uint32, "tcp_flags": np.uint8,
 }
 
 
@@ -116,7 +116,8 @@ class Collector:
             dst4=np.empty(n, dtype=np.uint32), proto=self.cols["proto"][s : s + n],
             sport=self.cols["sport"][s : s + n], dport=self.cols["dport"][s : s + n],
             ip_bytes=self.cols["ip_bytes"][s : s + n], payload=self.cols["payload_bytes"][s : s + n],
-            seq=self.cols["tcp_seq"][s : s + n], l4_truncated=np.zeros(n, dtype=np.bool_),
+            seq=self.cols["tcp_seq"][s : s + n], flags=self.cols["tcp_flags"][s : s + n],
+            l4_truncated=np.zeros(n, dtype=np.bool_),
         )
         time, cap_bytes = self.cols["time"][s : s + n], self.cols["cap_bytes"][s : s + n]
         done = n

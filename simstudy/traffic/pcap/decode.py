@@ -2,48 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
 
-from simstudy.traffic.pcap.base import (
-    I64,
-    LINKTYPE_ETHERNET,
-    LINKTYPE_IPV4,
-    LINKTYPE_IPV6,
-    LINKTYPE_LINUX_SLL,
-    LINKTYPE_LINUX_SLL2,
-    LINKTYPE_LOOP,
-    LINKTYPE_NULL,
-    MALFORMED,
-    NON_IP,
-    OK,
-    RAW_LINKS,
-    Mask,
-    Rel,
-)
+from simstudy.traffic.pcap.base import I64, MALFORMED, NON_IP, OK, Mask, Rel
 from simstudy.traffic.pcap.buffer import Buf, Where
+from simstudy.traffic.pcap.links import LINK_TYPES
+
+#: IPv6 extension headers walked to the transport header: hop-by-hop, routing, fragment, AH,
+#: destination options.
+IPV6_EXTENSIONS: Final = (0, 43, 44, 51, 60)
 
 
-def _lut(size: int, items: Mapping[int, int], dtype: type[np.generic] = np.uint8) -> NDArray[Any]:
-    table = np.zeros(size, dtype=dtype)
-    for k, v in items.items():
-        table[k] = v
-    return table
+_IPV6_EXT: Final = np.zeros(256, dtype=np.bool_)
+_IPV6_EXT[list(IPV6_EXTENSIONS)] = True
 
 
-_ETHERTYPE_NET: Final = _lut(65536, {0x0800: 4, 0x86DD: 6})
-_VLAN: Final = _lut(65536, {0x8100: 1, 0x88A8: 1, 0x9100: 1}, np.bool_)
-_VERSION_NET: Final = _lut(16, {4: 4, 6: 6})
-_IPV6_EXT: Final = _lut(256, {0: 1, 43: 1, 60: 1, 44: 1, 51: 1}, np.bool_)
-
-
-
-
-_FIELDS: Final = ("status", "src4", "dst4", "proto", "sport", "dport", "ip_bytes", "payload", "seq", "l4_truncated")
+_FIELDS: Final = ("status", "src4", "dst4", "proto", "sport", "dport", "ip_bytes", "payload", "seq", "flags",
+                  "l4_truncated")
 
 
 @dataclass
@@ -59,6 +38,7 @@ class Decoded:
     ip_bytes: I64
     payload: I64
     seq: NDArray[np.uint32]
+    flags: NDArray[np.uint8]
     l4_truncated: Mask
     v6_rows: list[I64] = field(default_factory=list)  # rows holding IPv6 packets, and their addresses as (hi, lo)
     src6: list[NDArray[np.uint64]] = field(default_factory=list)
@@ -76,6 +56,7 @@ class Decoded:
             ip_bytes=np.zeros(n, dtype=np.int64),
             payload=np.zeros(n, dtype=np.int64),
             seq=np.zeros(n, dtype=np.uint32),
+            flags=np.zeros(n, dtype=np.uint8),
             l4_truncated=np.zeros(n, dtype=np.bool_),
         )
 
@@ -100,42 +81,13 @@ def _sub(rel: Rel, rows: NDArray[Any]) -> Rel:
     return rel if isinstance(rel, int) else rel[rows]
 
 
-def _link_layer(buf: Buf, data: Where, cap: I64, link: int) -> tuple[Rel, NDArray[np.uint8] | int, Mask]:
-    """(offset of the IP header, IP version 4/6/0 per packet or 4 for all, link header not captured)."""
-    l3: Rel
-    net: NDArray[np.uint8] | int
-    if link == LINKTYPE_ETHERNET:
-        et = data.read(buf, 12, ">u2")
-        l3 = 14
-        if bool((et == 0x0800).all()):
-            net = 4
-        else:
-            tagged = _VLAN[et]
-            if tagged.any():  # 802.1Q / 802.1ad, up to two tags (QinQ)
-                l3 = np.where(tagged, 18, 14)
-                et = np.where(tagged, data.read(buf, 16, ">u2"), et)
-                inner = tagged & _VLAN[et]
-                if inner.any():
-                    l3 = np.where(inner, 22, l3)
-                    et = np.where(inner, data.read(buf, 20, ">u2"), et)
-            net = _ETHERTYPE_NET[et]
-    elif link == LINKTYPE_LINUX_SLL:
-        l3, net = 16, _ETHERTYPE_NET[data.read(buf, 14, ">u2")]
-    elif link == LINKTYPE_LINUX_SLL2:
-        l3, net = 20, _ETHERTYPE_NET[data.read(buf, 0, ">u2")]
-    elif link in RAW_LINKS:
-        l3, net = 0, _VERSION_NET[data.read(buf, 0, "u1") >> 4]
-    elif link in (LINKTYPE_IPV4, LINKTYPE_IPV6):
-        l3, net = 0, np.full(data.n, 4 if link == LINKTYPE_IPV4 else 6, dtype=np.uint8)
-    elif link in (LINKTYPE_NULL, LINKTYPE_LOOP):
-        af = data.read(buf, 0, "<u4" if link == LINKTYPE_NULL else ">u4")
-        if link == LINKTYPE_NULL:  # host byte order of the capturing machine: either
-            af = np.where(af > 0xFFFF, af.byteswap(), af)
-        l3 = 4
-        net = np.where(af == 2, 4, np.where(np.isin(af, (10, 24, 28, 30)), 6, 0)).astype(np.uint8)
-    else:  # pragma: no cover - callers check the link type first
-        raise AssertionError(link)
-    return l3, net, cap < l3
+def _uniform(x: Rel | NDArray[np.uint8] | int) -> Any:
+    """An array whose values are all the same as that one value (the common case: every frame of a
+    block behind the same link header), else the array."""
+    if isinstance(x, int) or len(x) == 0:
+        return x
+    first = x[0]
+    return int(first) if bool((x == first).all()) else x
 
 
 def decode(buf: Buf, h: Headers, out: Decoded) -> None:
@@ -152,8 +104,10 @@ def decode(buf: Buf, h: Headers, out: Decoded) -> None:
             return
         link = int(kinds[0])
     data, cap, wire = h.data, h.cap, h.wire
-    l3, net, short = _link_layer(buf, data, cap, link)
-    if isinstance(net, int) and not short.any():
+    l3, net, need = LINK_TYPES[link].locate(buf, data)
+    l3, net, need = _uniform(l3), _uniform(net), _uniform(need)  # one value for all: strided reads
+    short = cap < need
+    if isinstance(net, int) and net == 4 and not short.any():  # IPv4 only, every link header captured
         _ipv4(buf, data, cap, wire, l3, out, None)
         return
     if isinstance(net, int):
@@ -240,10 +194,11 @@ def _transport(
 ) -> None:
     """Ports, transport header length and payload; writes every transport column of `out` at `rows`."""
     tcp = (proto == 6) & first_fragment
-    if rows is None and bool(tcp.all()) and bool((cap >= l4 + 13).all()):  # all TCP, headers captured
+    if rows is None and bool(tcp.all()) and bool((cap >= l4 + 14).all()):  # all TCP, headers captured
         data.read_into(buf, l4, ">u2", out.sport)
         data.read_into(buf, l4 + 2, ">u2", out.dport)
         data.read_into(buf, l4 + 4, ">u4", out.seq)
+        data.read_into(buf, l4 + 13, "u1", out.flags)
         out.proto[:] = 6
         out.ip_bytes[:] = ip_bytes
         tcp_hl = (data.read(buf, l4 + 12, "u1") >> 4).astype(np.int64) * 4
@@ -254,6 +209,7 @@ def _transport(
     sport = np.where(have_ports, data.read(buf, l4, ">u2", np.int32), 0)
     dport = np.where(have_ports, data.read(buf, l4 + 2, ">u2", np.int32), 0)
     seq = np.where(tcp & (cap >= l4 + 8), data.read(buf, l4 + 4, ">u4", np.uint32), 0).astype(np.uint32)
+    flags = np.where(tcp & (cap >= l4 + 14), data.read(buf, l4 + 13, "u1"), 0).astype(np.uint8)
     have_offset = tcp & (cap >= l4 + 13)
     tcp_hl = (data.read(buf, l4 + 12, "u1") >> 4).astype(np.int64) * 4
     l4_hl = np.where(have_offset, tcp_hl, np.where(tcp, 20, np.where(udp, 8, 0)))
@@ -261,11 +217,11 @@ def _transport(
     payload = np.maximum(ip_bytes - ip_hl - l4_hl, 0)
     if rows is None:
         out.proto[:], out.sport[:], out.dport[:] = proto, sport, dport
-        out.ip_bytes[:], out.payload[:], out.seq[:] = ip_bytes, payload, seq
+        out.ip_bytes[:], out.payload[:], out.seq[:], out.flags[:] = ip_bytes, payload, seq, flags
         out.l4_truncated |= truncated
     else:
         out.proto[rows], out.sport[rows], out.dport[rows] = proto, sport, dport
-        out.ip_bytes[rows], out.payload[rows], out.seq[rows] = ip_bytes, payload, seq
+        out.ip_bytes[rows], out.payload[rows], out.seq[rows], out.flags[rows] = ip_bytes, payload, seq, flags
         out.l4_truncated[rows] |= truncated
 
 

@@ -13,18 +13,16 @@ from numpy.typing import NDArray
 
 from simstudy.traffic.pcap.base import (
     I64,
-    LINK_TYPES,
-    LINKTYPE_ETHERNET,
     ROW_BYTES,
     Interface,
     Mask,
     PcapError,
     PcapResult,
-    supported_links,
 )
 from simstudy.traffic.pcap.buffer import Buf, Offsets, Rows, Where
 from simstudy.traffic.pcap.collect import Collector, make_result
 from simstudy.traffic.pcap.decode import Headers
+from simstudy.traffic.pcap.links import LINK_TYPES, LINKTYPE_ETHERNET, require_link
 from simstudy.traffic.pcap.walk import Walk, WalkSpec, ended, walk_chunk
 
 SHB: Final = 0x0A0D0D0A
@@ -182,10 +180,7 @@ class _InterfaceTable:
         if all(i.link_type in LINK_TYPES for i in self.interfaces):
             return
         for i in np.unique(ids).tolist():
-            lt = self.interfaces[i].link_type
-            if lt not in LINK_TYPES:
-                raise PcapError(f"{self.path}: unsupported link type {lt} (interface {i}); "
-                                f"supported: {supported_links()}")
+            require_link(self.interfaces[i].link_type, f"{self.path} (interface {i})")
 
     def links(self, ids: I64) -> int | I64:
         first = int(ids[0]) if len(ids) else 0

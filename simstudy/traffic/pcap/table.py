@@ -12,6 +12,7 @@ from numpy.typing import NDArray
 
 from simstudy.table import make_table
 from simstudy.traffic.pcap.base import I64, Mask, PcapWarning
+from simstudy.traffic.processes import Processes, find_processes
 
 
 def _ip_key(text: str) -> tuple[int, int]:
@@ -86,15 +87,16 @@ def to_traffic_table(
       simple packet blocks) are dropped with a warning; rows keep their input order.
     - bytes: `ip_bytes`; optional columns `sport`, `dport`, `payload_bytes` are kept.
     - src/dst ranks: with `rank_of` ("ip:port" or "ip" -> rank), an endpoint is looked up as
-      ip:port first, then ip. Without it, ranks number the distinct IPs (sources and destinations)
-      in numeric order; when all packets share one IP (a loopback capture), ranks number instead the
-      distinct (ip, port) endpoints that are the lower-port side of some packet (the listening side,
-      in (ip, port) order). Endpoints that are not mapped get rank -1.
+      ip:port first, then ip; endpoints that are not mapped get rank -1. Without it, ranks are
+      processes (`simstudy.traffic.processes`): a host per address, in numeric order, or, where
+      ranks share an address (loopback, one host), the processes its `ip:port` endpoints form
+      (`attrs["places"]` describes them, `attrs["processes"]` says what was found).
     - flow: one id per directional 5-tuple (src ip, dst ip, sport, dport, proto), numbered in order
       of first appearance.
     - op: "control" for packets to or from an endpoint in `control` ("ip:port", or "ip" for any port
       of that host), else "tcp", "udp", or "ip" for other protocols.
-    - `attrs["rank_labels"]`: rank -> its address(es) (or "ip:port" endpoints on one address).
+    - `attrs["rank_labels"]`: rank -> its address(es), or its "ip:port" when it is a process among
+      others on its address.
     """
     time = packets["time"].to_numpy(dtype=np.float64)
     timed = np.isfinite(time)
@@ -109,7 +111,12 @@ def to_traffic_table(
     dport = packets["dport"].to_numpy(dtype=np.int64)
     flows = _Flows(_codes(packets["src_ip"], cats), _codes(packets["dst_ip"], cats), sport, dport,
                    packets["proto"].to_numpy(dtype=np.int64), len(cats))
-    ranks = _rank_lookup(cats, flows, rank_of)  # per endpoint
+    processes = None
+    if rank_of is None:
+        processes = _processes(cats, flows, packets)
+        ranks = np.array([processes.of_endpoint[e] for e in range(len(flows.end_ip))], dtype=np.int32)
+    else:
+        ranks = _rank_lookup(cats, flows, rank_of)  # per endpoint
     op = np.where(flows.proto == 6, 0, np.where(flows.proto == 17, 1, 3)).astype(np.int8)  # per flow
     if control is not None:
         op[flows.touches(cats, _control_keys(control))] = 2
@@ -127,8 +134,43 @@ def to_traffic_table(
         "dport": dport.astype(np.int32),
         "payload_bytes": packets["payload_bytes"].to_numpy(dtype=np.int64),
     })
-    table.attrs["rank_labels"] = _labels(cats, flows, ranks)
+    if processes is None:
+        table.attrs["rank_labels"] = _labels(cats, flows, ranks)
+    else:
+        table.attrs["rank_labels"] = dict(processes.labels)
+        table.attrs["places"] = dict(processes.places)
+        table.attrs["processes"] = processes.reason
     return table
+
+
+def _processes(cats: list[str], flows: _Flows, packets: pd.DataFrame) -> Processes:
+    """The processes of the endpoints: an endpoint-level table (one rank per distinct ip:port), the
+    listening and connecting sides seen in SYNs, then `find_processes`."""
+    time = packets["time"].to_numpy(dtype=np.float64)
+    table = pd.DataFrame({  # the columns the connections are read from (not a checked TrafficTable)
+        "t_start_s": time, "t_end_s": time,
+        "src": flows.src_end[flows.codes], "dst": flows.dst_end[flows.codes],
+        "bytes": packets["ip_bytes"].to_numpy(dtype=np.int64),
+        "op": pd.Categorical.from_codes(np.zeros(len(packets), dtype=np.int8), categories=["tcp"]),
+        "sport": packets["sport"].to_numpy(dtype=np.int64), "dport": packets["dport"].to_numpy(dtype=np.int64),
+        "payload_bytes": packets["payload_bytes"].to_numpy(dtype=np.int64),
+    }, copy=False)
+    listening: set[int] = set()
+    connecting: set[int] = set()
+    if "tcp_flags" in packets.columns:
+        flags = packets["tcp_flags"].to_numpy()
+        syn = (flags & 0x02) != 0
+        ack = (flags & 0x10) != 0
+        for rows, client_side in ((syn & ~ack, True), (syn & ack, False)):
+            if rows.any():
+                f = np.unique(flows.codes[rows])
+                src, dst = flows.src_end[f].tolist(), flows.dst_end[f].tolist()
+                (connecting if client_side else listening).update(src)
+                (listening if client_side else connecting).update(dst)
+    addresses = {e: cats[int(i)] for e, i in enumerate(flows.end_ip.tolist())}
+    ports = dict(enumerate(int(p) for p in flows.end_port.tolist()))
+    return find_processes(table, addresses, ports, listening=frozenset(listening),
+                          connecting=frozenset(connecting))
 
 
 def _categories(col: pd.Series) -> list[str]:
@@ -183,30 +225,19 @@ class _Flows:
         found: Mask = hit[self.src_end] | hit[self.dst_end]
         return found
 
-    def listening(self) -> set[int]:
-        """Endpoints that are the lower-port side of some flow."""
-        return set(np.unique(np.where(self.sport < self.dport, self.src_end, self.dst_end)).tolist())
 
-
-def _rank_lookup(cats: list[str], flows: _Flows, rank_of: Mapping[str, int] | None) -> NDArray[np.int32]:
+def _rank_lookup(cats: list[str], flows: _Flows, rank_of: Mapping[str, int]) -> NDArray[np.int32]:
     """Rank of each distinct endpoint (-1 when unmapped)."""
     ips, ports = flows.end_ip.tolist(), flows.end_port.tolist()
-    if rank_of is not None:
-        by_port: dict[tuple[str, int], int] = {}
-        by_ip: dict[str, int] = {}
-        for key, rank in rank_of.items():
-            ip, port = _endpoint(str(key))
-            if port is None:
-                by_ip[ip] = int(rank)
-            else:
-                by_port[(ip, port)] = int(rank)
-        ranks = [by_port.get((cats[i], p), by_ip.get(cats[i], -1)) for i, p in zip(ips, ports, strict=True)]
-    elif len(set(ips)) != 1:
-        order = {ip: r for r, ip in enumerate(sorted(set(ips)))}  # cats are sorted numerically, so codes are too
-        ranks = [order[i] for i in ips]
-    else:
-        number = {s: r for r, s in enumerate(sorted((ips[e], ports[e]) for e in flows.listening()))}
-        ranks = [number.get((i, p), -1) for i, p in zip(ips, ports, strict=True)]
+    by_port: dict[tuple[str, int], int] = {}
+    by_ip: dict[str, int] = {}
+    for key, rank in rank_of.items():
+        ip, port = _endpoint(str(key))
+        if port is None:
+            by_ip[ip] = int(rank)
+        else:
+            by_port[(ip, port)] = int(rank)
+    ranks = [by_port.get((cats[i], p), by_ip.get(cats[i], -1)) for i, p in zip(ips, ports, strict=True)]
     return np.array(ranks, dtype=np.int32)
 
 
