@@ -19,9 +19,10 @@ from simstudy.compile.topology_file import topology_of
 from simstudy.spec import Scenario
 from tests.backends.fastpaths import PATHS, Case, assert_same, cases, run_solvers
 
-#: Examples per test (about 40 s in all on a loaded 2-core machine; see README "Congestion models at scale").
-NATIVE = 40
-GRAPHS = 60
+#: Examples per test (6-20 s in all at load average 3 on 2 cores, 66 s at load average 10;
+#: see README "Congestion models at scale").
+NATIVE = 60
+GRAPHS = 90
 
 
 def examples(n: int) -> settings:
