@@ -25,7 +25,10 @@ Usage: python benchmarks/fluid_scale.py [--cases rn256,lingjun] [--timeout 1800]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -118,9 +121,9 @@ def work(case: str, mode: str, bundle_dir: str, out: str, timeout_s: float) -> d
         source = ROOT / "specs" / "placement_lingjun.yaml"
         study = load_study(source)
         options = study.backend_options.model_copy(update={"congestion": mode, "timeout_s": timeout_s})
-        result = run_study(study.model_copy(update={"backend_options": options}), source, out, progress=False)
+        swept = run_study(study.model_copy(update={"backend_options": options}), source, out, progress=False)
         wall = time.perf_counter() - t0
-        counts = result.counts
+        counts = swept.counts
         return {"wall": wall, "peak": peak_bytes(), "transfers": None, "finish_ns": None,
                 "runs": sum(counts.values()), "failed": counts.get("failed", 0)}
     from simstudy.backends import BackendError
@@ -175,15 +178,24 @@ def needs_zoo(case: str) -> str | None:
 def run_child(case: str, mode: str, bundle: Path | None, out: Path, timeout_s: float) -> dict[str, Any]:
     args = [sys.executable, __file__, "--child", case, mode, str(bundle or ""), str(out), str(timeout_s)]
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s + 120, cwd=ROOT)
-    except subprocess.TimeoutExpired:
-        return {"timeout": True, "wall": time.perf_counter() - t0}
+    # its own process group: a study's sweep workers are stopped with it (they outlived it before)
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                          start_new_session=True) as proc:
+        late = False
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s + 120)
+        except subprocess.TimeoutExpired:
+            late = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the run past its time, or anything it left behind
+        if late:
+            proc.communicate()
+            return {"timeout": True, "wall": time.perf_counter() - t0}
     if proc.returncode:
-        err = proc.stderr.strip().splitlines()
+        err = stderr.strip().splitlines()
         timed_out = any("timed out" in line for line in err[-3:])
         return {"timeout": timed_out, "wall": time.perf_counter() - t0, "error": err[-1] if err else "?"}
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return dict(json.loads(stdout.strip().splitlines()[-1]))
 
 
 def fmt_wall(r: dict[str, Any], timeout_s: float) -> str:
