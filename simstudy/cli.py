@@ -67,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
         raise SpecError(None, "", "give either a scenario spec or --workload/--network/--system, not both")
     spec = _backend_spec(BackendSpec, name=args.backend, aware=args.aware, congestion=args.congestion,
                          timeout_s=args.timeout, traffic=args.traffic, traffic_bin_s=args.traffic_bin)
-    bar = _progress_bar(args.quiet or args.backend != "flowsim")
+    bar = _progress_bar(args.quiet or args.backend == "astrasim")
     if args.spec:
         scenario = load_runnable(args.spec)
         out = Path(args.output) if args.output else Path("results/runs") / Path(args.spec).stem
@@ -98,6 +98,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"  ranks {len(finish)}, finish {max(finish) / 1e6:.3f} ms (min {min(finish) / 1e6:.3f}), "
           f"exposed comm max {max(exposed) / 1e6:.3f} ms")
     kept = {"rows": layout.TRAFFIC, "links": layout.LINKS, "none": "counts only"}[result.output.mode]
+    if result.output.pcap_dir is not None:
+        kept += f" and {layout.PCAP_DIR}/"
     print(f"  {result.output.transfers:,} transfers, {result.output.total_bytes / 1e9:.3f} GB ({kept}), "
           f"wall {result.wall_time_s:.2f} s")
     jobs = result.details.get("jobs")
@@ -329,7 +331,8 @@ def _validate(args: argparse.Namespace) -> int:
                          backend=_backend_spec(BackendSpec, name=args.backend, timeout_s=args.timeout),
                          astra_sim=args.astra_sim,
                          tolerances=tolerances, skip=args.skip, count=args.count,
-                         rank_map=_rank_map(args.ranks), judge=judge, progress=bar)
+                         rank_map=_rank_map(args.ranks), judge=judge, progress=bar,
+                         testbed=True if args.testbed else None)
         finally:
             bar.close()
     except ValueError as exc:
@@ -516,14 +519,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="simulate a scenario (or an ASTRA-SIM input set) and write its traffic")
     p.add_argument("spec", nargs="?", help="scenario YAML file (or give --workload/--network/--system)")
     p.add_argument("-o", "--output", help="run directory (default results/runs/<name>)")
-    p.add_argument("--backend", default="flowsim", choices=["flowsim", "astrasim"], help="simulator (default flowsim)")
+    p.add_argument("--backend", default="flowsim", choices=["flowsim", "astrasim", "ns3"],
+                   help="simulator (default flowsim; ns3: the packet network, needs the ns3 wheel)")
     p.add_argument("--astra-sim", metavar="PATH",
                    help="ASTRA-SIM binary (default $ASTRA_SIM_BIN or the submodule build)")
     p.add_argument("--aware", action="store_true",
                    help="astrasim: use the congestion-aware binary (the same as --congestion aware)")
     _congestion_option(p, "fluid")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before a run is abandoned")
-    p.add_argument("--traffic", choices=["rows", "links", "none"], default="rows",
+    p.add_argument("--traffic", choices=["rows", "links", "none", "pcap"], default="rows",
                    help=_field_help("traffic") + " (default: rows)")
     p.add_argument("--traffic-bin", type=float, default=1e-3, metavar="SECONDS",
                    help=_field_help("traffic_bin_s") + " (default: 0.001)")
@@ -542,7 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="results directory (default results/<study name>)")
     p.add_argument("--executor", default="local", choices=["local", "dask", "slurm"],
                    help="where runs execute: local processes, a Dask scheduler, or SLURM (one sbatch job array)")
-    p.add_argument("--backend", choices=["flowsim", "astrasim"], help="override the study's backend")
+    p.add_argument("--backend", choices=["flowsim", "astrasim", "ns3"], help="override the study's backend")
     p.add_argument("--aware", action="store_true", help="astrasim: the congestion-aware binary")
     p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                    help="override a base scenario value, e.g. topology.bandwidth_gbps=100 (VALUE is YAML; repeatable)")
@@ -581,7 +585,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "(compared with the simulation's link table; needs --spec)")
     p.add_argument("--spec", help="scenario YAML (default: the scenario in the capture's meta.json)")
     p.add_argument("-o", "--output", help="output directory (default REAL/validation)")
-    p.add_argument("--backend", default="flowsim", choices=["flowsim", "astrasim"], help="simulator")
+    p.add_argument("--backend", default="flowsim", choices=["flowsim", "astrasim", "ns3"], help="simulator")
+    p.add_argument("--testbed", action="store_true",
+                   help="simulate the capture testbed's network (veths to a bridge, tbf on both ends, losses at "
+                        "receivers) instead of the recorded switch; the default with --backend ns3")
     p.add_argument("--astra-sim", metavar="PATH", help="ASTRA-SIM binary")
     p.add_argument("--tolerance", action="append", default=[], metavar="METRIC=VALUE",
                    help="override a tolerance, e.g. period_s=0.05 (repeatable)")

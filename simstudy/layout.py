@@ -29,6 +29,8 @@ TRAFFIC = "traffic.parquet"
 LINKS = "links.parquet"  # per-link binned bytes (simstudy.linktable) of a run with `traffic: links`
 TIMELINE_PNG = "timeline.png"
 SPANS = "spans.parquet"
+#: a packet-network run's pcaps (`traffic: pcap`), one per rank interface: a capture directory
+PCAP_DIR = "pcap"
 FEATURES = "features.json"
 RECORD = "record.json"
 

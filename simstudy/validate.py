@@ -27,12 +27,11 @@ from simstudy.backends import RunResult, simulate
 from simstudy.compile.parameter_server import server_rank
 from simstudy.linktable import read_links
 from simstudy.spec import BackendSpec, ParameterServer, Scenario, SpecError, load_scenario, spec_error
-from simstudy.spec.framework import TensorFlowMWMS
 from simstudy.traffic.compare import DEFAULT_TOLERANCES, JOB, ValidationReport, compare
 from simstudy.traffic.counter_features import CounterFeatures, analyze_counters, compare_counters
 from simstudy.traffic.counters import Counters, counters_from_frame, export_links, load_counters
 from simstudy.traffic.features import Features, analyze
-from simstudy.traffic.meta import RankMap
+from simstudy.traffic.meta import CaptureMeta, RankMap
 from simstudy.traffic.registry import Level
 from simstudy.traffic.roles import Roles, given
 from simstudy.traffic.sources import TrafficSource, load_traffic
@@ -69,6 +68,54 @@ def scenario_for(source: TrafficSource, spec: str | Path | None) -> Scenario:
         return Scenario.model_validate(data)
     except ValidationError as exc:
         raise spec_error(exc, data, None, meta_path) from None
+
+
+#: The rate the packet network gives the capture testbed's veths: they move packets at memory speed,
+#: and their token buckets set the pace (a bucket's burst leaves at this rate).
+VETH_GBPS = 10.0
+#: tc tbf's default bucket in `simstudy capture` (see `capture.testbed`): 10 ms at the rate, at least 32 KiB.
+TBF_BURST_S = 0.010
+TBF_MIN_BURST_KIB = 32.0
+
+
+def testbed_scenario(scenario: Scenario, meta: CaptureMeta | None, *, packets: bool) -> Scenario:
+    """The recorded job on the capture testbed's network: a star of veths to a bridge (each link a
+    quarter of the measured round trip, plus the netem delay), packets lost as hosts receive them
+    (the testbed drops them at each receiver's input) and the recorded MSS. For the packet network
+    (`packets`) the veths run at `VETH_GBPS` behind a token bucket on both ends (tc tbf: the rate,
+    the bucket `simstudy capture` gave it, 100 ms of queue); for flowsim the links run at the goodput
+    the recording assumed. Captures without namespaces' shaping keep their recorded scenario."""
+    link = meta.link if meta is not None else None
+    if link is None or link.where != "namespaces" or link.rate_mbit is None:
+        return scenario
+    rtt_s = float(link.probe.get("rtt_s", 0.0))
+    latency_ns = rtt_s * 1e9 / 4 + link.delay_ms * 1e6 / 2
+    topo: dict[str, object] = {"kind": "star", "npus": scenario.npus, "latency_ns": round(latency_ns, 1),
+                               "loss": link.loss, "loss_at": "hosts"}
+    if meta is not None and meta.wire is not None:
+        topo["transport"] = {"mss_bytes": meta.wire.mss}
+    if packets:
+        spec_link = ((meta.spec or {}).get("capture") or {}).get("link") or {} if meta is not None else {}
+        burst = spec_link.get("burst_kib") or max(TBF_MIN_BURST_KIB, link.rate_mbit * 1e6 / 8 * TBF_BURST_S / 1024)
+        topo.update(bandwidth_gbps=VETH_GBPS,
+                    token_bucket={"rate_gbps": link.rate_mbit / 1e3, "burst_kib": burst, "latency_ms": 100.0})
+    else:
+        topo["bandwidth_gbps"] = scenario.topology.bandwidth_gbps if hasattr(scenario.topology, "bandwidth_gbps") \
+            else (link.goodput_bps or link.rate_mbit * 1e6) / 1e9
+    data = scenario.model_dump(mode="json")
+    data["topology"] = topo
+    return Scenario.model_validate(data)
+
+
+def packet_sim_table(run_dir: Path, real: TrafficSource) -> tuple[pd.DataFrame, TrafficSource]:
+    """A packet-network run's traffic as its pcaps hold it, read as a capture (its meta.json names
+    the ranks and the iterations): payload bytes of every packet. When the real capture marks no
+    iterations, neither does this table (both get their period from the same estimator)."""
+    src = load_traffic(run_dir / layout.PCAP_DIR)
+    table = payload_view(src.table)
+    if not real.boundaries and "iteration" in table.columns:
+        table = table.drop(columns=["iteration"])
+    return table, src
 
 
 def comparable_sim(sim: pd.DataFrame, real: TrafficSource, *, grpc_pull: bool = False) -> pd.DataFrame:
@@ -160,6 +207,7 @@ def validate(
     rank_map: RankMap | None = None,
     judge: Collection[Level] = (JOB,),
     progress: Callable[[str], None] | None = None,
+    testbed: bool | None = None,
 ) -> Validation:
     """Simulate the job of the capture at `real_path` into `out/sim` on `backend` (default flowsim),
     analyse and compare.
@@ -168,18 +216,28 @@ def validate(
     the application sends; see `payload_view`); "ip" compares IP bytes as captured (for captures
     written from simulated transfers, whose IP lengths are the transfer bytes). `rank_map`: the
     capture's ranks and roles (`--ranks`), instead of meta.json or the traffic. `judge`: the
-    metric levels that decide the verdict."""
+    metric levels that decide the verdict. `testbed`: simulate the capture testbed's network
+    (`testbed_scenario`) instead of the recorded switch; default: with the packet network (ns3),
+    whose run is then read from its pcaps like the capture."""
     if count not in ("payload", "ip"):
         raise ValueError(f"count must be payload or ip, not {count!r}")
     say = progress or (lambda _text: None)
     say(f"reading the capture {real_path}")
     real = load_traffic(real_path, rank_map=rank_map)
     scenario = scenario_for(real, spec)
-    say(f"simulating {scenario.name} ({scenario.npus} ranks) on {(backend or BackendSpec()).key}")
-    result = simulate(scenario, Path(out) / layout.SIM_DIR, backend or BackendSpec(), astra_sim=astra_sim,
-                      source=spec)
-    sim_table = comparable_sim(result.traffic, real,
-                               grpc_pull=isinstance(scenario.parallelism.framework, TensorFlowMWMS))
+    backend = backend or BackendSpec()
+    packets = backend.name == "ns3"
+    if packets and backend.traffic != "pcap":
+        backend = backend.model_copy(update={"traffic": "pcap"})
+    if (packets if testbed is None else testbed) and spec is None:
+        scenario = testbed_scenario(scenario, real.meta, packets=packets)
+    say(f"simulating {scenario.name} ({scenario.npus} ranks) on {backend.key}")
+    result = simulate(scenario, Path(out) / layout.SIM_DIR, backend, astra_sim=astra_sim, source=spec)
+    if packets:
+        sim_table, _ = packet_sim_table(Path(out) / layout.SIM_DIR, real)
+    else:
+        sim_table = comparable_sim(result.traffic, real,
+                                   grpc_pull=scenario.parallelism.framework.pull_requests)
     real_table = payload_view(real.table) if count == "payload" else real.table
     say("analysing the real and the simulated traffic")
     real_features = analyze(real_table, boundaries=real.boundaries, roles=real.roles)

@@ -81,3 +81,22 @@ def astra_sim_bin() -> Path:
     if found is None:
         pytest.skip(f"no ASTRA-SIM binary: {describe_search()}")
     return found
+
+
+def require_ns3() -> None:
+    """Skip a test that needs ns-3's Python wheel when it is not installed, with the reason; under
+    CI (CI=true), where .ci/run installs it, fail instead."""
+    from simstudy.backends.packets import available
+
+    if available():
+        return
+    reason = "ns-3's Python wheel is not installed (pip install '.[ns3]')"
+    if under_ci():
+        pytest.fail(f"{reason}, but CI installs it")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def ns3() -> None:
+    """The packet network's ns-3 wheel (see `require_ns3`)."""
+    require_ns3()

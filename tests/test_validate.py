@@ -202,3 +202,39 @@ def test_grpc_pull_connections_in_the_simulated_table() -> None:
         check_table(grpc)
         assert flow_stats(grpc).per_pair == want
         assert grpc["bytes"].sum() == table["bytes"].sum() and len(grpc) == 2 * len(table)
+
+
+def test_the_testbed_scenario_is_the_recorded_link() -> None:
+    """`validate --backend ns3` (and `--testbed`) simulate the testbed `simstudy capture` recorded in
+    meta.json (a real one: 2 DDP workers at 200 Mbit/s and 1% loss): a star of veths, losses only as
+    hosts receive, a quarter of the probed round trip a link; for the packet network the veths at
+    memory speed behind tc-tbf-like token buckets at the recorded rate, for flowsim the recorded goodput."""
+    from simstudy.compile.topology_file import topology_of
+    from simstudy.spec import Scenario
+    from simstudy.traffic.meta import read_meta
+    from simstudy.validate import TBF_BURST_S, VETH_GBPS, testbed_scenario
+
+    case = Path(__file__).parent / "data" / "testbed_meta" / "ddp_cnn_w2_200mbit_loss1"
+    meta = read_meta(case)
+    assert meta is not None and meta.link is not None and meta.scenario is not None
+    recorded = Scenario.model_validate(meta.scenario)
+    rtt_ns = float(meta.link.probe["rtt_s"]) * 1e9
+    packets = testbed_scenario(recorded, meta, packets=True)
+    flows = testbed_scenario(recorded, meta, packets=False)
+    for sc in (packets, flows):
+        topo = sc.topology
+        assert topo.kind == "star" and sc.npus == 2 and topo.loss == pytest.approx(0.01)
+        assert topo.latency_ns == pytest.approx(rtt_ns / 4, abs=0.1) and topo.transport.mss_bytes == 1448
+        assert sc.model == recorded.model and sc.training == recorded.training and sc.system == recorded.system
+        net = topology_of(topo)
+        assert [link.loss for link in net.links if link.dst.startswith("h")] == pytest.approx([0.01, 0.01])
+        assert {link.loss for link in net.links if not link.dst.startswith("h")} == {0.0}
+    bucket = packets.topology.token_bucket
+    assert packets.topology.bandwidth_gbps == VETH_GBPS and bucket is not None
+    assert bucket.rate_gbps == pytest.approx(0.2) and bucket.burst_kib == pytest.approx(200e6 / 8 * TBF_BURST_S / 1024)
+    assert all(link.tbf_bytes_per_ns == pytest.approx(0.025) for link in topology_of(packets.topology).links)
+    assert flows.topology.token_bucket is None
+    assert flows.topology.bandwidth_gbps == pytest.approx(recorded.topology.bandwidth_gbps)
+    # a capture on the loopback has no testbed link to simulate: its recorded scenario stays
+    loopback = meta.model_copy(update={"link": meta.link.model_copy(update={"where": "loopback"})})
+    assert testbed_scenario(recorded, loopback, packets=True) == recorded

@@ -26,7 +26,7 @@ __all__ = [
     "write_run",
 ]
 
-BACKENDS = ("flowsim", "astrasim")
+BACKENDS = ("flowsim", "astrasim", "ns3")
 
 
 def get_backend(

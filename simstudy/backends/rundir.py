@@ -33,6 +33,12 @@ def write_run(result: RunResult, out: Path) -> None:
         output.path = target
     elif output.mode == "links":
         write_links(output.links if output.links is not None else empty_links(), out / layout.LINKS)
+    if output.pcap_dir is not None and output.pcap_dir.is_dir():
+        target = out / layout.PCAP_DIR
+        if output.pcap_dir.resolve() != target.resolve():
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.move(output.pcap_dir, target)
+        output.pcap_dir = target
     result.spans.to_parquet(out / layout.SPANS, index=False)
     result.write_json(out / layout.RUN_JSON)
 

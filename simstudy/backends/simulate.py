@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from simstudy.backends import packets
 from simstudy.backends.astrasim import AstraSimBackend
 from simstudy.backends.base import Backend, BackendError, Progress, RunResult
 from simstudy.backends.flowsim import FlowsimBackend
 from simstudy.backends.jobs import WithJobs, alone_times
 from simstudy.backends.rundir import run_to_dir
 from simstudy.compile import Bundle, compile_any
-from simstudy.spec import BackendSpec, Cluster, Scenario
+from simstudy.spec import BackendSpec, Cluster, Scenario, SpecError
 
 
 def make_backend(spec: BackendSpec, *, astra_sim: str | Path | None = None,
@@ -27,7 +28,11 @@ def make_backend(spec: BackendSpec, *, astra_sim: str | Path | None = None,
                               progress=progress)
     if spec.name == "astrasim":
         return AstraSimBackend(astra_sim, aware=spec.aware, traffic=spec.traffic, traffic_bin_s=spec.traffic_bin_s)
-    raise BackendError(f"unknown backend {spec.name!r}; expected flowsim or astrasim")  # pragma: no cover
+    if spec.name == "ns3":
+        if not packets.available():
+            raise SpecError(None, "backend", packets.MISSING)
+        return packets.Ns3Backend(traffic=spec.traffic, traffic_bin_s=spec.traffic_bin_s, progress=progress)
+    raise BackendError(f"unknown backend {spec.name!r}; expected flowsim, astrasim or ns3")  # pragma: no cover
 
 
 def alone_root(out: str | Path) -> Path:

@@ -79,6 +79,8 @@ class TrafficOutput:
     _table: pd.DataFrame | None = field(default=None, repr=False)
     #: bytes each rank sent (index: rank), whatever the mode
     sent: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    #: the packet network's pcaps (`traffic: pcap`), a directory moved into the run directory
+    pcap_dir: Path | None = None
 
     def table(self) -> pd.DataFrame:
         """The TrafficTable (read from `path` the first time when it was streamed to disk; empty

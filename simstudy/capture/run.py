@@ -32,7 +32,6 @@ from simstudy.compile.parameter_server import pieces, server_rank
 from simstudy.compile.resolve import resolve
 from simstudy.spec import ParameterServer, Scenario
 from simstudy.spec.capture import CaptureSpec
-from simstudy.spec.framework import Horovod, TensorFlowMWMS
 from simstudy.spec.load import SpecError
 from simstudy.traffic.meta import CaptureMeta, write_meta
 
@@ -151,21 +150,12 @@ def _bucket_cap_mb(spec: CaptureSpec) -> float | None:
     return None if p.bucket_size_bytes == DDP_DEFAULT_BUCKET_BYTES else p.bucket_size_mib
 
 
-def _tf_options(spec: CaptureSpec) -> dict[str, Any]:
-    """CommunicationOptions of a TensorFlow job, from its tensorflow_mwms preset."""
-    fw = spec.parallelism.framework
-    if not isinstance(fw, TensorFlowMWMS):
-        return {}
-    return {"bytes_per_pack": fw.bytes_per_pack, "implementation": fw.implementation}
-
-
-def _hvd_options(spec: CaptureSpec) -> dict[str, Any]:
-    """Horovod's environment knobs, from the job's horovod preset."""
-    fw = spec.parallelism.framework
-    if not isinstance(fw, Horovod):
-        return {}
-    return {"port": spec.capture.port, "fusion_threshold_bytes": int(fw.fusion_buffer_mib * 1024 * 1024),
-            "cycle_time_ms": fw.cycle_time_ms}
+def _preset_options(spec: CaptureSpec) -> dict[str, dict[str, Any]]:
+    """The preset's knobs for the workers, under its captured framework's key ("tensorflow":
+    CommunicationOptions, "horovod": Horovod's environment knobs)."""
+    preset = spec.parallelism.framework
+    options = preset.worker_options(spec.capture.port)
+    return {preset.captured_by: options} if options and preset.captured_by else {}
 
 
 def _start_rendezvous(host: Host, ranks: int, port: int, work: Path) -> subprocess.Popen[bytes]:
@@ -358,7 +348,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
                 helpers.append(_start_rendezvous(bed.hosts[0], spec.ranks, c.port, work))
             for host in bed.hosts:
                 cfg = {"rank": host.rank, "world": spec.ranks, "master_addr": bed.hosts[0].ip,
-                       "cluster": cluster, "tensorflow": _tf_options(spec), "horovod": _hvd_options(spec),
+                       "cluster": cluster, "tensorflow": {}, "horovod": {}, **_preset_options(spec),
                        "master_port": c.port, "ifname": host.ifname, "model": zoo,
                        "batch": spec.training.batch_size_per_worker, "seed": c.seed, "strategy": strategy,
                        "bucket_cap_mb": _bucket_cap_mb(spec), "ps": plan,

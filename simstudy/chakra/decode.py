@@ -41,12 +41,27 @@ _ATTR_CACHE_LIMIT = 1 << 16
 _attr_cache: dict[bytes, Attr] = {}
 
 
-def decode_trace(data: BytesLike, *, source: str = "<bytes>") -> tuple[GlobalMetadata, list[Node]]:
-    """Parse a whole trace held in memory (gzip-compressed or not)."""
+def decode_trace(data: BytesLike, *, source: str = "<bytes>",
+                 intern: dict[bytes, Node] | None = None) -> tuple[GlobalMetadata, list[Node]]:
+    """Parse a whole trace held in memory (gzip-compressed or not).
+
+    `intern`: nodes by their serialised bytes, shared between the traces of one bundle: a node whose
+    bytes were decoded before (the same compute node on every rank of a pipeline stage, the same
+    collective on every rank of its group) is that same Node object, decoded once. Treat the nodes
+    as read-only then."""
     data, source = _uncompressed(bytes(data), source)
     frames = _frames(data, source)
     meta = _first_metadata(frames, data, source)
-    return meta, [_node_at(data, start, end, index, source) for index, (start, end) in enumerate(frames)]
+    if intern is None:
+        return meta, [_node_at(data, start, end, index, source) for index, (start, end) in enumerate(frames)]
+    nodes = []
+    for index, (start, end) in enumerate(frames):
+        key = data[start:end]
+        node = intern.get(key)
+        if node is None:
+            node = intern[key] = _node_at(data, start, end, index, source)
+        nodes.append(node)
+    return meta, nodes
 
 
 def read_trace(path: str | os.PathLike[str]) -> tuple[GlobalMetadata, list[Node]]:

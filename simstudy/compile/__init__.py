@@ -59,17 +59,35 @@ class CompileResult:
 
 
 def check_fit(scenario: Scenario, source: str | Path | None = None) -> None:
-    """The checks that need the resolved model: the parallelism must fit its layers and heads.
+    """The checks that need the resolved model: the parallelism must fit its layers, heads and experts.
     Errors name `source` (the spec file) and the parallelism field."""
     p = scenario.parallelism
     model = scenario.resolved_model
     n = len(model.layers)
-    if p.pp > n:
-        raise SpecError(source, "parallelism.pp", f"pp = {p.pp} pipeline stages need at least {p.pp} layers; "
-                                                  f"model {model.name!r} has {n}")
+    stages = p.pp * p.virtual_stages
+    if stages > n:
+        what = f"pp = {p.pp} pipeline stages" if p.virtual_stages == 1 else \
+            f"pp x virtual_stages = {p.pp} x {p.virtual_stages} = {stages} stages"
+        field = "parallelism.pp" if p.virtual_stages == 1 else "parallelism.virtual_stages"
+        raise SpecError(source, field, f"{what} need at least {stages} layers; model {model.name!r} has {n}")
+    split = megatron(model)
+    for name, on in (("cp", p.cp > 1), ("sp", p.sp), ("ep", p.ep > 1), ("virtual_stages", p.virtual_stages > 1)):
+        if on and not split:
+            raise SpecError(source, f"parallelism.{name}",
+                            f"model {model.name!r} is a {model.family} model; {name} splits transformer layers "
+                            "(sequences, experts, interleaved chunks of a Megatron model)")
+    if p.ep > 1:
+        moe = [layer for layer in model.layers if layer.kind == "moe"]
+        if not moe:
+            raise SpecError(source, "parallelism.ep", f"ep = {p.ep} shards experts, and model {model.name!r} has no "
+                                                      "mixture-of-experts layer (kind moe)")
+        for layer in moe:
+            if layer.experts is not None and layer.experts % p.ep:
+                raise SpecError(source, "parallelism.ep", f"ep = {p.ep} does not divide the {layer.experts} experts "
+                                                          f"of layer {layer.name!r} of model {model.name!r}")
     if p.tp == 1:
         return
-    if megatron(model):
+    if split:
         for layer in model.layers:
             if layer.heads is not None and layer.heads % p.tp:
                 raise SpecError(source, "parallelism.tp",

@@ -97,10 +97,11 @@ def build_cluster_graph(cluster: Cluster, graphs: list[ExecutionGraph]) -> Execu
         moved: dict[int, list[Task]] = {}
         for r, g in enumerate(graph.ranks):
             # ranks that share one task list keep sharing it (identical traces are encoded once)
-            tasks = moved.get(id(g.tasks)) if _rank_free(g.tasks) else None
+            tasks = moved.get(id(g.tasks)) if _rank_free(g.tasks) and not g.bound else None
             if tasks is None:
-                tasks = _moved(g.tasks, npus, mapping, j, start_us)
-                moved[id(g.tasks)] = tasks
+                tasks = _moved(g.bound_tasks(), npus, mapping, j, start_us)
+                if not g.bound:
+                    moved[id(g.tasks)] = tasks
             ranks[npus[r]] = RankGraph(npus[r], tasks)
     idle = [Task(0, IDLE, TaskKind.COMPUTE, [])]
     out = ExecutionGraph([g if g is not None else RankGraph(r, idle) for r, g in enumerate(ranks)], groups)

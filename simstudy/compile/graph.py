@@ -7,7 +7,7 @@ graph knows nothing of protobuf: it holds tasks with dependencies, sizes and dur
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 
@@ -54,10 +54,36 @@ class Task:
 
 @dataclass(slots=True)
 class RankGraph:
-    """The tasks one rank executes, in creation order (ids are 0, 1, 2, ...)."""
+    """The tasks one rank executes, in creation order (ids are 0, 1, 2, ...).
+
+    Ranks that run the same program on other groups and peers share one task list (a template,
+    built for another rank) and say how it binds: `groups` maps the template's communicator group
+    ids to this rank's, `peers` the template's send/receive peers to this rank's (ids and peers not
+    in a map stay as they are). Read a task's group and peer through `group_of` and `peer_of`."""
 
     rank: int
     tasks: list[Task] = field(default_factory=list)
+    groups: dict[int, int] | None = None
+    peers: dict[int, int] | None = None
+
+    def group_of(self, task: Task) -> int:
+        """The communicator group this rank runs `task` on."""
+        return task.group if self.groups is None else self.groups.get(task.group, task.group)
+
+    def peer_of(self, task: Task) -> int:
+        """The rank this rank's send or receive `task` goes to or comes from."""
+        return task.peer if self.peers is None else self.peers.get(task.peer, task.peer)
+
+    @property
+    def bound(self) -> bool:
+        return self.groups is not None or self.peers is not None
+
+    def bound_tasks(self) -> list[Task]:
+        """The tasks with this rank's groups and peers (the shared list itself when nothing is bound)."""
+        if not self.bound:
+            return self.tasks
+        return [replace(t, group=self.group_of(t), peer=self.peer_of(t)) if t.kind is not TaskKind.COMPUTE else t
+                for t in self.tasks]
 
     def _add(self, task: Task) -> int:
         for dep in task.deps:
@@ -157,12 +183,12 @@ class ExecutionGraph:
         for g in self.ranks:
             for t in g.tasks:
                 if t.kind is TaskKind.SEND:
-                    key = (g.rank, t.peer, t.tag)
+                    key = (g.rank, g.peer_of(t), t.tag)
                     if key in sends:
                         raise ValueError(f"duplicate send {key} (src, dst, tag)")
                     sends[key] = t.size_bytes
                 elif t.kind is TaskKind.RECV:
-                    key = (t.peer, g.rank, t.tag)
+                    key = (g.peer_of(t), g.rank, t.tag)
                     if key in recvs:
                         raise ValueError(f"duplicate receive {key} (src, dst, tag)")
                     recvs[key] = t.size_bytes

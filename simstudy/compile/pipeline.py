@@ -20,6 +20,8 @@ from typing import Literal
 import numpy as np
 
 Op = tuple[Literal["F", "B"], int]
+#: A forward or backward of one microbatch on one of a rank's model chunks (interleaved schedule)
+ChunkOp = tuple[Literal["F", "B"], int, int]
 FORWARD, BACKWARD = 0, 1
 
 
@@ -69,7 +71,34 @@ def schedule(kind: str, stages: int, stage: int, microbatches: int) -> list[Op]:
     return ops
 
 
-def p2p_tag(iteration: int, microbatch: int, microbatches: int, direction: int) -> int:
-    """The tag of one activation (FORWARD) or gradient (BACKWARD) transfer between two stages.
+def interleaved_schedule(stages: int, stage: int, microbatches: int, chunks: int) -> list[ChunkOp]:
+    """Megatron-LM's interleaved 1F1B (Narayanan et al. 2021, `forward_backward_pipelining_with_interleaving`):
+    rank `stage` of `stages` holds `chunks` model chunks (virtual stages stage, stage + stages, ...).
+    The k-th forward runs microbatch (k // (stages x chunks)) x stages + k % stages on chunk
+    (k // stages) % chunks (the k-th backward on the chunks in reverse order); a rank runs
+    (stages - stage - 1) x 2 + (chunks - 1) x stages warm-up forwards, then one forward one backward,
+    then the remaining backwards. `microbatches` must be a multiple of `stages`."""
+    if microbatches % stages:
+        raise ValueError(f"the interleaved schedule needs microbatches ({microbatches}) a multiple of the "
+                         f"stages ({stages})")
+    total = microbatches * chunks
+    group = stages * chunks
+
+    def op(kind: Literal["F", "B"], k: int) -> ChunkOp:
+        chunk = (k % group) // stages
+        return kind, (k // group) * stages + k % stages, chunk if kind == "F" else chunks - 1 - chunk
+
+    warm = min((stages - stage - 1) * 2 + (chunks - 1) * stages, total)
+    ops = [op("F", k) for k in range(warm)]
+    for k in range(total - warm):
+        ops += [op("F", warm + k), op("B", k)]
+    ops += [op("B", k) for k in range(total - warm, total)]
+    return ops
+
+
+def p2p_tag(iteration: int, microbatch: int, microbatches: int, direction: int, chunk: int = 0,
+            chunks: int = 1) -> int:
+    """The tag of one activation (FORWARD) or gradient (BACKWARD) transfer between two stages
+    (`chunk`: the model chunk of the earlier of the two, with interleaved virtual stages).
     Unique per sender/receiver pair, which is what SEND/RECV matching keys on."""
-    return (iteration * microbatches + microbatch) * 2 + direction
+    return ((iteration * microbatches + microbatch) * chunks + chunk) * 2 + direction

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -53,6 +53,7 @@ from simstudy.spec import (
     topology_dims,
 )
 from simstudy.spec.topology import GraphTopology
+from simstudy.spec.transport import Queue, Transport
 
 FORMAT = "simstudy.topology/1"
 #: ASTRA-SIM's analytical network reads bandwidth in GB/s with GB = 2^30 bytes.
@@ -72,6 +73,10 @@ class Link:
     loss: float = 0.0
     tier: str = ""
     dim: int = -1
+    #: a token bucket at the sending end (packet network only): token rate, bucket and queue limit
+    tbf_bytes_per_ns: float = 0.0
+    tbf_burst_bytes: int = 0
+    tbf_limit_bytes: int = 0
 
     @property
     def name(self) -> str:
@@ -115,6 +120,9 @@ class NetworkTopology:
     switches: tuple[str, ...]
     links: tuple[Link, ...]
     routing: Routing
+    #: the hosts' TCP stack and the links' queues (what the packet network runs; flowsim's TCP model reads it)
+    transport: Transport = field(default_factory=Transport)
+    queue: Queue = field(default_factory=Queue)
     _index: dict[tuple[str, str], int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -131,9 +139,11 @@ class NetworkTopology:
             "kind": self.kind,
             "hosts": self.hosts,
             "switches": list(self.switches),
-            "links": [asdict(link) for link in self.links],
+            "links": [_link_json(link) for link in self.links],
             "routing": {"kind": self.routing.kind, "ecmp": self.routing.ecmp, "ecmp_hash": self.routing.ecmp_hash,
                         "dims": [asdict(d) for d in self.routing.dims]},
+            "transport": self.transport.model_dump(mode="json"),
+            "queue": self.queue.model_dump(mode="json"),
         }
 
     @classmethod
@@ -177,7 +187,22 @@ class NetworkTopology:
         if ecmp_hash not in ("flow", "pair"):
             raise bad("routing.ecmp_hash", f"expected flow or pair, got {ecmp_hash!r}")
         routing = Routing(raw_routing["kind"], dims, bool(raw_routing.get("ecmp", False)), ecmp_hash)
-        return cls(str(data.get("kind", "")), hosts, tuple(switches), tuple(links), routing)
+        try:
+            transport = Transport.model_validate(data.get("transport") or {})
+            queue = Queue.model_validate(data.get("queue") or {})
+        except ValueError as exc:
+            raise bad("transport", f"expected simstudy's transport and queue settings ({exc})".replace("\n", " ")) \
+                from None
+        return cls(str(data.get("kind", "")), hosts, tuple(switches), tuple(links), routing, transport, queue)
+
+
+def _link_json(link: Link) -> dict[str, Any]:
+    """A link's JSON; the token bucket fields only when it has one."""
+    out = asdict(link)
+    if not link.tbf_bytes_per_ns:
+        for k in ("tbf_bytes_per_ns", "tbf_burst_bytes", "tbf_limit_bytes"):
+            out.pop(k)
+    return out
 
 
 _LINKS: TypeAdapter[list[Link]] = TypeAdapter(list[Link])
@@ -338,8 +363,20 @@ def graph_topology(topo: GraphTopology) -> NetworkTopology:
         ecmp, ecmp_hash = True, topo.ecmp
     else:  # pragma: no cover - exhaustive
         raise ValueError(f"unsupported graph topology {topo!r}")
-    return NetworkTopology(topo.kind, n, tuple(b.switches), tuple(b.links), Routing("shortest_path", ecmp=ecmp,
-                                                                                       ecmp_hash=ecmp_hash))
+    links = [_host_shaping(link, topo) for link in b.links]
+    return NetworkTopology(topo.kind, n, tuple(b.switches), tuple(links), Routing("shortest_path", ecmp=ecmp,
+                                                                                     ecmp_hash=ecmp_hash))
+
+
+def _host_shaping(link: Link, topo: GraphTopology) -> Link:
+    """`loss_at: hosts` (losses only on links into hosts) and the token bucket of host links."""
+    if topo.loss_at == "hosts":
+        link = replace(link, loss=topo.loss if link.dst.startswith("h") else 0.0)
+    tb = topo.token_bucket
+    if tb is not None and (link.src.startswith("h") or link.dst.startswith("h")):
+        link = replace(link, tbf_bytes_per_ns=tb.rate_gbps / 8.0, tbf_burst_bytes=int(tb.burst_kib * 1024),
+                       tbf_limit_bytes=tb.limit_bytes)
+    return link
 
 
 def _tiered(b: _Builder, topo: LeafSpine | Clos3 | ClosCsv) -> None:
@@ -406,15 +443,31 @@ def _tor_names(topo: LeafSpine | Clos3 | ClosCsv) -> list[str]:
     return [f"leaf{i}" for i in range(count)]
 
 
+#: Framework presets whose ranks hold one TCP connection per direction (TensorFlow's gRPC: every
+#: rank is a client of every peer it receives from); the others hold one per pair of ranks.
+PER_DIRECTION_FRAMEWORKS = ("tensorflow_mwms",)
+
+
 def scenario_topology(scenario: Scenario) -> NetworkTopology:
-    """The network of a scenario: its graph, or its ASTRA-SIM dimensions exactly as network.yml gives them."""
-    return topology_of(scenario.topology)
+    """The network of a scenario: its graph, or its ASTRA-SIM dimensions exactly as network.yml gives
+    them; TCP connections as the scenario's framework opens them unless the topology says."""
+    net = topology_of(scenario.topology)
+    if scenario.topology.transport.connections is None:
+        per = scenario.parallelism.framework.name in PER_DIRECTION_FRAMEWORKS
+        net = replace(net, transport=net.transport.model_copy(
+            update={"connections": "per_direction" if per else "per_pair"}))
+    return net
 
 
 def topology_of(topo: Topology) -> NetworkTopology:
     """The network of a topology spec: its graph, or its ASTRA-SIM dimensions as network.yml gives them."""
     if is_graph(topo):
-        return graph_topology(topo)  # type: ignore[arg-type]
-    dims = [NativeDim(ASTRA_DIM[d.type], d.npus, gbps_to_astra(d.bandwidth_gbps), d.latency_ns)  # type: ignore[arg-type]
-            for d in topology_dims(topo)]
-    return native_topology(dims)
+        net = graph_topology(topo)  # type: ignore[arg-type]
+    else:
+        dims = [NativeDim(ASTRA_DIM[d.type], d.npus, gbps_to_astra(d.bandwidth_gbps), d.latency_ns)  # type: ignore[arg-type]
+                for d in topology_dims(topo)]
+        net = native_topology(dims)
+    transport = topo.transport
+    if transport.connections is None:
+        transport = transport.model_copy(update={"connections": "per_pair"})
+    return replace(net, transport=transport, queue=topo.queue)

@@ -9,7 +9,14 @@ sentence against the summary, and no sentence is written that the numbers do not
   (1 ms bins) and duty cycle, only when they differ by more than BURSTY_RATIO;
 * `axis`: per swept axis, how iteration time and bytes per iteration change along it (mean over
   the other axes), when they change by more than CHANGE;
+* `loss`: along a swept packet-loss axis (a path ending in `loss`), per value of the other axes,
+  how iteration time grows against the lossless run, how far the slowest tenth of iterations
+  (`iteration_p90_ms`) sits above the mean (the tail timeouts make), and how the traffic's burst
+  structure (peak-to-mean, duty cycle) moves;
 * `failed` / `skipped`: what did not run, with the first reason.
+
+`network_differences(a, b)` compares two summaries of one study run on two networks (flowsim and
+the packet network), scenario by scenario.
 """
 
 from __future__ import annotations
@@ -160,6 +167,102 @@ def axis_effects(ok: pd.DataFrame, params: list[str]) -> list[Finding]:
     return out
 
 
+def loss_axis(ok: pd.DataFrame, params: list[str]) -> str | None:
+    """The swept packet-loss path (numeric, lossless included), if the study has one."""
+    for p in params:
+        if p.split(".")[-1] == "loss":
+            v = pd.to_numeric(ok[p], errors="coerce")
+            if v.notna().all() and v.nunique() >= 2 and (v == 0).any():
+                return p
+    return None
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:g}%"
+
+
+def loss_effects(ok: pd.DataFrame, params: list[str]) -> list[Finding]:
+    axis = loss_axis(ok, params) if not ok.empty else None
+    if axis is None or "iteration_ms" not in ok.columns:
+        return []
+    rest = [p for p in params if p != axis]
+    frame = ok.assign(_loss=pd.to_numeric(ok[axis]))
+    groups = list(frame.groupby(rest, sort=False)) if rest else [("all", frame)]
+    out: list[Finding] = []
+    slow: list[str] = []
+    growth: dict[str, dict[str, float]] = {}
+    for name, g in groups:
+        g = g.sort_values("_loss")
+        base = g[g["_loss"] == 0]["iteration_ms"]
+        lossy = g[g["_loss"] > 0]
+        if base.empty or lossy.empty or not float(base.iloc[0]) > 0:
+            continue
+        b = float(base.iloc[0])
+        label = name if isinstance(name, str) else ", ".join(str(x) for x in (name if isinstance(name, tuple)
+                                                                               else (name,)))
+        ratios = {_pct(float(r["_loss"])): float(r["iteration_ms"]) / b for _, r in lossy.iterrows()}
+        growth[label] = ratios
+        first, last = lossy.iloc[0], lossy.iloc[-1]
+        slow.append(f"{label} {_fmt(b)} ms without loss, {_fmt(float(first['iteration_ms']))} ms at "
+                    f"{_pct(float(first['_loss']))} ({float(first['iteration_ms']) / b:.2f}x), "
+                    f"{_fmt(float(last['iteration_ms']))} ms at {_pct(float(last['_loss']))} "
+                    f"({float(last['iteration_ms']) / b:.3g}x)")
+    if slow:
+        out.append(Finding("loss", f"Along `{axis}`, iteration time: " + "; ".join(slow) + ".",
+                           {"axis": axis, "slowdown": growth}))
+    if "iteration_p90_ms" in frame.columns and frame["iteration_p90_ms"].notna().any():
+        tail = (frame["iteration_p90_ms"] / frame["iteration_ms"]).groupby(frame["_loss"]).mean().sort_index()
+        vals = {_pct(float(k)): float(v) for k, v in tail.items()}
+        peak = tail.idxmax()
+        out.append(Finding("loss", f"The slowest tenth of iterations (90th percentile over the mean, mean over "
+                           f"{'the other axes' if rest else 'the scenarios'}): "
+                           + ", ".join(f"{v:.2f}x at {k}" for k, v in vals.items())
+                           + f"; the tail is longest at {_pct(float(peak))}.", {"axis": axis, "p90_over_mean": vals}))
+    for metric, name in (("peak_to_mean", "peak-to-mean throughput (1 ms bins)"), ("duty_cycle", "duty cycle")):
+        if metric not in frame.columns or frame[metric].isna().all():
+            continue
+        m = frame.groupby("_loss")[metric].mean().sort_index().dropna()
+        if len(m) < 2:
+            continue
+        vals = {_pct(float(k)): float(v) for k, v in m.items()}
+        hi, lo = m.idxmax(), m.idxmin()
+        out.append(Finding("loss", f"Burst structure: {name} is {float(m.iloc[0]):.2f} without loss, highest at "
+                           f"{_pct(float(hi))} ({float(m[hi]):.2f}) and lowest at {_pct(float(lo))} "
+                           f"({float(m[lo]):.2f}); by loss: " + ", ".join(f"{v:.2f}" for v in vals.values()) + ".",
+                           {"axis": axis, metric: vals}))
+    return out
+
+
+def network_differences(a: pd.DataFrame, b: pd.DataFrame, params: list[str], names: tuple[str, str] = (
+        "flowsim", "ns-3"), *, agree: float = 0.10) -> list[Finding]:
+    """Where two networks' runs of one study differ: scenarios matched on `params`, the ratio of
+    each network's iteration time (mean and 90th percentile) and peak-to-mean, and which
+    scenarios agree within `agree`."""
+    ok_a, ok_b = a[a["status"] == "ok"], b[b["status"] == "ok"]
+    key = [p for p in params if p in ok_a.columns and p in ok_b.columns]
+    both = ok_a.merge(ok_b, on=key, suffixes=("_a", "_b"))
+    if both.empty:
+        return [Finding("networks", f"{names[0]} and {names[1]} have no scenario in common.")]
+    out = []
+    for metric, what in (("iteration_ms", "iteration time"), ("iteration_p90_ms", "90th-percentile iteration time"),
+                         ("peak_to_mean", "peak-to-mean throughput")):
+        if f"{metric}_a" not in both.columns or f"{metric}_b" not in both.columns:
+            continue
+        r = (both[f"{metric}_b"] / both[f"{metric}_a"]).astype(float)
+        good = r.notna()
+        if not good.any():
+            continue
+        labels = [_label(row, key) for _, row in both[good].iterrows()]
+        within = [lab for lab, x in zip(labels, r[good], strict=True) if abs(x - 1) <= agree]
+        worst = int((r[good] - 1).abs().to_numpy().argmax())
+        out.append(Finding("networks", f"{what}: {names[1]} over {names[0]} {r[good].min():.2f}x-{r[good].max():.2f}x "
+                           f"(median {r[good].median():.2f}x); within {agree:.0%} in {len(within)} of {len(labels)} "
+                           f"scenarios; furthest apart: {labels[worst]} ({r[good].iloc[worst]:.2f}x).",
+                           {"metric": metric, "ratios": dict(zip(labels, map(float, r[good]), strict=True)),
+                            "within": len(within), "scenarios": len(labels)}))
+    return out
+
+
 def failures(summary: pd.DataFrame, params: list[str], skipped: list[dict[str, Any]]) -> list[Finding]:
     out = []
     failed = summary[summary["status"] != "ok"]
@@ -181,7 +284,7 @@ def findings(summary: pd.DataFrame, params: list[str], skipped: list[dict[str, A
         return [Finding("empty", "The study has no scenarios.")]
     ok = summary[summary["status"] == "ok"]
     lead = lead_params(summary, params)
-    out = bound(ok, lead) + burstiness(ok, lead) + axis_effects(ok, params)
+    out = bound(ok, lead) + burstiness(ok, lead) + axis_effects(ok, params) + loss_effects(ok, lead)
     return out + failures(summary, params, skipped or [])
 
 

@@ -30,7 +30,21 @@ DEFAULT_METRICS: dict[str, str] = {
     "peak_to_mean": "throughput peak-to-mean (1 ms bins)",
     "duty_cycle": "duty cycle (on-time over whole on/off cycles, 1 ms bins)",
 }
+#: Metrics of runs that kept their link table (`traffic: links`), shown when present.
+LINK_METRICS: dict[str, str] = {
+    "link_utilization_max": "mean utilisation of the most loaded link",
+    "link_peak_utilization_max": "peak utilisation (one time bin) of the most loaded links",
+}
 TIMELINES_MAX = 12
+
+
+def metric_labels(summary: pd.DataFrame) -> dict[str, str]:
+    """The metrics a report compares across its axes, with their labels: the default ones, and for
+    runs that kept links the bytes through each tier and the most loaded links' utilisation."""
+    out = {m: name for m, name in DEFAULT_METRICS.items() if m in summary.columns}
+    out |= {f"tier.{t}.bytes": f"bytes through the {t} tier's links (both directions)" for t in tier_bytes(summary)}
+    out |= {m: name for m, name in LINK_METRICS.items() if m in summary.columns}
+    return out
 
 
 @dataclass(frozen=True)
@@ -208,15 +222,18 @@ def _report_text(result: SweepResult, params: list[str], made: list[tuple[str, P
         lines += [f"- {', '.join(f'{p}={r[p]}' for p in params)} (run {r['key']}): {r['error']}"
                   for _, r in failed.iterrows()]
         lines.append("")
+    labels = metric_labels(summary)
     metrics = [m for m in DEFAULT_METRICS if m in summary.columns]
     if params and not summary[summary["status"] == "ok"].empty:
         lines += ["## What differs", ""]
-        for m in metrics:
+        for m, name in labels.items():
             eff = effects(summary, shown_params, m)
             if eff:
-                lines += [f"**{DEFAULT_METRICS[m]}** (`{m}`):", "", *eff, ""]
+                lines += [f"**{name}** (`{m}`):", "", *eff, ""]
     if is_cluster_study(summary):
         lines += _cluster_section(result.out, summary, params, shown_params)
+    elif tier_bytes(summary):
+        lines += ["## Where the bytes went", "", *_links_section(result.out, summary, shown_params)]
     shown = [*shown_params, *metrics, "bytes_per_iter", "status"]
     table = summary[[c for c in dict.fromkeys(shown) if c in summary.columns]]
     lines += ["## Results", "", markdown_table(table.head(200)), ""]
@@ -244,6 +261,12 @@ def _cluster_section(out: Path, summary: pd.DataFrame, params: list[str], shown:
                                "alone_ms": r.alone_iteration_ms, "slowdown": r.slowdown} for r in rows])
         lines += ["Slowdown = iteration time sharing the network / iteration time alone on the same GPUs.", "",
                   markdown_table(table.head(200)), ""]
+    return lines + _links_section(out, summary, shown)
+
+
+def _links_section(out: Path, summary: pd.DataFrame, shown: list[str]) -> list[str]:
+    """Runs that kept their link table: the bytes through each tier and the most loaded links."""
+    lines: list[str] = []
     tiers = tier_bytes(summary)
     if tiers:
         cols = [*shown, *(f"tier.{t}.bytes" for t in tiers), "link_utilization_max"]

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from simstudy.spec.base import FieldError, Spec
+from simstudy.spec.framework import CAPTURED
 from simstudy.spec.model import ModelSpec
 from simstudy.spec.parallelism import AllReduce, Parallelism, ParameterServer
 from simstudy.spec.scenario import tag_model
@@ -17,8 +18,9 @@ from simstudy.spec.training import Training
 CaptureFramework = Literal["pytorch", "tensorflow", "horovod"]
 #: Zoo models with a Keras version (simstudy.capture.keras_models), for framework: tensorflow.
 KERAS_MODELS = ("small_cnn", "lstm_lm", "encoder")
-#: The `parallelism.framework` preset that simulates a captured framework's job.
-PRESET_OF = {"pytorch": "pytorch_ddp", "tensorflow": "tensorflow_mwms", "horovod": "horovod"}
+#: The `parallelism.framework` preset that simulates a captured framework's job (each preset says
+#: which framework it is captured as: `Preset.captured_by`).
+PRESET_OF = CAPTURED
 
 
 class Link(Spec):
@@ -104,7 +106,7 @@ class CaptureSpec(Spec):
     @model_validator(mode="after")
     def _check(self) -> CaptureSpec:
         p = self.parallelism
-        if p.tp != 1 or p.pp != 1 or p.sharding != "none":
+        if p.tp != 1 or p.pp != 1 or p.sharding != "none" or p.cp != 1 or p.ep != 1 or p.grad_accumulation_steps != 1:
             raise ValueError("a capture runs data parallelism only: tp = 1, pp = 1, sharding none")
         if p.dp < 2 and not isinstance(p.aggregation, ParameterServer):
             raise ValueError("an all-reduce capture needs dp >= 2 workers")

@@ -127,7 +127,7 @@ class Job(Spec):
         if self.gpus is not None and self.gpus != need:
             p = self.parallelism
             raise FieldError("gpus", f"gpus = {self.gpus} but the parallelism needs {need} ranks "
-                                     f"(dp*tp*pp = {p.dp}*{p.tp}*{p.pp}"
+                                     f"({p.product}"
                                      f"{f' + {p.server_ranks} servers' if p.server_ranks else ''}); "
                                      "leave dp out to fill gpus")
         if self.placement.npus is not None and len(self.placement.npus) != need:

@@ -17,24 +17,92 @@ is a spec error that names the field and the knobs that apply.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import Field
 
 from simstudy.spec.base import FieldError, Spec
 
+if TYPE_CHECKING:
+    from simstudy.spec.parallelism import Parallelism
 
-class PyTorchDDP(Spec):
+
+class Preset(Spec):
+    """What every framework preset says about itself, beyond its knobs: one class per preset holds
+    everything the spec, capture and validation layers need to know of it (its compiler is its entry
+    in `simstudy.compile.frameworks.PRESETS`).
+
+    * `captured_by`: the `simstudy capture` framework whose jobs this preset simulates (None: none);
+    * `pull_requests`: the framework's transport pulls every chunk with a request from the receiver
+      on the receiver's own connection (TensorFlow's gRPC RecvBuf), which `validate` adds to the
+      simulated table before comparing connections;
+    * `hybrids`: the preset compiles tensor, pipeline and sharded parallelism, not only data parallel;
+    * `parameter_server`: the preset has a parameter-server mode;
+    * `ring_only`: why the preset's all-reduce is a ring whatever `aggregation.algorithm` says (None:
+      any algorithm);
+    * `worker_options(port)`: what a captured job's workers get of the preset's knobs, under the key
+      of its captured framework in the worker config.
+    """
+
+    captured_by: ClassVar[str | None] = None
+    pull_requests: ClassVar[bool] = False
+    hybrids: ClassVar[bool] = False
+    parameter_server: ClassVar[bool] = False
+    ring_only: ClassVar[str | None] = None
+    #: the knob that sizes gradient messages is `parallelism.bucket_size_mib` (DDP's), not one of the preset's
+    ddp_buckets: ClassVar[bool] = False
+
+    def worker_options(self, port: int) -> dict[str, Any]:
+        """Options of a captured job's worker, from this preset's knobs ({} when it has none)."""
+        return {}
+
+    def check(self, parallelism: Parallelism) -> None:
+        """What this preset needs of the rest of the parallelism (a `FieldError` when it is not met)."""
+        if not self.hybrids and not parallelism.is_plain_data_parallel:
+            raise FieldError("framework", f"the {self.name} preset models data parallelism only (tp = pp = 1, "
+                                          "sharding none, one microbatch); use framework: pytorch_ddp for hybrids")
+        from simstudy.spec.parallelism import ParameterServer
+
+        agg = parallelism.aggregation
+        if isinstance(agg, ParameterServer):
+            if not self.parameter_server:
+                raise FieldError("aggregation", f"{self.name} has no parameter server; use aggregation kind "
+                                                "allreduce (parameter servers: pytorch_ddp or tensorflow_mwms, "
+                                                "for TensorFlow's ParameterServerStrategy)")
+            return
+        if not self.ddp_buckets and "bucket_size_mib" in parallelism.model_fields_set:
+            raise FieldError("bucket_size_mib", f"bucket_size_mib is PyTorch DDP's bucket cap; it does not apply "
+                                                f"to framework {self.name} (see its knobs under framework)")
+        if self.ring_only is not None and agg.algorithm != "ring":
+            raise FieldError("aggregation.algorithm", self.ring_only.format(algorithm=agg.algorithm, preset=self))
+
+    name: str
+
+
+class PyTorchDDP(Preset):
     """PyTorch DistributedDataParallel: gradient buckets of `parallelism.bucket_size_mib` (DDP's
     bucket_cap_mb, 25 MiB) in reverse parameter order, a 1 MiB first bucket with the default cap,
     each bucket all-reduced as soon as its last gradient is ready (overlapped with backward)."""
 
+    captured_by: ClassVar[str | None] = "pytorch"
+    hybrids: ClassVar[bool] = True
+    parameter_server: ClassVar[bool] = True
+    ddp_buckets: ClassVar[bool] = True
+
     name: Literal["pytorch_ddp"] = Field(description="the preset (required, so that it is always written out)")
 
 
-class Horovod(Spec):
+class Horovod(Preset):
     """Horovod tensor fusion: every `cycle_time_ms` the background thread fuses the gradients that
     became ready into buffers of at most `fusion_buffer_mib` and all-reduces each (ring)."""
+
+    captured_by: ClassVar[str | None] = "horovod"
+
+    def worker_options(self, port: int) -> dict[str, Any]:
+        """Horovod's environment knobs (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME) and its
+        rendezvous port."""
+        return {"port": port, "fusion_threshold_bytes": int(self.fusion_buffer_mib * 1024 * 1024),
+                "cycle_time_ms": self.cycle_time_ms}
 
     name: Literal["horovod"] = Field(description="the preset (required, so that it is always written out)")
     fusion_buffer_mib: float = Field(
@@ -49,10 +117,20 @@ class Horovod(Spec):
     )
 
 
-class TensorFlowMWMS(Spec):
+class TensorFlowMWMS(Preset):
     """TensorFlow MultiWorkerMirroredStrategy: gradients concatenated into packs of
     `bytes_per_pack` (0: one pack of all of them) in reverse variable order, each pack all-reduced
     with RingReduce once all of its gradients are ready."""
+
+    captured_by: ClassVar[str | None] = "tensorflow"
+    pull_requests: ClassVar[bool] = True
+    parameter_server: ClassVar[bool] = True  # TensorFlow's ParameterServerStrategy
+    ring_only: ClassVar[str | None] = ("TensorFlow's CPU all-reduce is RingReduce (implementation "
+                                       "{preset.implementation}): use ring, not {algorithm}")
+
+    def worker_options(self, port: int) -> dict[str, Any]:
+        """CommunicationOptions of the job's MultiWorkerMirroredStrategy."""
+        return {"bytes_per_pack": self.bytes_per_pack, "implementation": self.implementation}
 
     name: Literal["tensorflow_mwms"] = Field(description="the preset (required, so that it is always written out)")
     bytes_per_pack: int = Field(
@@ -70,9 +148,12 @@ class TensorFlowMWMS(Spec):
 KungFuGraph = Literal["star", "tree", "binary_tree_star", "clique"]
 
 
-class KungFu(Spec):
+class KungFu(Preset):
     """KungFu: every gradient tensor all-reduced on its own, in chunks of `chunk_kib`, each chunk
     reduced up and broadcast down the edges of the named graph as point-to-point messages."""
+
+    ring_only: ClassVar[str | None] = ("kungfu all-reduces along framework.graph (point-to-point reduce and "
+                                       "broadcast), not a collective algorithm ({algorithm})")
 
     name: Literal["kungfu"] = Field(description="the preset (required, so that it is always written out)")
     graph: KungFuGraph = Field(
@@ -92,8 +173,10 @@ class KungFu(Spec):
 FrameworkSpec = Annotated[PyTorchDDP | Horovod | TensorFlowMWMS | KungFu, Field(discriminator="name")]
 
 #: name -> preset model: the one table of framework presets in the spec.
-PRESETS: dict[str, type[Spec]] = {get_args(m.model_fields["name"].annotation)[0]: m
-                                  for m in (PyTorchDDP, Horovod, TensorFlowMWMS, KungFu)}
+PRESETS: dict[str, type[Preset]] = {get_args(m.model_fields["name"].annotation)[0]: m
+                                    for m in (PyTorchDDP, Horovod, TensorFlowMWMS, KungFu)}
+#: capture framework -> the preset that simulates its jobs
+CAPTURED: dict[str, str] = {m.captured_by: name for name, m in PRESETS.items() if m.captured_by is not None}
 
 
 def framework_value(value: Any) -> Any:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from simstudy.spec.base import FieldError, Spec
-from simstudy.spec.framework import FrameworkSpec, KungFu, PyTorchDDP, TensorFlowMWMS, framework_value
+from simstudy.spec.framework import FrameworkSpec, PyTorchDDP, framework_value
 
 AllReduceAlgorithm = Literal["ring", "direct", "halving_doubling", "double_binary_tree"]
 
@@ -44,6 +44,39 @@ class ParameterServer(Spec):
 
 
 Aggregation = Annotated[AllReduce | ParameterServer, Field(discriminator="kind")]
+
+
+class Zero(Spec):
+    """How a ZeRO-1 distributed optimizer (`sharding: zero1`) buckets its messages, as Megatron-LM's
+    distributed optimizer and DeepSpeed's ZeRO stage 1 name their knobs. Gradients are bucketed in
+    backward order (a bucket closes before the layer that would take it over `reduce_bucket_elements`:
+    DeepSpeed's ipg bucket) and each bucket is reduced over the data-parallel group as soon as its
+    last gradient is ready (`parallelism.overlap`: DeepSpeed's overlap_comm, Megatron's
+    overlap_grad_reduce) or after the whole backward; after the optimizer step on the rank's shard, the
+    updated parameters are all-gathered in `max(1, shard x dp // allgather_bucket_elements)` pieces
+    (DeepSpeed's all_gather_dp_groups)."""
+
+    gradients: Literal["reduce_scatter", "allreduce"] = Field(
+        default="reduce_scatter",
+        description="reduce_scatter: each rank receives only its shard of every bucket (Megatron's distributed "
+        "optimizer, the ZeRO paper); allreduce: every bucket all-reduced and each rank keeps its shard "
+        "(DeepSpeed ZeRO-1/2 with use_multi_rank_bucket_allreduce, its default)",
+    )
+    reduce_bucket_elements: int = Field(
+        default=500_000_000, ge=1,
+        description="gradient bucket size in elements (DeepSpeed's reduce_bucket_size, default 5e8; Megatron's "
+        "bucket_size)",
+    )
+    allgather_bucket_elements: int = Field(
+        default=500_000_000, ge=1,
+        description="parameter all-gather size in elements (DeepSpeed's allgather_bucket_size, default 5e8)",
+    )
+
+
+#: Parallelism fields added after run keys were first written: left out of the canonical JSON at
+#: their defaults, so that earlier scenarios keep their sweep run keys.
+NEW_DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "ep_a2a": "collective", "sp": False, "virtual_stages": 1,
+                                "grad_accumulation_steps": 1, "zero": None}
 
 
 class Parallelism(Spec):
@@ -88,6 +121,49 @@ class Parallelism(Spec):
         "gradients, all-gather updated parameters), zero3 or fsdp (all-gather each layer's parameters "
         "before its forward and backward, reduce-scatter its gradients after backward)",
     )
+    zero: Zero | None = Field(
+        default=None,
+        description="the ZeRO-1 distributed optimizer's buckets (with sharding zero1): gradients (reduce_scatter "
+        "or allreduce), reduce_bucket_elements, allgather_bucket_elements; none: one reduce-scatter and one "
+        "all-gather per DDP bucket of bucket_size_mib",
+    )
+    cp: int = Field(
+        default=1, ge=1,
+        description="context-parallel degree: every sequence's tokens split over cp ranks, whose attention "
+        "layers pass key/value blocks around their ring point to point (ring attention); gradients are "
+        "reduced over dp x cp ranks",
+    )
+    ep: int = Field(
+        default=1, ge=1,
+        description="expert-parallel degree: the experts of every mixture-of-experts layer sharded over ep "
+        "ranks of the data-parallel group, tokens sent to their experts and back with an all-to-all in forward "
+        "and in backward; ep divides dp",
+    )
+    ep_a2a: Literal["collective", "pairwise"] = Field(
+        default="collective",
+        description="how expert parallelism's all-to-alls travel: collective (one all-to-all node: ASTRA-SIM runs "
+        "its direct algorithm over every rank, and within a smaller group relays every block around a ring, "
+        "(n-1)/2 x the data per rank) or pairwise (point-to-point sends of each peer's share, the next peer "
+        "first: NCCL's all-to-all as Megatron-LM and DeepSpeed call it, (n-1)/n x the data per rank)",
+    )
+    sp: bool = Field(
+        default=False,
+        description="Megatron sequence parallelism on the tensor-parallel group (tp > 1): each layer's all-reduce "
+        "becomes a reduce-scatter after it and an all-gather before the next, activations between them and "
+        "between pipeline stages are 1/tp of the sequence",
+    )
+    virtual_stages: int = Field(
+        default=1, ge=1,
+        description="model chunks per pipeline rank (Megatron's interleaved 1F1B, virtual pipeline stages): the "
+        "layers are cut into pp x virtual_stages stages, rank s holding stages s, s + pp, ...; needs schedule "
+        "1f1b and microbatches a multiple of pp",
+    )
+    grad_accumulation_steps: int = Field(
+        default=1, ge=1,
+        description="accumulation steps per iteration (DeepSpeed's gradient_accumulation_steps): each runs the "
+        "schedule of `microbatches` microbatches, gradients are reduced over the data-parallel group after the "
+        "last only; batch_size_per_worker = steps x microbatches x micro-batch size",
+    )
 
     @model_serializer(mode="wrap")
     def _drop_default_framework(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -95,6 +171,9 @@ class Parallelism(Spec):
         presets existed keep their canonical JSON (and their sweep run keys)."""
         data = handler(self)
         if isinstance(data, dict):
+            for key, default in NEW_DEFAULTS.items():
+                if key in data and data[key] == default:
+                    del data[key]
             if data.get("framework") == {"name": "pytorch_ddp"}:
                 del data["framework"]
             elif isinstance(self.aggregation, AllReduce):
@@ -121,8 +200,19 @@ class Parallelism(Spec):
 
     @property
     def compute_ranks(self) -> int:
-        """Ranks that hold a model shard and compute: dp * tp * pp."""
-        return self.dp * self.tp * self.pp
+        """Ranks that hold a model shard and compute: dp * tp * pp * cp."""
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def product(self) -> str:
+        """How the compute ranks multiply out, for messages: `dp*tp*pp = 2*4*2` (cp too when > 1)."""
+        names = ("dp", "tp", "pp", "cp") if self.cp > 1 else ("dp", "tp", "pp")
+        return f"{'*'.join(names)} = {'*'.join(str(getattr(self, n)) for n in names)}"
+
+    @property
+    def microbatches_per_iteration(self) -> int:
+        """Microbatches of one iteration over every accumulation step."""
+        return self.microbatches * self.grad_accumulation_steps
 
     @property
     def server_ranks(self) -> int:
@@ -145,34 +235,38 @@ class Parallelism(Spec):
     @property
     def is_plain_data_parallel(self) -> bool:
         """Only data parallelism: no model split, no sharding, one microbatch."""
-        return self.tp == 1 and self.pp == 1 and self.sharding == "none" and self.microbatches == 1
+        return (self.tp == 1 and self.pp == 1 and self.sharding == "none" and self.microbatches == 1
+                and self.cp == 1 and self.ep == 1 and self.grad_accumulation_steps == 1)
+
+    def _check_llm(self) -> None:
+        """What the LLM dimensions need of each other (their fit to the model is checked at compile time)."""
+        if self.sp and self.tp == 1:
+            raise FieldError("sp", "sequence parallelism splits the tensor-parallel group's activations: it needs "
+                                   "tp > 1")
+        if self.dp % self.ep:
+            raise FieldError("ep", f"expert parallelism shards experts over ranks of the data-parallel group: ep = "
+                                   f"{self.ep} must divide dp = {self.dp}")
+        if self.ep > 1 and self.sharding in ("zero3", "fsdp"):
+            raise FieldError("ep", f"expert parallelism with sharding {self.sharding} is not modelled; use sharding "
+                                   "none or zero1")
+        if self.zero is not None and self.sharding != "zero1":
+            raise FieldError("zero", f"zero sets the buckets of the ZeRO-1 distributed optimizer; it needs sharding "
+                                     f"zero1, not {self.sharding}")
+        v = self.virtual_stages
+        if v > 1:
+            if self.pp == 1:
+                raise FieldError("virtual_stages", "interleaved virtual stages cut the pipeline further: they need "
+                                                   "pp > 1")
+            if self.schedule != "1f1b":
+                raise FieldError("virtual_stages", "virtual stages run Megatron's interleaved 1F1B schedule: use "
+                                                   "schedule: 1f1b")
+            if self.microbatches % self.pp:
+                raise FieldError("microbatches", f"the interleaved schedule needs microbatches a multiple of pp = "
+                                                 f"{self.pp} (as Megatron-LM does), got {self.microbatches}")
 
     def _check_framework(self) -> None:
-        """What a framework preset needs of the rest of the parallelism."""
-        fw = self.framework
-        if isinstance(fw, PyTorchDDP):
-            return
-        if not self.is_plain_data_parallel:
-            raise FieldError("framework", f"the {fw.name} preset models data parallelism only (tp = pp = 1, "
-                                          "sharding none, one microbatch); use framework: pytorch_ddp for hybrids")
-        agg = self.aggregation
-        if isinstance(agg, ParameterServer):
-            if not isinstance(fw, TensorFlowMWMS):
-                raise FieldError("aggregation", f"{fw.name} has no parameter server; use aggregation kind "
-                                                "allreduce (parameter servers: pytorch_ddp or tensorflow_mwms, "
-                                                "for TensorFlow's ParameterServerStrategy)")
-            return
-        if "bucket_size_mib" in self.model_fields_set:
-            raise FieldError("bucket_size_mib", f"bucket_size_mib is PyTorch DDP's bucket cap; it does not apply "
-                                                f"to framework {fw.name} (see its knobs under framework)")
-        if isinstance(fw, KungFu) and agg.algorithm != "ring":
-            raise FieldError("aggregation.algorithm", "kungfu all-reduces along framework.graph (point-to-point "
-                                                      f"reduce and broadcast), not a collective algorithm "
-                                                      f"({agg.algorithm})")
-        if isinstance(fw, TensorFlowMWMS) and agg.algorithm != "ring":
-            raise FieldError("aggregation.algorithm", f"TensorFlow's CPU all-reduce is RingReduce "
-                                                      f"(implementation {fw.implementation}): use ring, not "
-                                                      f"{agg.algorithm}")
+        """What the framework preset needs of the rest of the parallelism (the preset says)."""
+        self.framework.check(self)
 
     @model_validator(mode="after")
     def _check(self) -> Parallelism:
@@ -194,6 +288,7 @@ class Parallelism(Spec):
                 raise FieldError("microbatches", "a parameter server trains one batch per iteration; "
                                                  f"microbatches must be 1, got {self.microbatches}")
         self._check_framework()
+        self._check_llm()
         if self.schedule == "1f1b" and self.pp > 1 and self.microbatches < self.pp:
             raise FieldError(
                 "microbatches",

@@ -36,11 +36,11 @@ def fill_dp(data: dict[str, Any]) -> dict[str, Any]:
     servers = 0
     if isinstance(agg, dict) and agg.get("kind") == "parameter_server" and agg.get("placement") != "colocated":
         servers = agg.get("servers", 1) if isinstance(agg.get("servers", 1), int) else 0
-    tp, pp = par.get("tp", 1), par.get("pp", 1)
-    if isinstance(tp, int) and isinstance(pp, int) and tp > 0 and pp > 0:
+    tp, pp, cp = par.get("tp", 1), par.get("pp", 1), par.get("cp", 1)
+    if isinstance(tp, int) and isinstance(pp, int) and isinstance(cp, int) and tp > 0 and pp > 0 and cp > 0:
         rest = npus - servers
-        if rest > 0 and rest % (tp * pp) == 0:
-            par["dp"] = rest // (tp * pp)
+        if rest > 0 and rest % (tp * pp * cp) == 0:
+            par["dp"] = rest // (tp * pp * cp)
     return {**data, "parallelism": par}
 
 
@@ -92,11 +92,12 @@ class Scenario(Spec):
         need = self.parallelism.total_ranks
         if npus != need:
             p = self.parallelism
-            detail = f"dp*tp*pp = {p.dp}*{p.tp}*{p.pp} = {p.compute_ranks}"
+            detail = f"{p.product} = {p.compute_ranks}"
             if p.server_ranks:
                 detail += f" + {p.server_ranks} dedicated servers"
+            what = p.product.split(" = ")[0]
             raise FieldError("parallelism", f"topology has {npus} NPUs but the parallelism needs {need} "
-                                            f"({detail}); dp*tp*pp must equal the topology's NPUs")
+                                            f"({detail}); {what} must equal the topology's NPUs")
         agg = self.parallelism.aggregation
         dp = self.parallelism.dp
         if isinstance(agg, AllReduce) and agg.algorithm == "halving_doubling" and dp & (dp - 1):
@@ -109,11 +110,17 @@ class Scenario(Spec):
                              f"double_binary_tree all-reduce over every rank needs a power-of-two number of ranks "
                              f"(ASTRA-SIM's two trees span 2^k ranks), not dp = {dp}")
         m = self.parallelism.microbatches
+        gas = self.parallelism.grad_accumulation_steps
         batch = self.training.batch_size_per_worker
         if batch % m:
             raise FieldError("parallelism.microbatches",
                              f"{m} microbatches do not split training.batch_size_per_worker = {batch} evenly; "
                              "the batch must be a multiple of microbatches")
+        if batch % (m * gas):
+            raise FieldError("parallelism.grad_accumulation_steps",
+                             f"{gas} accumulation steps of {m} microbatches do not split "
+                             f"training.batch_size_per_worker = {batch} evenly; the batch must be a multiple of "
+                             "grad_accumulation_steps x microbatches")
         return self
 
     @property

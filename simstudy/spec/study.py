@@ -47,10 +47,11 @@ class BackendOptions(Spec):
     )
     aware: bool = Field(default=False, description="astrasim: use the congestion-aware binary")
     timeout_s: float = Field(default=3600.0, gt=0, description="seconds before one run is abandoned")
-    traffic: Literal["rows", "links", "none"] = Field(
+    traffic: Literal["rows", "links", "none", "pcap"] = Field(
         default="rows",
         description="what a run keeps of its transfers: rows (the traffic table, one row per transfer, streamed to "
-        "traffic.parquet), links (bytes per link per time bin in links.parquet: small at any scale) or none",
+        "traffic.parquet), links (bytes per link per time bin in links.parquet: small at any scale), none, or "
+        "pcap (backend ns3: the rows and ns-3's pcaps, one per rank interface, in pcap/)",
     )
     traffic_bin_s: float = Field(default=1e-3, gt=0, description="traffic: links: width of a time bin, seconds")
 
@@ -72,25 +73,34 @@ class BackendOptions(Spec):
         return data
 
 
-BackendName = Literal["flowsim", "astrasim"]
+BackendName = Literal["flowsim", "astrasim", "ns3"]
 
 
 class BackendSpec(BackendOptions):
     """Which simulator runs a scenario, with its options: what `simulate` needs besides the scenario."""
 
-    name: BackendName = Field(default="flowsim", description="simulator: flowsim (built in) or astrasim (binary)")
+    name: BackendName = Field(
+        default="flowsim",
+        description="simulator: flowsim (built in), astrasim (binary) or ns3 (flowsim's engine on ns-3's packet "
+        "network: TCP, queues, token buckets, losses; needs the ns3 wheel)",
+    )
 
     @model_validator(mode="after")
     def _astrasim_congestion(self) -> BackendSpec:
         if self.name == "astrasim" and self.congestion == "aware" and not self.aware:
             object.__setattr__(self, "aware", True)
+        if self.traffic == "pcap" and self.name != "ns3":
+            raise ValueError(f"traffic: pcap needs backend ns3 (the packet network), not {self.name}")
         return self
 
     @property
     def key(self) -> str:
         """The part of a run key that names the simulator and its result-changing options (what
         a run keeps of its transfers changes its files, so it is part of the key unless `rows`)."""
-        base = f"flowsim:congestion={self.congestion}" if self.name == "flowsim" else f"astrasim:aware={self.aware}"
+        base = {"flowsim": f"flowsim:congestion={self.congestion}", "astrasim": f"astrasim:aware={self.aware}",
+                "ns3": "ns3"}[self.name]
+        if self.traffic == "pcap":
+            return f"{base}:traffic=pcap"
         if self.traffic == "links":
             return f"{base}:traffic=links:{self.traffic_bin_s!r}"
         if self.traffic == "none":

@@ -30,8 +30,8 @@ class MeasuredCompute(Spec):
 
     @model_validator(mode="after")
     def _check(self) -> MeasuredCompute:
-        if not self.layers and self.forward_us is None and self.backward_us is None:
-            raise ValueError("give per-layer times (layers) or totals (forward_us, backward_us)")
+        if not self.layers and self.forward_us is None and self.backward_us is None and self.optimizer_us is None:
+            raise ValueError("give per-layer times (layers), totals (forward_us, backward_us) or optimizer_us")
         return self
 
 

@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from simstudy.spec.base import FieldError, Spec
+from simstudy.spec.transport import Queue, TokenBucket, Transport
 
 DimType = Literal["ring", "fully_connected", "switch"]
 #: What ECMP hashes to choose among equal-cost paths (see `_Ecmp.ecmp`).
@@ -30,6 +31,13 @@ class _Link(Spec):
     latency_ns: float = Field(default=500.0, ge=0, description="per-hop latency, nanoseconds")
 
 
+class _Packets(Spec):
+    """What the packet network (`--backend ns3`) runs on every host and link (see `spec.transport`)."""
+
+    transport: Transport = Field(default_factory=Transport, description="the hosts' TCP stack (Linux's defaults)")
+    queue: Queue = Field(default_factory=Queue, description="queue discipline at the sending end of every link")
+
+
 class Dim(_Link):
     """One ASTRA-SIM network dimension."""
 
@@ -37,7 +45,7 @@ class Dim(_Link):
     npus: int = Field(ge=2, description="NPUs along this dimension")
 
 
-class _OneDim(_Link):
+class _OneDim(_Link, _Packets):
     npus: int = Field(ge=2, description="number of NPUs")
 
     @property
@@ -74,7 +82,7 @@ class Switch(_OneDim):
     kind: Literal["switch"] = "switch"
 
 
-class MultiDim(Spec):
+class MultiDim(_Packets):
     """Several ASTRA-SIM dimensions, innermost first (e.g. [ring of 8 GPUs, switch of 4 nodes])."""
 
     kind: Literal["multi_dim"] = "multi_dim"
@@ -88,8 +96,16 @@ class MultiDim(Spec):
         return n
 
 
-class _Graph(_Link):
+class _Graph(_Link, _Packets):
     loss: float = Field(default=0.0, ge=0, lt=1, description="packet loss probability per link")
+    loss_at: Literal["links", "hosts"] = Field(
+        default="links",
+        description="where packets are lost: links (on every link, i.i.d. per packet and link) or hosts (only as "
+        "a host receives them, as a capture testbed's receiver-side drop does)",
+    )
+    token_bucket: TokenBucket | None = Field(
+        default=None, description="a token bucket filter at both ends of every host link (tc tbf), packets only"
+    )
 
     @property
     def dims(self) -> tuple[Dim, ...]:

@@ -85,6 +85,7 @@ def run_metrics(result: RunResult, scenario: Scenario | Cluster) -> dict[str, fl
         "finish_min_ms": float(finish.min()),
         "finish_mean_ms": float(finish.mean()),
         "iteration_ms": float(finish.max()) / iters,
+        **iteration_tail(result),
         "compute_ms_mean": float(compute.mean()),
         "comm_ms_mean": float(comm.mean()),
         "exposed_comm_ms_mean": float(exposed.mean()),
@@ -98,6 +99,16 @@ def run_metrics(result: RunResult, scenario: Scenario | Cluster) -> dict[str, fl
         "backend_wall_s": float(result.wall_time_s),
         **job_metrics(result),
     }
+
+
+def iteration_tail(result: RunResult) -> dict[str, float]:
+    """The 90th percentile and the longest of the job's iteration times (from when each iteration
+    ends, `details.iteration_ends_ns`: flowsim and the packet network report it); NaN without."""
+    ends = result.details.get("iteration_ends_ns") or []
+    if not ends:
+        return {"iteration_p90_ms": math.nan, "iteration_max_ms": math.nan}
+    its = np.diff(np.asarray([0, *ends], dtype=np.float64)) / 1e6
+    return {"iteration_p90_ms": float(np.percentile(its, 90)), "iteration_max_ms": float(its.max())}
 
 
 def tier_capacities(bundle_dir: Path) -> dict[str, tuple[int, float]]:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from simstudy.spec.model import Model, ModelFamily, ZooOption
-from simstudy.zoo import cnn, rnn, transformer
+from simstudy.zoo import cnn, llama, rnn, transformer
 from simstudy.zoo.errors import ZooError
 
 Builder = Callable[..., Model]
@@ -108,6 +108,16 @@ _TABLE: tuple[tuple[str, ModelFamily, Builder, str], ...] = (
     ("gpt2_large", "transformer", transformer.gpt2_large, "GPT-2 large (774M)"),
     ("gpt2_xl", "transformer", transformer.gpt2_xl, "GPT-2 XL (1.5B)"),
     ("decoder", "transformer", transformer.decoder, "generic GPT-2-style decoder"),
+    ("llama2_7b", "transformer", llama.llama2_7b, "LLaMA-2 7B (RMSNorm, SwiGLU, untied head)"),
+    ("llama2_13b", "transformer", llama.llama2_13b, "LLaMA-2 13B"),
+    ("llama2_70b", "transformer", llama.llama2_70b, "LLaMA-2 70B (grouped-query attention, 8 KV heads)"),
+    ("llama3_8b", "transformer", llama.llama3_8b, "LLaMA-3 8B (GQA, 128K vocabulary)"),
+    ("llama3_70b", "transformer", llama.llama3_70b, "LLaMA-3 70B"),
+    ("llama3_405b", "transformer", llama.llama3_405b, "LLaMA-3.1 405B"),
+    ("mixtral_8x7b", "transformer", llama.mixtral_8x7b, "Mixtral 8x7B (mixture of experts, top-2 of 8)"),
+    ("mixtral_8x22b", "transformer", llama.mixtral_8x22b, "Mixtral 8x22B (top-2 of 8)"),
+    ("deepseek_moe_16b", "transformer", llama.deepseek_moe_16b,
+     "DeepSeekMoE 16B (64 fine-grained experts, top-6, 2 shared)"),
 )
 
 ZOO: dict[str, ZooEntry] = {

@@ -64,3 +64,21 @@ def test_shared_attrs_are_reused_by_the_decoder(tmp_path: Path) -> None:
     _, decoded = chakra.decode_trace(chakra.encode_trace(GlobalMetadata(), node_list))
     assert decoded == node_list
     assert decoded[0].attrs[1] is decoded[2].attrs[1]
+
+
+@given(metadata(), st.lists(st.lists(nodes(), max_size=6), min_size=1, max_size=4), st.data())
+@settings(max_examples=200)
+def test_interned_decoding_equals_plain(meta: GlobalMetadata, traces: list[list[Node]], data: st.DataObject) -> None:
+    """Traces sharing nodes (drawn from a common pool) decode to the same nodes with a shared intern table
+    as without one, and a node's bytes seen twice give one object."""
+    pool = [n for t in traces for n in t]
+    if pool:
+        traces = [t + data.draw(st.lists(st.sampled_from(pool), max_size=4)) for t in traces]
+    table: dict[bytes, Node] = {}
+    for t in traces:
+        encoded = chakra.encode_trace(meta, t)
+        plain = chakra.decode_trace(encoded)
+        interned = chakra.decode_trace(encoded, intern=table)
+        assert interned == plain == (meta, t)
+    for node in table.values():
+        assert table[chakra.encode_node(node)] is node

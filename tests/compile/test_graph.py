@@ -181,5 +181,5 @@ def test_tensor_parallel_compiles_with_comm_groups() -> None:
     # Two tensor-parallel groups of neighbours and two data-parallel groups across them.
     assert sorted(graph.groups.values()) == [(0, 1), (0, 2), (1, 3), (2, 3)]
     for g in graph.ranks:
-        groups = {t.group for t in g.tasks if t.kind is TaskKind.COLLECTIVE}
+        groups = {g.group_of(t) for t in g.tasks if t.kind is TaskKind.COLLECTIVE}
         assert groups and all(g.rank in graph.groups[i] for i in groups)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,35 @@ zip:
     results = report.split("## Results")[1]
     assert "| topology.npus | topology.bandwidth_gbps |" in results and "topology.latency_ns" not in results
     assert "shown by its first path (`topology.bandwidth_gbps`)" in report
+
+
+@pytest.fixture(scope="module")
+def loss_study(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    path = REPO / "specs" / "loss_sweep.yaml"
+    return run_study(load_study(path), path, tmp_path_factory.mktemp("loss"), executor=LocalExecutor(2),
+                     progress=False)
+
+
+def test_the_loss_study_states_slowdown_tail_and_bursts(loss_study) -> None:  # type: ignore[no-untyped-def]
+    """specs/loss_sweep.yaml on flowsim (TCP under loss): every model slows down as loss grows, the
+    lossless iterations are all alike and lossy ones are not, and each sentence carries the summary's
+    numbers."""
+    s = loss_study.summary
+    assert (s["status"] == "ok").all() and len(s) == 21
+    found = [f for f in findings(s, loss_study.expansion.param_names) if f.kind == "loss"]
+    slow, tail, *bursts = found
+    for model, ratios in slow.values["slowdown"].items():
+        rows = s[s["model"] == model].sort_values("topology.loss")
+        base = float(rows["iteration_ms"].iloc[0])
+        r = list(ratios.values())
+        assert r == pytest.approx(list(rows["iteration_ms"].iloc[1:] / base))
+        assert r[0] > 1 and all(b > a for a, b in itertools.pairwise(r))
+    p90 = tail.values["p90_over_mean"]
+    assert p90["0%"] == pytest.approx(1.0) and max(p90.values()) > 1.1
+    assert {b.values.get("axis") for b in bursts} == {"topology.loss"}
+    ptm = next(b for b in bursts if "peak_to_mean" in b.values).values["peak_to_mean"]
+    assert ptm == pytest.approx({f"{k * 100:g}%": v for k, v in
+                                 s.groupby("topology.loss")["peak_to_mean"].mean().items()})
+    from simstudy.report.study import render_study
+
+    assert "Burst structure" in render_study(loss_study).read_text()

@@ -451,6 +451,15 @@ def test_registry_names() -> None:
         "gpt2_large",
         "gpt2_xl",
         "decoder",
+        "llama2_7b",
+        "llama2_13b",
+        "llama2_70b",
+        "llama3_8b",
+        "llama3_70b",
+        "llama3_405b",
+        "mixtral_8x7b",
+        "mixtral_8x22b",
+        "deepseek_moe_16b",
     }
 
 

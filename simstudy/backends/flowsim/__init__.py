@@ -13,9 +13,12 @@ import pandas as pd
 from simstudy import __version__, layout
 from simstudy.backends.base import SPAN_KINDS, Progress, RankStats, RunResult, empty_spans
 from simstudy.backends.flowsim.engine import Engine, identical_ranks
-from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, NETMODELS
+from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, NETMODELS, NetModel
+from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.shortcuts import DEFAULT, FULL, Shortcuts
 from simstudy.backends.flowsim.system import Planner
+from simstudy.backends.flowsim.tcp import TCP_NETMODELS
+from simstudy.backends.iterations import iteration_ends
 from simstudy.backends.network import Network
 from simstudy.backends.traffic_build import WorkloadInfo, span_kind, union_ns
 from simstudy.backends.traffic_out import TrafficSink, make_sink
@@ -86,14 +89,21 @@ class FlowsimBackend:
         rows = _Rows(sink)
         cuts = self.shortcuts
         planner = Planner(info, lanes=cuts.lanes)
-        identical = cuts.identical_ranks and identical_ranks(info, planner.symmetric)
+        model = self.network_model(info, net, workdir)
+        # every rank draws its own losses under TCP (flowsim.tcp): no rank stands for the others then
+        lossy = self.congestion in TCP_NETMODELS and any(x > 0 for x in net.loss)
+        identical = (cuts.identical_ranks and model is None and not lossy
+                     and identical_ranks(info, planner.symmetric))
         engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows,
                         identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count,
-                        isolated=cuts.isolated, solver=self.fluid_solver)
+                        isolated=cuts.isolated, solver=self.fluid_solver, model=model)
         if self.progress is not None:
             engine.progress = _ticker(self.progress, lambda: sink.transfers + len(rows.buf) + engine.comms.simulated(),
                                       t0, engine.expected_transfers())
-        engine.run()
+        try:
+            engine.run()
+        finally:
+            extra = self.network_done(engine.comms.model)
         rows.flush()
         output = sink.close()
         states = engine.ranks * (info.npus if engine.identical else 1)
@@ -102,6 +112,9 @@ class FlowsimBackend:
                       exposed_comm_ns=int(s.finish) - s.compute_ns)
             for r, s in enumerate(states)
         ]
+        spans = _spans(engine, info.npus if engine.identical else 1)
+        # when the job's iterations end (identical ranks: rank 0's are everyone's)
+        ends = iteration_ends(info, spans[spans["rank"] == 0] if engine.identical else spans)
         return RunResult(
             backend=self.name,
             backend_version=__version__,
@@ -109,10 +122,20 @@ class FlowsimBackend:
             output=output,
             wall_time_s=time.perf_counter() - t0,
             details={"congestion": self.congestion, **_solver_details(self, engine), "network": net.kind,
-                     "links": len(net.capacity), "identical_ranks": engine.identical, "shortcuts": list(cuts.names),
-                     **engine.comms.stats},
-            spans=_spans(engine, info.npus if engine.identical else 1),
+                     "links": len(net.capacity), "identical_ranks": engine.identical,
+                     "shortcuts": [n for n in cuts.names if n != "isolated" or engine.comms.isolated],
+                     **engine.comms.stats, **extra, "iteration_ends_ns": ends},
+            spans=spans,
         )
+
+    def network_model(self, info: WorkloadInfo, net: Network, workdir: Path) -> Callable[[Scheduler], NetModel] | None:
+        """A network model from elsewhere behind flowsim's seam (the packet network), or None for
+        the congestion mode's own."""
+        return None
+
+    def network_done(self, model: NetModel) -> dict[str, Any]:
+        """Called when the engine stops (finished or not): what the model adds to run.json's details."""
+        return {}
 
 
 def _ticker(progress: Callable[[Progress], None], transfers: Callable[[], int], t0: float,

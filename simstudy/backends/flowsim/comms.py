@@ -33,6 +33,7 @@ from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, NETMODELS, Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, Planner, lane_images
+from simstudy.backends.flowsim.tcp import TCP_NETMODELS, TcpPaths
 from simstudy.backends.network import Network
 from simstudy.backends.patterns import TreeTurns
 from simstudy.backends.traffic_build import WorkloadInfo
@@ -46,13 +47,14 @@ EMIT_BLOCK = 1 << 20
 class Routes:
     """Routes of the whole network and what a message costs on them."""
 
-    def __init__(self, net: Network) -> None:
+    def __init__(self, net: Network, *, cut_loss: bool = True) -> None:
         self.net = net
         topo = net.topology
         self.native = topo.routing.kind == "dimension_order"
         self.dims = [(d.stride, d.npus, d.topology) for d in topo.routing.dims]
         self.capacity = net.capacity
-        self.effective = [c * (1.0 - loss) for c, loss in zip(net.capacity, net.loss, strict=True)]
+        #: the capacity a model shares: cut by the links' loss, unless TCP under loss models it
+        self.effective = [c * (1.0 - loss) if cut_loss else c for c, loss in zip(net.capacity, net.loss, strict=True)]
         #: whether a route depends on the flow (ECMP hashing flows on a graph)
         self.per_flow = net.per_flow
         self._cache: dict[tuple[int, int], list[tuple[tuple[int, ...], float, float]]] = {}
@@ -243,19 +245,26 @@ class Comms:
     def __init__(self, info: WorkloadInfo, net: Network, mode: str, sched: Scheduler,
                  emit: Callable[..., None], *, planner: Planner | None = None,
                  count: Callable[[int, int, NDArray[np.float64]], None] | None = None, isolated: bool = True,
-                 solver: str = "fast") -> None:
-        if mode not in NETMODELS:
+                 solver: str = "fast", model: NetModel | None = None) -> None:
+        if model is None and mode not in NETMODELS:
             raise ValueError(f"unknown congestion mode {mode!r}; expected one of {', '.join(NETMODELS)}")
         if solver not in FLUID_SOLVERS:
             raise ValueError(f"unknown fluid solver {solver!r}; expected one of {', '.join(FLUID_SOLVERS)}")
         self.info = info
         self.mode = mode
-        #: the network model's class (the fluid mode's solver as chosen)
-        self.model_class = FLUID_SOLVERS[solver] if mode == "fluid" else NETMODELS[mode]
+        #: the network model's class (the fluid mode's solver as chosen; a model from elsewhere, such
+        #: as the packet network, is never timed alone: `type(model)` only names it)
+        self.model_class: type[NetModel] = (FLUID_SOLVERS[solver] if mode == "fluid" else NETMODELS[mode]
+                                            if mode in NETMODELS or model is None else type(model))
         self.sched = sched
-        self.routes = Routes(net)
+        #: TCP under loss (`tcp`), for the congestion modes that model it, when a link loses packets
+        tcp = TcpPaths(net.topology.transport, net.capacity, net.latency, net.loss)
+        self.tcp = tcp if model is None and tcp.lossy and mode in TCP_NETMODELS else None
+        self.routes = Routes(net, cut_loss=self.tcp is None)
         self.route = self.routes.route if mode == "unaware" else self.routes.shared_route
-        self.model: NetModel = self.model_class(sched, self.routes.effective, net.latency)
+        if model is None and self.tcp is not None:
+            model = TCP_NETMODELS[mode](sched, self.routes.effective, net.latency, tcp=self.tcp)  # type: ignore[call-arg]
+        self.model: NetModel = model or self.model_class(sched, self.routes.effective, net.latency)
         self.emit = emit
         #: when given, isolated collectives only report (transfers, bytes, bytes sent per rank)
         self.count = count
@@ -269,8 +278,9 @@ class Comms:
         self._plan_multi: dict[int, list[tuple[int, int, int]]] = {}
         self._lanes: dict[tuple[str, ...], Lanes] = {}
         self.shared = mode != "unaware"
-        #: the shortcut: time a collective alone when nothing else uses its links (else: always message by message)
-        self.isolated = isolated
+        #: the shortcut: time a collective alone when nothing else uses its links (else: always message by
+        #: message); never on a model whose messages are not timed alone (TCP under loss, the packet network)
+        self.isolated = isolated and self.model.timed_alone
         nlinks = len(net.capacity)
         self.fast_owner: list[Activity | None] = [None] * nlinks
         self.detailed = np.zeros(nlinks, dtype=np.int64)

@@ -25,7 +25,7 @@ import numpy as np
 
 from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.comms import Comms
-from simstudy.backends.flowsim.netmodels import Msg
+from simstudy.backends.flowsim.netmodels import Msg, NetModel
 from simstudy.backends.flowsim.sched import TICK, Scheduler
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.network import Network
@@ -81,14 +81,15 @@ class Engine:
     def __init__(self, info: WorkloadInfo, net: Network, *, mode: str, timeout_s: float | None, emit: Emit,
                  progress: Tick | None = None, identical: bool = False,
                  planner: Planner | None = None, count: Callable[..., None] | None = None,
-                 isolated: bool = True, solver: str = "fast") -> None:
+                 isolated: bool = True, solver: str = "fast",
+                 model: Callable[[Scheduler], NetModel] | None = None) -> None:
         self.info = info
         self.net = net
         self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self.sched = Scheduler()
         self.emit_rows = emit
         self.comms = Comms(info, net, mode, self.sched, self._emit_collective, planner=planner, count=count,
-                           isolated=isolated, solver=solver)
+                           isolated=isolated, solver=solver, model=model(self.sched) if model is not None else None)
         self.comms.tick = self.tick
         #: Every rank runs the same trace and only collectives of every rank that finish together:
         #: rank 0 is simulated for all of them (see `identical_ranks`).
@@ -138,7 +139,10 @@ class Engine:
         sched = self.sched
         heap = sched.heap
         checks = 0
-        while heap:
+        clock = self.comms.model.clock
+        while heap or (clock is not None and clock.busy()):
+            if clock is not None:
+                clock.advance(heap[0][0] if heap else None)  # may put earlier events on the heap
             ev = heapq.heappop(heap)
             sched.now = ev[0]
             ev[3](*ev[4])

@@ -24,7 +24,7 @@ import math
 import operator
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -55,10 +55,23 @@ class Msg:
         self.t_arrive = 0
 
 
+class Clock(Protocol):
+    """A network with a clock of its own (a packet simulator): the engine calls `advance(t)` before
+    it runs an event at time t (None: it has none left) and goes on while the network is `busy`."""
+
+    def busy(self) -> bool: ...
+
+    def advance(self, t_next: int | None) -> None: ...
+
+
 class NetModel:
     """What every model offers: `send` a message now, on the scheduler `sched`."""
 
     name = ""
+    #: whether a collective whose links carry nothing else may be timed alone once and reused
+    timed_alone = True
+    #: a network with a clock of its own, advanced by the engine (None: the engine's clock is the network's)
+    clock: Clock | None = None
 
     def __init__(self, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float]) -> None:
         self.sched = sched
@@ -140,11 +153,14 @@ class AwareNet(NetModel):
 
 
 class _Flow:
-    __slots__ = ("const", "msg", "mult", "rate", "remaining", "route", "seq", "t_upd", "version")
+    __slots__ = ("const", "keys", "msg", "mult", "rate", "remaining", "route", "seq", "t_upd", "version")
 
-    def __init__(self, msg: Msg, mult: tuple[int, ...], now: int, seq: int) -> None:
+    def __init__(self, msg: Msg, mult: tuple[int, ...], now: int, seq: int,
+                 keys: tuple[int, ...] | None = None) -> None:
         self.seq = seq
         self.msg = msg
+        #: what the flow shares: its message's links (and, for a model that caps flows, a key of its own)
+        self.keys = msg.keys if keys is None else keys
         self.mult = mult
         self.remaining = float(msg.size)
         self.rate = 0.0
@@ -171,13 +187,16 @@ class FluidNet(NetModel):
             self.sched.at(now + int(msg.latency), self._arrive, msg)
             return
         self.sent += 1
-        flow = _Flow(msg, msg.mult or (1,) * len(msg.keys), now, self.sent)
-        for k in msg.keys:
+        flow = self._flow(msg, now)
+        for k in flow.keys:
             flows = self.on_link.get(k)
             if flows is None:
                 flows = self.on_link[k] = set()
             flows.add(flow)
-        self._mark(msg.keys)
+        self._mark(flow.keys)
+
+    def _flow(self, msg: Msg, now: int) -> _Flow:
+        return _Flow(msg, msg.mult or (1,) * len(msg.keys), now, self.sent)
 
     def _mark(self, keys: Sequence[int]) -> None:
         s = self.sched
@@ -196,7 +215,7 @@ class FluidNet(NetModel):
             for f in on_link.get(stack.pop(), ()):
                 if f not in flows:
                     flows[f] = None
-                    for k in f.msg.keys:
+                    for k in f.keys:
                         if k not in seen_keys:
                             seen_keys.add(k)
                             stack.append(k)
@@ -230,7 +249,7 @@ class FluidNet(NetModel):
         cap = self.capacity
         if len(flows) == 1:
             f = flows[0]
-            return [min(cap[k] / m for k, m in zip(f.msg.keys, f.mult, strict=True))]
+            return [min(cap[k] / m for k, m in zip(f.keys, f.mult, strict=True))]
         if len(flows) <= _SMALL:
             return _fill_small(flows, cap)
         return _fill_numpy(flows, cap)
@@ -240,22 +259,26 @@ class FluidNet(NetModel):
             return
         f.version += 1
         msg = f.msg
-        for k in msg.keys:
+        for k in f.keys:
             flows = self.on_link[k]
             flows.discard(f)
             if not flows:
                 del self.on_link[k]
-        self._mark(msg.keys)
+        self._mark(f.keys)
         now = self.sched.now
         t = msg.t_send + int(msg.latency + msg.size / f.rate) if f.const else now + int(msg.latency)
-        self.sched.at(max(t, now), self._arrive, msg)
+        self.sched.at(max(t, now) + self._extra_ns(f), self._arrive, msg)
+
+    def _extra_ns(self, f: _Flow) -> int:
+        """Time a message takes after its last byte is through (none here)."""
+        return 0
 
 
 def _fill_small(flows: list[_Flow], cap: list[float]) -> list[float]:
     rem: dict[int, float] = {}
     weight: dict[int, int] = {}
     for f in flows:
-        for k, m in zip(f.msg.keys, f.mult, strict=True):
+        for k, m in zip(f.keys, f.mult, strict=True):
             if k not in rem:
                 rem[k] = cap[k]
                 weight[k] = 0
@@ -266,10 +289,10 @@ def _fill_small(flows: list[_Flow], cap: list[float]) -> list[float]:
         s = min(rem[k] / w for k, w in weight.items() if w > 0)
         limit = s * (1 + 1e-12)
         bottleneck = {k for k, w in weight.items() if w > 0 and rem[k] / w <= limit}
-        frozen = [i for i in active if any(k in bottleneck for k in flows[i].msg.keys)]
+        frozen = [i for i in active if any(k in bottleneck for k in flows[i].keys)]
         for i in frozen:
             rates[i] = s
-            for k, m in zip(flows[i].msg.keys, flows[i].mult, strict=True):
+            for k, m in zip(flows[i].keys, flows[i].mult, strict=True):
                 rem[k] -= m * s
                 weight[k] -= m
         active.difference_update(frozen)
@@ -278,8 +301,8 @@ def _fill_small(flows: list[_Flow], cap: list[float]) -> list[float]:
 
 def _fill_numpy(flows: list[_Flow], cap: list[float]) -> list[float]:
     n = len(flows)
-    flow_idx = np.repeat(np.arange(n), [len(f.msg.keys) for f in flows])
-    link_idx = np.fromiter((k for f in flows for k in f.msg.keys), dtype=np.int64, count=len(flow_idx))
+    flow_idx = np.repeat(np.arange(n), [len(f.keys) for f in flows])
+    link_idx = np.fromiter((k for f in flows for k in f.keys), dtype=np.int64, count=len(flow_idx))
     mult = np.fromiter((m for f in flows for m in f.mult), dtype=np.float64, count=len(flow_idx))
     links, local = np.unique(link_idx, return_inverse=True)
     # only the links of these flows: converting the whole capacity list would cost O(all links) per call

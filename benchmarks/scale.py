@@ -1,0 +1,174 @@
+"""LLM training at ASTRA-SIM's scale: flowsim against ASTRA-SIM's binaries on the same bundles, in one run.
+
+LLaMA-3 70B (80 blocks, 8,192-token sequences, bf16) with tensor (and sequence) parallelism over 8 GPUs,
+a 1F1B pipeline of `pp` stages with `pp` microbatches, and data parallelism over the rest, one iteration:
+
+* TP8 x PP8 x DP64: 4,096 GPUs;
+* TP8 x PP16 x DP128: 16,384 GPUs.
+
+Each is compiled once per network and run by flowsim `unaware` against ASTRA-SIM's congestion-unaware
+binary on a two-dimensional network (an 8-GPU NVSwitch-class switch, 2,400 Gbit/s per GPU, under a
+400 Gbit/s switch of every node: tensor-parallel groups inside the first dimension, data-parallel groups
+and pipeline neighbours in the second), and flowsim `aware` against the congestion-aware binary, which
+takes one dimension only, on one 400 Gbit/s switch of every GPU. Every run is its own process; the
+table gives its wall time (and in brackets its CPU time: on a shared machine the wall time includes
+waiting for a core), peak memory (flowsim's own VmHWM; the binary's ru_maxrss), their ratios to
+ASTRA-SIM's, and whether the finish times are equal. flowsim keeps no traffic table here (`traffic:
+none`; the binary runs with its trace off); `--rows` also times flowsim keeping its rows.
+
+3. Traffic rows at 1,024 NPUs: ResNet-50 data parallel on a ring, one iteration, flowsim `unaware`
+   keeping every transfer (`traffic: rows`, streamed to Parquet) against the binary with its trace on
+   (as the astrasim backend runs it).
+
+Goals on a 2-core machine: 4,096 GPUs within 1x ASTRA-SIM's wall time and 1.5x its memory; 16,384
+GPUs in under 10 minutes and 16 GiB; rows at 1,024 NPUs within 1.5x ASTRA-SIM's memory.
+
+Usage: ASTRA_SIM_BIN=... python benchmarks/scale.py [--sizes 4096,16384] [--modes unaware,aware]
+       [--skip-astrasim-above N] [--rows] [--skip-rows-1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from simstudy.backends.locate import find_astra_sim
+from simstudy.compile import compile_scenario
+from simstudy.spec import Scenario
+
+SHAPES = {4096: (8, 8, 64), 16384: (8, 16, 128)}
+
+CHILD = r"""
+import json, resource, subprocess, sys, time
+from pathlib import Path
+from simstudy.backends import AstraSimBackend, FlowsimBackend
+from simstudy.backends.astrasim import parse_output
+from simstudy.compile import Bundle
+kind, arg, work = sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3])
+bundle = Bundle.from_dir(arg["bundle"])
+if kind == "flowsim":
+    r = FlowsimBackend(congestion=arg["mode"], traffic=arg.get("traffic", "none")).run(bundle, work / "run")
+    own = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"wall": r.wall_time_s, "finish": r.finish_ns, "transfers": r.output.transfers, "rss_mb": own,
+                      "cpu": u.ru_utime + u.ru_stime}))
+else:
+    # the binary itself, with its trace on only when asked (the astrasim backend always turns it on to build
+    # its traffic table; the wall time and memory are the binary's either way)
+    backend = AstraSimBackend(aware=arg["mode"] == "aware")
+    system = json.loads(bundle.system.read_text())
+    system["trace-enabled"] = int(arg.get("trace", False))
+    (work / "log").mkdir(parents=True, exist_ok=True)
+    (work / "system.json").write_text(json.dumps(system))
+    t0 = time.perf_counter()
+    with (work / "out.txt").open("wb") as out:
+        subprocess.run(backend.command(backend.binary(), bundle, work), cwd=work, stdout=out, stderr=subprocess.STDOUT,
+                       check=True)
+    wall = time.perf_counter() - t0
+    finished, _ = parse_output((work / "out.txt").read_text(errors="replace"))
+    assert len(finished) == bundle.npus, f"{len(finished)} of {bundle.npus} ranks finished"
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(json.dumps({"wall": wall, "finish": max(f for f, _ in finished.values()), "transfers": 0,
+                      "rss_mb": u.ru_maxrss / 1024, "cpu": u.ru_utime + u.ru_stime}))
+"""
+
+
+def child(kind: str, arg: dict[str, Any], work: Path) -> dict[str, float] | None:
+    """One run in its own process; None when it fails (the error is printed)."""
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", CHILD, kind, json.dumps(arg), str(work)], capture_output=True,
+                         text=True)
+    if out.returncode:
+        print(f"  {kind} {arg.get('mode')} failed after {time.perf_counter() - t0:.0f} s: {out.stderr.strip()[-600:]}")
+        return None
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def llama(npus: int, one_dim: bool) -> Scenario:
+    tp, pp, dp = SHAPES[npus]
+    if one_dim:
+        topology: dict[str, Any] = {"kind": "switch", "npus": npus, "bandwidth_gbps": 400, "latency_ns": 1000}
+    else:
+        topology = {"kind": "multi_dim", "dims": [
+            {"type": "switch", "npus": tp, "bandwidth_gbps": 2400, "latency_ns": 500},
+            {"type": "switch", "npus": npus // tp, "bandwidth_gbps": 400, "latency_ns": 1000}]}
+    return Scenario.model_validate({
+        "name": f"llama3_70b_{npus}", "model": "llama3_70b",
+        "parallelism": {"dp": dp, "tp": tp, "pp": pp, "microbatches": pp, "sp": True},
+        "topology": topology, "system": {"peak_tflops": 989, "efficiency": 0.4},
+        "training": {"batch_size_per_worker": pp, "iterations": 1, "precision": "bf16"}})
+
+
+def row(label: str, f: dict[str, float] | None, a: dict[str, float] | None) -> None:
+    """wall s (CPU s) of each, their ratio, peak MB of each, their ratio, equal finish, transfers."""
+    if f is None:
+        print(f"{label:<34} {'failed':>16}")
+        return
+    fw = f"{f['wall']:.1f} ({f['cpu']:.0f})"
+    if a is None:
+        print(f"{label:<34} {fw:>16} {'-':>16} {'-':>7} {f['rss_mb']:>10.0f} {'-':>9} {'-':>7} {'-':>6} "
+              f"{int(f['transfers']):>13,}")
+        return
+    aw = f"{a['wall']:.1f} ({a['cpu']:.0f})"
+    same = "yes" if f["finish"] == a["finish"] else f"{(f['finish'] - a['finish']) / a['finish']:+.2e}"
+    print(f"{label:<34} {fw:>16} {aw:>16} {f['wall'] / a['wall']:>7.2f} {f['rss_mb']:>10.0f} "
+          f"{a['rss_mb']:>9.0f} {f['rss_mb'] / a['rss_mb']:>7.2f} {same:>6} {int(f['transfers']):>13,}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--sizes", default="4096,16384", help="GPU counts (4096, 16384)")
+    parser.add_argument("--skip-astrasim-above", type=int, default=0,
+                        help="do not run ASTRA-SIM above this many GPUs (0: run it everywhere)")
+    parser.add_argument("--modes", default="unaware,aware",
+                        help="flowsim modes against their binaries (unaware: 2 dims; aware: 1 switch)")
+    parser.add_argument("--rows", action="store_true", help="also time flowsim keeping its traffic rows")
+    parser.add_argument("--skip-rows-1024", action="store_true", help="leave out the 1,024-NPU rows comparison")
+    args = parser.parse_args()
+    if find_astra_sim() is None or find_astra_sim(aware=True) is None:
+        sys.exit("no ASTRA-SIM binaries: set ASTRA_SIM_BIN to the unaware one (the aware one beside it)")
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    print(f"{'case':<34} {'flowsim s (cpu)':>16} {'astra s (cpu)':>16} {'wall x':>7} {'flowsim MB':>10} "
+          f"{'astra MB':>9} {'mem x':>7} {'equal':>6} {'transfers':>13}")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for n in sizes:
+            tp, pp, dp = SHAPES[n]
+            for mode, one_dim in (("unaware", False), ("aware", True)):
+                if mode not in args.modes.split(","):
+                    continue
+                net = "1 switch" if one_dim else "2 dims"
+                b = root / f"b{n}{mode}"
+                res = compile_scenario(llama(n, one_dim), b)
+                print(f"-- LLaMA-3 70B TP{tp} x PP{pp} x DP{dp} = {n} GPUs, {net}: compiled in {res.seconds:.1f} s, "
+                      f"{res.et_bytes / 1e9:.2f} GB of traces")
+                run_astra = not args.skip_astrasim_above or n <= args.skip_astrasim_above
+                f = child("flowsim", {"bundle": str(b), "mode": mode}, root / f"f{n}{mode}")
+                a = child("astrasim", {"bundle": str(b), "mode": mode}, root / f"a{n}{mode}") if run_astra else None
+                row(f"flowsim {mode} / ASTRA-SIM {mode}", f, a)
+                if args.rows:
+                    fr = child("flowsim", {"bundle": str(b), "mode": mode, "traffic": "rows"}, root / f"r{n}{mode}")
+                    row(f"  flowsim {mode}, rows kept", fr, a)
+                subprocess.run(["rm", "-rf", str(b), str(root / f"f{n}{mode}"), str(root / f"a{n}{mode}"),
+                                str(root / f"r{n}{mode}")], check=False)
+        if not args.skip_rows_1024:
+            b = root / "r50"
+            compile_scenario(Scenario.model_validate({
+                "name": "r50", "model": "resnet50", "parallelism": {"dp": 1024},
+                "topology": {"kind": "ring", "npus": 1024}, "training": {"iterations": 1}}), b)
+            print("-- ResNet-50 data parallel, 1,024 NPUs on a ring, one iteration: flowsim keeping rows, "
+                  "ASTRA-SIM with its trace")
+            f = child("flowsim", {"bundle": str(b), "mode": "unaware", "traffic": "rows"}, root / "fr50")
+            a = child("astrasim", {"bundle": str(b), "mode": "unaware", "trace": True}, root / "ar50")
+            row("flowsim unaware rows / ASTRA-SIM", f, a)
+
+
+if __name__ == "__main__":
+    main()

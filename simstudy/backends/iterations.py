@@ -1,0 +1,57 @@
+"""A run's training iterations from its node spans: when each rank's and the job's iterations end.
+
+Every ET node carries its iteration (`simstudy.iteration`); an iteration of a rank runs from the
+issue of its first node to the end of its last. Any backend that reports spans has them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+
+from simstudy.backends.traffic_build import WorkloadInfo
+from simstudy.compile.attributes import node_meta
+
+
+def span_iterations(info: WorkloadInfo, spans: pd.DataFrame) -> np.ndarray:
+    """The iteration of every span's node (ranks that share a trace share one lookup)."""
+    out = np.full(len(spans), -1, dtype=np.int64)
+    if not len(spans):
+        return out
+    rank = spans["rank"].to_numpy()
+    node = spans["node"].to_numpy()
+    traces: dict[int, list[int]] = defaultdict(list)
+    for r, nodes in enumerate(info.nodes):
+        traces[id(nodes)].append(r)
+    for ranks in traces.values():
+        lut = {n.id: node_meta(n).iteration for n in info.nodes[ranks[0]]}
+        sel = np.isin(rank, ranks)
+        out[sel] = [lut.get(int(i), -1) for i in node[sel].tolist()]
+    return out
+
+
+def iteration_spans(info: WorkloadInfo, spans: pd.DataFrame) -> dict[int, list[tuple[int, int]]]:
+    """Each rank's iterations, (start ns, end ns), in order."""
+    if not len(spans):
+        return {}
+    frame = spans.assign(k=span_iterations(info, spans))
+    g = frame[frame["k"] >= 0].groupby(["rank", "k"])
+    starts, ends = g["start_ns"].min(), g["end_ns"].max()
+    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for (r, _k), a in starts.items():
+        out[int(r)].append((int(a), int(ends[(r, _k)])))
+    return dict(out)
+
+
+def iteration_ends(info: WorkloadInfo, spans: pd.DataFrame) -> list[int]:
+    """When the job's iterations end (ns): the last rank's end of each, in order."""
+    if not len(spans):
+        return []
+    k = span_iterations(info, spans)
+    ends = spans["end_ns"].to_numpy()[k >= 0]
+    kk = k[k >= 0]
+    if not len(kk):
+        return []
+    return [int(x) for x in pd.Series(ends).groupby(kk).max().sort_index().tolist()]

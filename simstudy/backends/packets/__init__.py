@@ -1,0 +1,99 @@
+"""The packet network: the same workload and system layer as flowsim (its engine), every message
+carried by ns-3 (TCP connections between ranks, links with rates, delays, queues, token buckets and
+losses, switches forwarding along topology.json's routes).
+
+`--backend ns3` needs ns-3's Python wheel (`pip install 'simstudy[ns3]'`); `available()` says
+whether it is installed without importing it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from simstudy import __version__, layout
+from simstudy.backends.base import BackendError, Progress, RunResult
+from simstudy.backends.flowsim import FlowsimBackend
+from simstudy.backends.flowsim.netmodels import NetModel
+from simstudy.backends.flowsim.sched import Scheduler
+from simstudy.backends.iterations import iteration_spans
+from simstudy.backends.network import Network
+from simstudy.backends.packets.fabric import MISSING, Fabric, available, host_address
+from simstudy.backends.packets.netmodel import Ns3Net
+from simstudy.backends.traffic_build import WorkloadInfo
+
+__all__ = ["MISSING", "Ns3Backend", "available", "iteration_spans"]
+
+
+class Ns3Backend(FlowsimBackend):
+    """flowsim's engine on ns-3's packet network. `traffic`: rows, links or none as flowsim, or
+    pcap: rows and ns-3's pcaps (one per rank interface, raw IP, in the run's `pcap/`)."""
+
+    name = "ns3"
+
+    def __init__(self, *, traffic: str = "rows", traffic_bin_s: float = 1e-3,
+                 progress: Callable[[Progress], None] | None = None) -> None:
+        if not available():
+            raise BackendError(MISSING)
+        super().__init__(traffic="rows" if traffic == "pcap" else traffic, traffic_bin_s=traffic_bin_s,
+                         progress=progress)
+        self.congestion = "packets"
+        self.pcap = traffic == "pcap"
+        self.fabric: Fabric | None = None
+        self.pcap_dir: Path | None = None
+        self.info: WorkloadInfo | None = None
+        self.t0_ns = 0
+
+    def run(self, bundle: Any, workdir: Path, *, timeout_s: float | None = None) -> RunResult:
+        result = super().run(bundle, workdir, timeout_s=timeout_s)
+        if self.pcap_dir is not None:
+            write_pcap_meta(self.pcap_dir, bundle, result, self.info)
+            result.output.pcap_dir = self.pcap_dir
+        return result
+
+    def network_model(self, info: WorkloadInfo, net: Network, workdir: Path) -> Callable[[Scheduler], NetModel]:
+        self.info = info
+        self.pcap_dir = workdir / layout.PCAP_DIR if self.pcap else None
+        fabric = self.fabric = Fabric(net, pcap_dir=self.pcap_dir)
+        return lambda sched: Ns3Net(sched, fabric)
+
+    def network_done(self, model: NetModel) -> dict[str, Any]:
+        fabric = self.fabric
+        if fabric is None:
+            return {}
+        stats = fabric.stats()
+        self.t0_ns = fabric.t0_ns
+        fabric.close()
+        self.fabric = None
+        messages = model.messages if isinstance(model, Ns3Net) else 0
+        return {"ns3": {**stats, "messages": messages, "transport": fabric.transport.model_dump(mode="json")}}
+
+
+def write_pcap_meta(pcap_dir: Path, bundle: Any, result: RunResult, info: WorkloadInfo | None) -> None:
+    """meta.json beside the pcaps, as `simstudy capture` writes one (its documented keys only):
+    each rank's address, each rank's iterations on the pcap clock (from its first to its last ET
+    node of the iteration), the scenario, the link and the wire; so that `simstudy analyze` and
+    `validate` read the run's pcaps as they read a capture."""
+    t0 = result.details.get("ns3", {}).get("setup_ns", 0)
+    iterations = {str(r): [[(t0 + a) / 1e9, (t0 + b) / 1e9] for a, b in v]
+                  for r, v in (iteration_spans(info, result.spans) if info is not None else {}).items()}
+    topo = info.topology if info is not None else None
+    scenario = None
+    if getattr(bundle, "scenario", None) is not None and bundle.scenario.is_file():
+        scenario = json.loads(bundle.scenario.read_text(encoding="utf-8"))
+    meta: dict[str, Any] = {
+        "simstudy": __version__,
+        "ranks": {str(r): host_address(r) for r in range(len(result.ranks))},
+        "iterations": iterations,
+        "scenario": scenario,
+    }
+    if topo is not None:
+        host_links = [link for link in topo.links if link.src.startswith("h")]
+        link = host_links[0] if host_links else None
+        meta["link"] = {"where": "ns3", "rate_mbit": link.gbps * 1e3 if link else None,
+                        "loss": max((x.loss for x in topo.links), default=0.0)}
+        meta["wire"] = {"mss": topo.transport.mss_bytes, "header_bytes": topo.transport.header_bytes}
+    (pcap_dir / layout.META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+

@@ -1,0 +1,252 @@
+"""ns-3 from Python: loading the wheel, configuring TCP, and building a topology's packet network.
+
+ns-3 is one simulator per process (its clock and node list are global), so a `Fabric` is built,
+run and destroyed before the next one. The C++ part (`cpp.SOURCE`) is compiled once per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from simstudy.backends.base import BackendError
+from simstudy.backends.network import Network
+from simstudy.backends.packets.cpp import SOURCE
+from simstudy.spec.transport import Transport
+
+#: The ns-3 congestion control of each Linux name.
+CONGESTION_CONTROL = {"cubic": "ns3::TcpCubic", "newreno": "ns3::TcpNewReno", "bbr": "ns3::TcpBbr",
+                      "dctcp": "ns3::TcpDctcp", "vegas": "ns3::TcpVegas", "bic": "ns3::TcpBic",
+                      "htcp": "ns3::THtcp", "illinois": "ns3::TcpIllinois"}
+#: Packets a device's own transmit queue holds (below the queue discipline, as a NIC ring).
+DEVICE_QUEUE_PACKETS = 8
+#: Snap length of the pcaps (as `simstudy capture`'s tcpdump).
+PCAP_SNAPLEN = 128
+#: A rank connects to every other one at the start when there are at most this many ranks (as
+#: gloo connects its full mesh); above it, connections open when first used.
+FULL_MESH_RANKS = 32
+#: Where ns-3 time starts the job: after the connections are up, on a whole millisecond.
+SETUP_STEP_NS = 1_000_000
+
+_loaded: Any = None
+
+
+def available() -> bool:
+    """Whether the ns3 wheel is installed (without importing it: its import takes seconds, and a
+    failed one exits the interpreter)."""
+    return importlib.util.find_spec("ns3") is not None
+
+
+def host_address(rank: int) -> str:
+    """A rank's address in the packet network: 10.0.<rank // 250>.<rank % 250 + 1>, as the capture
+    testbed numbers its namespaces (`Fabric.HostAddress` in the C++ part)."""
+    return f"10.0.{rank // 250}.{rank % 250 + 1}"
+
+
+MISSING = "the packet network needs ns-3's Python wheel: pip install 'simstudy[ns3]' (the ns3 package)"
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[list[str]]:
+    """Hold back C-level stderr (the wheel's JIT prints warnings about static initialisers it
+    skips); what was written is in the yielded list afterwards."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    said: list[str] = []
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield said
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            said.append(sink.read().decode(errors="replace"))
+
+
+def load() -> Any:
+    """The `ns` module with simstudy's C++ part compiled (once per process)."""
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    if not available():
+        raise BackendError(MISSING)
+    try:
+        with _quiet_stderr() as said:
+            from ns import ns
+
+            ns.cppyy.cppdef(SOURCE)
+    except (SystemExit, ImportError) as exc:  # the wheel's `ns` exits when its bindings do not import
+        text = " ".join(line for line in "".join(said).splitlines() if "materialize" not in line)
+        raise BackendError(f"ns-3's wheel did not load ({text.strip() or exc!r}); is a file named ns3.py "
+                           "shadowing the ns3 package?") from None
+    _loaded = ns
+    return ns
+
+
+def configure_tcp(ns: Any, transport: Transport) -> None:
+    """Every TCP socket created from now on gets these settings."""
+    setd = ns.Config.SetDefault
+    setd("ns3::TcpL4Protocol::SocketType", ns.StringValue(CONGESTION_CONTROL[transport.congestion_control]))
+    setd("ns3::TcpSocket::SegmentSize", ns.UintegerValue(transport.mss_bytes))
+    setd("ns3::TcpSocket::SndBufSize", ns.UintegerValue(transport.send_buffer_kib * 1024))
+    setd("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(transport.receive_buffer_kib * 1024))
+    setd("ns3::TcpSocket::InitialCwnd", ns.UintegerValue(transport.initial_cwnd))
+    setd("ns3::TcpSocket::DelAckCount", ns.UintegerValue(2 if transport.delayed_ack else 1))
+    setd("ns3::TcpSocket::DelAckTimeout", ns.TimeValue(ns.MicroSeconds(round(transport.delayed_ack_timeout_ms * 1e3))))
+    setd("ns3::TcpSocket::TcpNoDelay", ns.BooleanValue(True))
+    setd("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.MicroSeconds(round(transport.min_rto_ms * 1e3))))
+    setd("ns3::TcpSocketBase::ClockGranularity", ns.TimeValue(ns.MilliSeconds(1)))
+    setd("ns3::TcpSocketBase::Sack", ns.BooleanValue(transport.sack))
+    setd("ns3::TcpSocketBase::Timestamp", ns.BooleanValue(transport.timestamps))
+    setd("ns3::TcpSocketBase::WindowScaling", ns.BooleanValue(True))
+    ns.RngSeedManager.SetSeed(transport.seed)
+    ns.RngSeedManager.SetRun(1)
+
+
+class Fabric:
+    """A topology's packet network in ns-3: nodes, links, routes, connections and pcaps.
+
+    `stream(src, dst)` is the direction of the connection that carries a message from rank src to
+    rank dst (opened when first needed); `send` queues a message on it now; `run_until` advances
+    ns-3 to a time or to the next completed message. Times are ns-3's (ns); `t0_ns` is when the
+    job starts (after the connections at the start are up)."""
+
+    def __init__(self, net: Network, *, pcap_dir: Path | None = None) -> None:
+        self.ns = ns = load()
+        self.net = net
+        topo = net.topology
+        self.transport = topo.transport
+        self.per_direction = topo.transport.connections == "per_direction"
+        ns.Simulator.Destroy()  # a clean simulator: nothing of an earlier run in this process
+        configure_tcp(ns, topo.transport)
+        self.cpp = cpp = ns.cppyy.gbl.simstudy_ns3.Fabric()
+        cpp.congestion_type = CONGESTION_CONTROL[topo.transport.congestion_control]
+        cpp.linux_recovery = topo.transport.loss_recovery == "rack_tlp"
+        cpp.delack_ns = round(topo.transport.delayed_ack_timeout_ms * 1e6)
+        hosts = topo.hosts
+        node = {f"h{i}": i for i in range(hosts)}
+        for k, name in enumerate(topo.switches):
+            node[name] = hosts + k
+        cpp.Build(hosts, len(topo.switches))
+        self.link_of: dict[int, int] = {}  # topology link id -> ns-3 directed link id
+        done: set[int] = set()
+        queue = topo.queue
+        for i, link in enumerate(topo.links):
+            if i in done:
+                continue
+            j = topo.link_id(link.dst, link.src)
+            back = topo.links[j]
+            if link.tbf_bytes_per_ns != back.tbf_bytes_per_ns and 0 in (link.tbf_bytes_per_ns, back.tbf_bytes_per_ns):
+                raise BackendError(f"{link.name}: a token bucket on one direction only is not supported")
+            ab = cpp.AddLink(node[link.src], node[link.dst], link.bytes_per_ns * 8e9, back.bytes_per_ns * 8e9,
+                             link.latency_ns, link.loss, back.loss, queue.discipline, queue.packets,
+                             DEVICE_QUEUE_PACKETS, link.tbf_bytes_per_ns * 8e9, back.tbf_bytes_per_ns * 8e9,
+                             max(link.tbf_burst_bytes, back.tbf_burst_bytes),
+                             max(link.tbf_limit_bytes, back.tbf_limit_bytes))
+            self.link_of[i] = ab
+            self.link_of[j] = ab + 1
+            done.update((i, j))
+        self.routed: set[tuple[int, int]] = set()
+        self.conns: dict[tuple[int, int], int] = {}
+        self.pcaps: list[Path] = []
+        if pcap_dir is not None:
+            pcap_dir.mkdir(parents=True, exist_ok=True)
+            for h in range(hosts):
+                cpp.EnablePcap(h, str(pcap_dir / f"rank{h}"), PCAP_SNAPLEN)
+        if hosts <= FULL_MESH_RANKS:
+            for a in range(hosts):
+                for b in range(hosts):
+                    if a != b and (self.per_direction or a < b):
+                        self._connect(a, b)
+        self.t0_ns = self._settle()
+        if pcap_dir is not None:
+            self.pcaps = sorted(pcap_dir.glob("*.pcap"))
+
+    def _route(self, a: int, b: int) -> None:
+        for s, d in ((a, b), (b, a)):
+            if (s, d) not in self.routed:
+                self.routed.add((s, d))
+                self.cpp.AddRoute(s, d, [self.link_of[i] for i in self.net.route(s, d)])
+
+    def _connect(self, client: int, server: int) -> int:
+        """A connection from client to server, opened now."""
+        self._route(client, server)
+        c = int(self.cpp.Connect(client, server))
+        self.conns[(client, server)] = c
+        return c
+
+    def _settle(self) -> int:
+        """Run until every connection opened at the start is up; the job starts at the next whole
+        millisecond after that."""
+        cpp = self.cpp
+        want = 2 * len(self.conns)
+        t = 0
+        while cpp.connected < want:
+            t += SETUP_STEP_NS
+            cpp.RunUntil(t)
+            if t > 60 * 10**9:
+                raise BackendError("ns-3: the TCP connections at the start did not open in 60 s of simulated time")
+        t += SETUP_STEP_NS
+        cpp.RunUntil(t)
+        cpp.ClearDone()  # the hellos
+        return t
+
+    def stream(self, src: int, dst: int) -> int:
+        """The direction of a connection that carries messages from rank src to rank dst: per pair,
+        the one connection of the two ranks (its lower rank the client); per direction, the
+        connection the receiver opened to the sender (a TensorFlow worker pulls what it receives)."""
+        if self.per_direction:
+            c = self.conns.get((dst, src))
+            if c is None:
+                c = self._connect(dst, src)
+            return 2 * c + 1
+        a, b = min(src, dst), max(src, dst)
+        c = self.conns.get((a, b))
+        if c is None:
+            c = self._connect(a, b)
+        return 2 * c if src == a else 2 * c + 1
+
+    def send(self, stream: int, nbytes: int, msg_id: int, t_ns: int) -> None:
+        """Queue a message on `stream` at ns-3 time t_ns (not before ns-3's now)."""
+        self.cpp.Send(stream, nbytes, msg_id, t_ns)
+
+    def run_until(self, t_ns: int) -> list[tuple[int, int]]:
+        """Run until ns-3 time t_ns (-1: until a message completes); returns the completed
+        messages as (id, time ns) by time, then id (the order of events of one instant is not
+        ns-3's to keep: it depends on where its objects sit in memory)."""
+        cpp = self.cpp
+        n = int(cpp.RunUntil(t_ns))
+        if not n:
+            return []
+        ids, ts = cpp.done_id, cpp.done_t
+        out = sorted((int(ts[i]), int(ids[i])) for i in range(n))
+        cpp.ClearDone()
+        return [(i, t) for t, i in out]
+
+    @property
+    def now_ns(self) -> int:
+        return int(self.cpp.Now())
+
+    def stats(self) -> dict[str, int]:
+        """Packets put on links (each hop counts), lost on links (loss), dropped by full queues,
+        retransmission timeouts and fast recoveries (every connection, both ends)."""
+        cpp = self.cpp
+        return {"connections": len(self.conns), "packets_on_links": int(cpp.packets_sent),
+                "packets_lost": int(cpp.drops), "queue_drops": int(cpp.queue_drops), "timeouts": int(cpp.timeouts),
+                "fast_recoveries": int(cpp.fast_recoveries), "loss_probes": int(cpp.probes),
+                "rack_resends": int(cpp.rack_resends), "setup_ns": self.t0_ns,
+                "late_sends": int(cpp.late_sends)}
+
+    def close(self) -> None:
+        """Flush the pcaps and destroy the simulator."""
+        self.cpp.Close()
+        self.ns.Simulator.Destroy()
+

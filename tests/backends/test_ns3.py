@@ -1,0 +1,138 @@
+"""The packet network: flowsim's workload and system layer with every message on ns-3's TCP.
+
+Tests that need ns-3's wheel take the `ns3` fixture (skipped with the reason without it, failed
+under CI, which installs it). Scenarios are small (a few MB per iteration): the packet network
+simulates every packet.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from simstudy import layout
+from simstudy.backends import simulate
+from simstudy.backends.packets import probe
+from simstudy.cli import main
+from simstudy.compile.topology_file import topology_of
+from simstudy.spec import BackendSpec, Scenario, Star
+from simstudy.traffic.features import analyze
+from simstudy.traffic.sources import load_traffic
+from simstudy.validate import payload_view
+
+pytestmark = pytest.mark.ns3
+
+
+def scenario(**over: Any) -> Scenario:
+    base: dict[str, Any] = {
+        "name": "tiny", "model": "small_cnn",
+        "parallelism": {"dp": 4, "bucket_size_mib": 0.5},
+        "topology": {"kind": "ring", "npus": 4, "bandwidth_gbps": 10, "latency_ns": 1000},
+        "training": {"batch_size_per_worker": 8, "iterations": 2},
+    }
+    base.update(over)
+    return Scenario.model_validate(base)
+
+
+def test_without_the_wheel_ns3_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("simstudy.backends.packets.available", lambda: False)
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(scenario().model_dump(mode="json")))
+    assert main(["run", str(spec), "--backend", "ns3", "-o", str(tmp_path / "r"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ns3" in err[0] and "pip install" in err[0]
+    assert not (tmp_path / "r").exists()
+
+
+def test_traffic_pcap_needs_the_packet_network() -> None:
+    with pytest.raises(ValueError, match="traffic: pcap needs backend ns3"):
+        BackendSpec(name="flowsim", traffic="pcap")
+
+
+def test_one_flow_per_link_agrees_with_fluid(ns3: None, tmp_path: Path) -> None:
+    """A ring all-reduce on a ring: every link carries one message at a time. ns-3's TCP is slower
+    than fluid's flows by its headers (52 bytes of IP and TCP per 1448 of payload: 3.6%), a 2-byte
+    PPP header per packet and the first message's slow start; compute is the same."""
+    sc = scenario()
+    fluid = simulate(sc, tmp_path / "fluid", BackendSpec())
+    packets = simulate(sc, tmp_path / "ns3", BackendSpec(name="ns3"))
+    ratio = packets.finish_ns / fluid.finish_ns
+    assert 1.0 <= ratio < 1.05, ratio
+    assert packets.output.total_bytes == fluid.output.total_bytes
+    assert packets.details["ns3"]["packets_lost"] == 0 and packets.details["ns3"]["timeouts"] == 0
+
+
+@pytest.mark.parametrize("framework", ["pytorch_ddp", "tensorflow_mwms"])
+def test_pcaps_hold_the_traffic_table(ns3: None, framework: str, tmp_path: Path) -> None:
+    """`--traffic pcap`: one pcap per rank interface that reads as a capture: the payload between
+    every pair of ranks is the run's own table's (retransmissions, 1% loss per link, counted once),
+    TensorFlow's gRPC connections one per direction, gloo's one per pair, and analyze finds the
+    iterations from the traffic."""
+    par: dict[str, Any] = {"dp": 4, "framework": framework}
+    if framework == "pytorch_ddp":
+        par["bucket_size_mib"] = 0.5
+    sc = scenario(parallelism=par,
+                  topology={"kind": "star", "npus": 4, "bandwidth_gbps": 1, "latency_ns": 5000, "loss": 0.01},
+                  training={"batch_size_per_worker": 8, "iterations": 3})
+    run = simulate(sc, tmp_path / "run", BackendSpec(name="ns3", traffic="pcap"))
+    pcaps = sorted((tmp_path / "run" / layout.PCAP_DIR).glob("*.pcap"))
+    assert [p.name for p in pcaps] == [f"rank{r}.pcap" for r in range(4)]
+    assert run.details["ns3"]["packets_lost"] > 0
+    src = load_traffic(tmp_path / "run" / layout.PCAP_DIR)
+    assert src.kind == "capture" and src.boundaries is not None and len(src.boundaries) == 4
+    packets = payload_view(src.table)
+    table = run.traffic
+    want = table.groupby(["src", "dst"])["bytes"].sum()
+    got = packets.groupby(["src", "dst"])["bytes"].sum().reindex(want.index)
+    assert np.allclose(got.to_numpy(), want.to_numpy(), rtol=1e-3), (got, want)
+    assert abs(float(got.sum()) / int(table["bytes"].sum()) - 1) <= 1e-3
+    assert (packets.groupby(["src", "dst"])["flow"].nunique() == 1).all()  # one connection, a flow each way
+    # gRPC: every message's receiver sent its sender a request (the ring's reverse pairs carry only those)
+    requests = packets[~packets.set_index(["src", "dst"]).index.isin(want.index)]
+    assert len(requests) == (len(table) if framework == "tensorflow_mwms" else 0)
+    # gRPC: a sender is the server of its receiver's connection, so it sends data from the port it
+    # listens on; gloo: the lower rank of a pair is the client of their connection
+    data = packets[packets.set_index(["src", "dst"]).index.isin(want.index)]
+    assert (set(data["sport"].unique()) == {5000}) == (framework == "tensorflow_mwms")
+    f = analyze(packets, boundaries=src.boundaries, roles=src.roles)
+    assert f.bytes_per_iteration.total == pytest.approx(float(table["bytes"].sum()) / 3, rel=0.02)
+
+
+def test_runs_are_reproducible(ns3: None, tmp_path: Path) -> None:
+    """The same scenario twice (in one process, the simulator rebuilt): the same times, to the ns."""
+    sc = scenario(topology={"kind": "star", "npus": 4, "bandwidth_gbps": 1, "latency_ns": 5000, "loss": 0.005})
+    a = simulate(sc, tmp_path / "a", BackendSpec(name="ns3"))
+    b = simulate(sc, tmp_path / "b", BackendSpec(name="ns3"))
+    assert [r.finish_ns for r in a.ranks] == [r.finish_ns for r in b.ranks]
+    assert a.traffic[["t_start_s", "t_end_s"]].equals(b.traffic[["t_start_s", "t_end_s"]])
+
+
+def test_token_bucket_sends_its_burst_then_its_rate(ns3: None) -> None:
+    """A 4 MiB message through a token bucket of 0.2 Gbit/s and 256 KiB on 10 Gbit/s links (as the
+    capture testbed's tbf): the bucket leaves at once, the rest at the token rate, every segment
+    with its 52 bytes of headers counted against the tokens."""
+    size, burst = 4 << 20, 256 << 10
+    topo = topology_of(Star(npus=2, bandwidth_gbps=10, latency_ns=1000,
+                            token_bucket={"rate_gbps": 0.2, "burst_kib": 256}))  # type: ignore[arg-type]
+    times, stats = probe.message_times(topo, 0, 1, size, 3)
+    wire = size * 1500 / 1448
+    expected_s = (wire - burst) / (0.2e9 / 8)
+    # the first message finds a full bucket; later ones find it refilled only by what the gap gave
+    assert times[0] / 1e9 == pytest.approx(expected_s, rel=0.03)
+    assert all(t > times[0] for t in times[1:])
+    assert stats["queue_drops"] == 0
+
+
+def test_pcap_meta_names_ranks_and_iterations(ns3: None, tmp_path: Path) -> None:
+    sc = scenario(topology={"kind": "star", "npus": 4, "bandwidth_gbps": 1, "latency_ns": 5000})
+    simulate(sc, tmp_path / "run", BackendSpec(name="ns3", traffic="pcap"))
+    meta = json.loads((tmp_path / "run" / layout.PCAP_DIR / layout.META).read_text())
+    assert meta["ranks"] == {str(r): f"10.0.0.{r + 1}" for r in range(4)}
+    assert all(len(v) == 2 for v in meta["iterations"].values())
+    assert Scenario.model_validate(meta["scenario"]).npus == 4
