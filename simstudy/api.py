@@ -30,6 +30,7 @@ import pandas as pd
 from simstudy import layout
 
 if TYPE_CHECKING:
+    from simstudy.backends.base import Progress
     from simstudy.capture.run import CaptureResult
     from simstudy.compile import Bundle, CompileResult
     from simstudy.report.chrome_trace import ChromeTrace
@@ -365,7 +366,7 @@ def run(
     traffic_bin_s: float = 1e-3,
     timeout_s: float = 3600.0,
     astra_sim: str | Path | None = None,
-    progress: Callable[[float], None] | None = None,
+    progress: Callable[[Progress], None] | None = None,
     render: bool = True,
 ) -> Run:
     """Simulate one scenario (or cluster, or an existing ASTRA-SIM input set) into a run directory.
@@ -384,7 +385,8 @@ def run(
         traffic_bin_s: Bin width of the link table, in seconds.
         timeout_s: Seconds before the run is abandoned.
         astra_sim: The ASTRA-SIM binary (default ``$ASTRA_SIM_BIN`` or the submodule build).
-        progress: Called with the fraction of the run done (flowsim).
+        progress: Called with a `simstudy.backends.base.Progress` as the run advances (flowsim, ns3):
+            the fraction of its transfers done, the simulated time, transfers and wall seconds.
         render: Also draw timeline.png into the run directory, as ``simstudy run`` does.
 
     Returns:

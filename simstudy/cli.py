@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from pydantic import BaseModel
 
+    from simstudy.backends.base import Progress
     from simstudy.sweep import Expansion
 
 B = TypeVar("B", bound="BaseModel")
@@ -432,29 +433,45 @@ def _field_help(name: str) -> str:
 
 
 class _Bar:
-    """A tqdm bar fed with the fraction of the run done (nothing when quiet)."""
+    """A tqdm bar fed with a run's `Progress` (nothing when quiet): the fraction of its transfers
+    done, the simulated time reached and how fast it goes (simulated time and transfers per
+    second), and the ETA tqdm makes of the fraction."""
 
     def __init__(self, quiet: bool) -> None:
         self.bar: object | None = None
         self.quiet = quiet
 
-    def __call__(self, fraction: float) -> None:
+    def __call__(self, progress: Progress) -> None:
         if self.quiet:
             return
         from tqdm import tqdm
 
         if self.bar is None:
             self.bar = tqdm(total=1000, desc="simulating", file=sys.stderr,
-                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}")
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining},{postfix}")
         bar = self.bar
         assert isinstance(bar, tqdm)
-        bar.update(max(0, int(fraction * 1000) - bar.n))
+        bar.set_postfix_str(_rates(progress), refresh=False)
+        bar.update(max(0, int(progress.fraction * 1000) - bar.n))
 
     def close(self) -> None:
         bar = self.bar
         if bar is not None:
             bar.refresh()  # type: ignore[attr-defined]
             bar.close()  # type: ignore[attr-defined]
+
+
+def _rates(p: Progress) -> str:
+    """' sim 12.345 ms at 0.41 ms/s, 1.2 M transfers at 35.1 k/s'"""
+
+    def si(x: float) -> str:
+        for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+            if x >= div:
+                return f"{x / div:.1f} {unit}"
+        return f"{x:.0f}"
+
+    return (f" sim {p.sim_ns / 1e6:.3f} ms at {p.sim_ns_per_s / 1e6:.3g} ms/s, "
+            f"{si(p.transfers)} transfers at {si(p.transfers_per_s)}/s")
 
 
 def _progress_bar(quiet: bool) -> _Bar:

@@ -206,7 +206,8 @@ def test_run_and_sweep_take_a_congestion_mode(repo: Path, tmp_path: Path) -> Non
 
 def test_run_keeps_links_instead_of_rows_and_shows_progress(repo: Path, tmp_path: Path) -> None:
     """`--traffic links` writes links.parquet (per-link bins) and no traffic.parquet; the plot comes
-    from the busiest links; a progress bar goes to stderr unless --quiet."""
+    from the busiest links; a progress bar goes to stderr unless --quiet, with the simulated time and
+    transfers reached and their rates."""
     import json
 
     from simstudy.linktable import read_links
@@ -216,6 +217,7 @@ def test_run_keeps_links_instead_of_rows_and_shows_progress(repo: Path, tmp_path
                    "-o", str(out), cwd=repo)
     assert res.returncode == 0, res.stderr
     assert "simulating" in res.stderr and "100%" in res.stderr
+    assert " sim " in res.stderr and "ms/s" in res.stderr and " transfers at " in res.stderr  # rates as it goes
     names = {p.name for p in out.iterdir()}
     assert {"links.parquet", "run.json", "spans.parquet", "timeline.png"} <= names and "traffic.parquet" not in names
     links = read_links(out / "links.parquet")

@@ -19,6 +19,27 @@ class BackendError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a run has got: `fraction` of its expected transfers simulated (of its ET nodes
+    done, when it expects none), the simulated time reached, the transfers simulated so far and
+    the wall seconds spent: what a progress bar shows as rates and an ETA."""
+
+    fraction: float
+    sim_ns: int = 0
+    transfers: int = 0
+    wall_s: float = 0.0
+
+    @property
+    def transfers_per_s(self) -> float:
+        return self.transfers / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def sim_ns_per_s(self) -> float:
+        """Simulated ns per wall second."""
+        return self.sim_ns / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class RankStats:
     """Per-rank times of one run, in nanoseconds."""
 

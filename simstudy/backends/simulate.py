@@ -11,7 +11,7 @@ from pathlib import Path
 
 from simstudy.backends import packets
 from simstudy.backends.astrasim import AstraSimBackend
-from simstudy.backends.base import Backend, BackendError, RunResult
+from simstudy.backends.base import Backend, BackendError, Progress, RunResult
 from simstudy.backends.flowsim import FlowsimBackend
 from simstudy.backends.jobs import WithJobs, alone_times
 from simstudy.backends.rundir import run_to_dir
@@ -20,9 +20,9 @@ from simstudy.spec import BackendSpec, Cluster, Scenario, SpecError
 
 
 def make_backend(spec: BackendSpec, *, astra_sim: str | Path | None = None,
-                 progress: Callable[[float], None] | None = None) -> Backend:
+                 progress: Callable[[Progress], None] | None = None) -> Backend:
     """The backend a spec names; `astra_sim` is the binary for `astrasim` (a path of this machine,
-    so not part of the spec or of any run key); `progress(fraction done)` is fed by flowsim."""
+    so not part of the spec or of any run key); `progress(Progress)` is fed by flowsim."""
     if spec.name == "flowsim":
         return FlowsimBackend(congestion=spec.congestion, traffic=spec.traffic, traffic_bin_s=spec.traffic_bin_s,
                               progress=progress)
@@ -49,12 +49,12 @@ def simulate(
     astra_sim: str | Path | None = None,
     source: str | Path | None = None,
     render: Callable[[RunResult, Path], object] | None = None,
-    progress: Callable[[float], None] | None = None,
+    progress: Callable[[Progress], None] | None = None,
     alone: str | Path | None = None,
 ) -> RunResult:
     """Compile `scenario` (errors name `source`) and simulate it on `backend` into the run
     directory `out`: bundle/, run.json, traffic.parquet (or links.parquet), spans.parquet and
-    whatever `render` adds, written whole or not at all. `progress(fraction)` follows a long run.
+    whatever `render` adds, written whole or not at all. `progress(Progress)` follows a long run.
 
     A cluster (several jobs) also runs each job alone on its NPUs, under `alone` (default
     `<out>.alone/`, one directory per job and key, reused when finished), and run.json's

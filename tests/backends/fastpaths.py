@@ -282,3 +282,21 @@ def cases(draw: st.DrawFn, *, max_npus: int = 16, max_ops: int = 4, groups: bool
     topology = uneven_topology(draw, dims) if uneven and draw(st.booleans()) else None
     return Case(dims, algorithms, draw(st.integers(1, 2)), draw(st.integers(1, 3)), optimization, ops, group_map,
                 topology)
+
+
+#: The fluid model's solvers compared: the reference first.
+SOLVERS = ("reference", "fast")
+
+
+def run_solvers(bundle: Bundle, workdir: Path, shortcuts: Shortcuts = FULL,
+                solvers: Sequence[str] = SOLVERS) -> dict[str, RunResult | BackendError]:
+    """The bundle run in fluid mode by each of the fluid model's solvers (on the path
+    `shortcuts`); `assert_same(results, "reference")` compares them."""
+    out: dict[str, RunResult | BackendError] = {}
+    for name in solvers:
+        try:
+            out[name] = FlowsimBackend(congestion="fluid", shortcuts=shortcuts, fluid_solver=name).run(
+                bundle, workdir / name)
+        except BackendError as exc:
+            out[name] = exc
+    return out

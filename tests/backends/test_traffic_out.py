@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from simstudy import layout
-from simstudy.backends import FlowsimBackend, RunResult, traffic_out, write_run
+from simstudy.backends import BackendError, FlowsimBackend, RunResult, traffic_out, write_run
+from simstudy.backends.base import Progress
 from simstudy.backends.flowsim import DEFAULT, FULL, Shortcuts
 from simstudy.backends.network import Network
 from simstudy.compile import Bundle, compile_scenario
@@ -84,10 +85,18 @@ def test_links_are_the_rows_put_on_their_routes(mode: str, tmp_path: Path) -> No
     assert not (tmp_path / "run" / layout.TRAFFIC).exists()
 
 
-def test_every_mode_counts_the_same_transfers(tmp_path: Path) -> None:
+#: Data parallelism on a leaf-spine: no lanes, collectives timed alone with every member (kept as
+#: counts when the run keeps no rows) and, per pair, reused.
+LEAF_SPINE = {**SPEC, "parallelism": {"dp": 8, "bucket_size_mib": 0.5},
+              "topology": {"kind": "leaf_spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 2, "gpus_per_host": 2,
+                           "bandwidth_gbps": 10, "ecmp": "pair"}}
+
+
+@pytest.mark.parametrize("spec", [SPEC, LEAF_SPINE], ids=["switch", "leaf_spine"])
+def test_every_mode_counts_the_same_transfers(spec: dict[str, object], tmp_path: Path) -> None:
     """rows, links and none report the same transfers, bytes and bytes per rank (run.json and the
     sweep summary's metrics); none keeps nothing else."""
-    scenario, bundle = compiled(SPEC, tmp_path)
+    scenario, bundle = compiled(spec, tmp_path)
     results = {m: FlowsimBackend(traffic=m).run(bundle, tmp_path / m) for m in ("rows", "links", "none")}
     metrics = {m: run_metrics(r, scenario) for m, r in results.items()}
     for m in ("links", "none"):
@@ -126,9 +135,30 @@ def test_identical_ranks_are_simulated_once(other: Shortcuts, tmp_path: Path) ->
 
 def test_progress_is_fed_by_the_fraction_of_nodes_done(tmp_path: Path) -> None:
     _, bundle = compiled(PS, tmp_path)
-    seen: list[float] = []
+    seen: list[Progress] = []
     FlowsimBackend(progress=seen.append).run(bundle, tmp_path / "w")
-    assert seen and seen[-1] == 1.0 and seen == sorted(seen) and 0 <= seen[0] <= 1
+    fractions = [p.fraction for p in seen]
+    assert seen and fractions[-1] == 1.0 and fractions == sorted(fractions) and 0 <= fractions[0] <= 1
+
+
+def test_progress_tells_simulated_time_and_transfers(tmp_path: Path) -> None:
+    """A run of several thousand transfers is followed by its transfers (the fraction of those it
+    expects: every ring message of every rank), its simulated time and their rates; the last
+    report is the run's whole."""
+    spec = {**LEAF_SPINE, "parallelism": {"dp": 32, "bucket_size_mib": 0.5},
+            "topology": {**LEAF_SPINE["topology"], "hosts_per_leaf": 4, "gpus_per_host": 4}}  # type: ignore[dict-item]
+    _, bundle = compiled(spec, tmp_path)
+    seen: list[Progress] = []
+    result = FlowsimBackend(progress=seen.append, shortcuts=FULL).run(bundle, tmp_path / "w")
+    assert len(seen) > 2
+    last = seen[-1]
+    assert last.fraction == 1.0 and last.sim_ns == result.finish_ns and last.transfers == result.output.transfers
+    middle = seen[len(seen) // 2]
+    assert 0 < middle.fraction < 1 and 0 < middle.sim_ns < result.finish_ns and middle.transfers > 0
+    # the fraction is of the transfers expected (here exactly those of the run)
+    assert abs(middle.fraction - middle.transfers / result.output.transfers) < 0.01
+    assert middle.transfers_per_s > 0 and middle.sim_ns_per_s > 0
+    assert [p.sim_ns for p in seen] == sorted(p.sim_ns for p in seen)
 
 
 @pytest.mark.slow
@@ -168,3 +198,33 @@ def test_a_4096_npu_all_reduce_runs_in_bounded_memory(tmp_path: Path) -> None:
     assert res["finish"] == 4 * chunk
     assert res["transfers"] == 4 * 8190 * 4096 and res["links"] > 0
     assert res["rss_mb"] < 1000
+
+
+def _one_all_reduce_on_a_leaf_spine(tmp: Path) -> Bundle:
+    """One 64 MiB all-reduce of 64 GPUs (2 leaves, 4 hosts each, 8 GPUs a host) in 4 chunks: a
+    run that is nearly all one collective timed alone (32,256 messages)."""
+    from simstudy.compile.topology_file import topology_of
+    from tests.backends.bundles import collective_node, write_bundle
+
+    topo = Scenario.model_validate({**LEAF_SPINE, "parallelism": {"dp": 64}, "topology": {
+        **LEAF_SPINE["topology"], "hosts_per_leaf": 4, "gpus_per_host": 8}}).topology  # type: ignore[dict-item]
+    return write_bundle(tmp, [("Switch", 64, 12.5, 500.0)], [[collective_node(0, "all_reduce", 64 << 20)]] * 64,
+                        splits=4, topology=topology_of(topo).to_json())
+
+
+def test_a_collective_timed_alone_shows_progress_and_times_out(tmp_path: Path) -> None:
+    """A collective timed alone (in its own event queue) reports progress as it goes, transfers and
+    simulated time growing, and is stopped at the run's deadline: before, a run that was one such
+    collective said nothing until it ended and ran past its timeout."""
+    bundle = _one_all_reduce_on_a_leaf_spine(tmp_path / "b")
+    seen: list[Progress] = []
+    result = FlowsimBackend(progress=seen.append, traffic="none").run(bundle, tmp_path / "w")
+    assert result.details["timed"] == 1 and result.details["fast"] == 1
+    middle = [p for p in seen if 0 < p.fraction < 1]
+    assert len(middle) >= 3
+    assert 0 < middle[0].sim_ns < result.finish_ns and 0 < middle[0].transfers < result.output.transfers / 2
+    assert [p.transfers for p in middle] == sorted(p.transfers for p in middle)
+    assert [p.sim_ns for p in middle] == sorted(p.sim_ns for p in middle)
+    assert all(p.transfers <= result.output.transfers for p in middle)
+    with pytest.raises(BackendError, match="timed out"):
+        FlowsimBackend(traffic="none").run(bundle, tmp_path / "t", timeout_s=1e-3)

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 
 from simstudy import __version__, layout
-from simstudy.backends.base import SPAN_KINDS, RankStats, RunResult, empty_spans
+from simstudy.backends.base import SPAN_KINDS, Progress, RankStats, RunResult, empty_spans
 from simstudy.backends.flowsim.engine import Engine, identical_ranks
-from simstudy.backends.flowsim.netmodels import NETMODELS, NetModel
+from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, NETMODELS, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.shortcuts import DEFAULT, FULL, Shortcuts
 from simstudy.backends.flowsim.system import Planner
@@ -59,15 +59,21 @@ class FlowsimBackend:
     network, in one of three congestion modes (`fluid`: max-min fair flows; `unaware` and
     `aware`: ASTRA-SIM's two analytical network models). `traffic` is what is kept of the
     transfers: `rows` (streamed to Parquet), `links` (per-link bins of `traffic_bin_s`) or `none`.
-    `progress(fraction)` is called now and then with the fraction of ET nodes done. `shortcuts`
-    says which fast paths it takes (`shortcuts.FULL`: none, the full simulation they stand for)."""
+    `progress(Progress)` is called now and then: the fraction of the transfers it expects that
+    are simulated, the simulated time reached, the transfers so far and the wall time. `shortcuts`
+    says which fast paths it takes (`shortcuts.FULL`: none, the full simulation they stand for);
+    `fluid_solver` which solver the fluid mode uses (`fast`, or `reference`, the one it must equal)."""
 
     name = "flowsim"
 
     def __init__(self, *, congestion: str = "fluid", traffic: str = "rows", traffic_bin_s: float = 1e-3,
-                 progress: Callable[[float], None] | None = None, shortcuts: Shortcuts = DEFAULT) -> None:
+                 progress: Callable[[Progress], None] | None = None, shortcuts: Shortcuts = DEFAULT,
+                 fluid_solver: str = "fast") -> None:
         if congestion not in NETMODELS:
             raise ValueError(f"unknown congestion mode {congestion!r}; expected one of {', '.join(CONGESTION_MODES)}")
+        if fluid_solver not in FLUID_SOLVERS:
+            raise ValueError(f"unknown fluid solver {fluid_solver!r}; expected one of {', '.join(FLUID_SOLVERS)}")
+        self.fluid_solver = fluid_solver
         self.congestion = congestion
         self.traffic = traffic
         self.traffic_bin_s = traffic_bin_s
@@ -88,9 +94,12 @@ class FlowsimBackend:
         lossy = self.congestion in TCP_NETMODELS and any(x > 0 for x in net.loss)
         identical = (cuts.identical_ranks and model is None and not lossy
                      and identical_ranks(info, planner.symmetric))
-        engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows, progress=self.progress,
+        engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows,
                         identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count,
-                        isolated=cuts.isolated, model=model)
+                        isolated=cuts.isolated, solver=self.fluid_solver, model=model)
+        if self.progress is not None:
+            engine.progress = _ticker(self.progress, lambda: sink.transfers + len(rows.buf) + engine.comms.simulated(),
+                                      t0, engine.expected_transfers())
         try:
             engine.run()
         finally:
@@ -112,13 +121,12 @@ class FlowsimBackend:
             ranks=ranks,
             output=output,
             wall_time_s=time.perf_counter() - t0,
-            details={"congestion": self.congestion, "network": net.kind, "links": len(net.capacity),
-                     "identical_ranks": engine.identical,
+            details={"congestion": self.congestion, **_solver_details(self, engine), "network": net.kind,
+                     "links": len(net.capacity), "identical_ranks": engine.identical,
                      "shortcuts": [n for n in cuts.names if n != "isolated" or engine.comms.isolated],
                      **engine.comms.stats, **extra, "iteration_ends_ns": ends},
             spans=spans,
         )
-
 
     def network_model(self, info: WorkloadInfo, net: Network, workdir: Path) -> Callable[[Scheduler], NetModel] | None:
         """A network model from elsewhere behind flowsim's seam (the packet network), or None for
@@ -128,6 +136,26 @@ class FlowsimBackend:
     def network_done(self, model: NetModel) -> dict[str, Any]:
         """Called when the engine stops (finished or not): what the model adds to run.json's details."""
         return {}
+
+
+def _ticker(progress: Callable[[Progress], None], transfers: Callable[[], int], t0: float,
+            expected: int) -> Callable[[float, int], None]:
+    """The engine's ticks (fraction of nodes done, simulated ns) as `Progress`: the fraction of the
+    `expected` transfers that have arrived (of the nodes when none is expected; 1 at the end)."""
+
+    def tick(nodes: float, sim_ns: int) -> None:
+        done = transfers()
+        fraction = nodes if nodes >= 1.0 or expected <= 0 else min(done / expected, 0.999)
+        progress(Progress(fraction, sim_ns, done, time.perf_counter() - t0))
+
+    return tick
+
+
+def _solver_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:
+    """The fluid mode's solver, and how often it found a component's rates already solved."""
+    if backend.congestion != "fluid":
+        return {}
+    return {"fluid_solver": backend.fluid_solver, "rates_reused": int(getattr(engine.comms.model, "reused", 0))}
 
 
 def _spans(engine: Engine, copies: int) -> pd.DataFrame:

@@ -21,6 +21,7 @@ random bundles through every one and through none.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simstudy.backends.base import BackendError
-from simstudy.backends.flowsim.netmodels import NETMODELS, Msg, NetModel
+from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, NETMODELS, Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, Planner, lane_images
 from simstudy.backends.flowsim.tcp import TCP_NETMODELS, TcpPaths
@@ -165,17 +166,52 @@ class Timing:
     chunk: IntArray
     step: IntArray
     xor: NDArray[np.bool_]
+    #: when only counts are kept: (messages, bytes, bytes sent per rank), and no messages above
+    counted: tuple[int, int, NDArray[np.float64]] | None = None
+
+    @property
+    def messages(self) -> int:
+        """Its messages (a lane plan's: rank 0's)."""
+        return self.counted[0] if self.counted is not None else len(self.src)
 
 
 class _Recorder:
-    def __init__(self) -> None:
-        self.rows: list[tuple[int, int, int, int, int, int, int, bool]] = []
+    """A timed collective's messages, as columns of int64 (not a tuple per message); `counts_only`:
+    only their number, bytes and bytes sent per rank (what a run that keeps no rows needs)."""
 
-    def add(self, msg: Msg, plan: CollectivePlan) -> None:
+    def __init__(self, plan: CollectivePlan, hosts: int, *, counts_only: bool) -> None:
+        self.plan = plan
+        self.counts_only = counts_only
+        self.cols = tuple(array("q") for _ in range(8))
+        self.transfers = 0
+        self.total = 0
+        self.sent = np.zeros(hosts) if counts_only else None
+        self._sent: dict[int, int] = {}
+        self.n = 0
+
+    def add(self, msg: Msg) -> None:
+        self.n += 1
+        if self.counts_only:
+            self.transfers += 1
+            self.total += msg.size
+            self._sent[msg.src] = self._sent.get(msg.src, 0) + msg.size
+            return
         _, c, p, st = msg.ctx
-        ph = plan.phases[p]
-        self.rows.append((msg.t_send, msg.t_arrive, msg.src, msg.dst, msg.size, c, ph.step_offset + st,
-                          ph.symmetry == "xor"))
+        ph = self.plan.phases[p]
+        for col, v in zip(self.cols, (msg.t_send, msg.t_arrive, msg.src, msg.dst, msg.size, c, ph.step_offset + st,
+                                      ph.symmetry == "xor"), strict=True):
+            col.append(v)
+
+    def columns(self) -> list[IntArray]:
+        return [np.frombuffer(c, dtype=np.int64).copy() if len(c) else np.empty(0, dtype=np.int64)
+                for c in self.cols]
+
+    def counted(self) -> tuple[int, int, NDArray[np.float64]] | None:
+        if self.sent is None:
+            return None
+        for r, b in self._sent.items():
+            self.sent[r] += b
+        return self.transfers, self.total, self.sent
 
 
 @dataclass(eq=False)
@@ -199,6 +235,8 @@ class Activity:
     flow: int = 0
     #: the paths ECMP chose for its flows (see `Comms._choices`): with its plan, what its timing depends on
     choices: tuple[int, ...] = ()
+    #: messages of its timing not handed on yet
+    pending: int = 0
 
 
 class Comms:
@@ -207,11 +245,17 @@ class Comms:
     def __init__(self, info: WorkloadInfo, net: Network, mode: str, sched: Scheduler,
                  emit: Callable[..., None], *, planner: Planner | None = None,
                  count: Callable[[int, int, NDArray[np.float64]], None] | None = None, isolated: bool = True,
-                 model: NetModel | None = None) -> None:
+                 solver: str = "fast", model: NetModel | None = None) -> None:
         if model is None and mode not in NETMODELS:
             raise ValueError(f"unknown congestion mode {mode!r}; expected one of {', '.join(NETMODELS)}")
+        if solver not in FLUID_SOLVERS:
+            raise ValueError(f"unknown fluid solver {solver!r}; expected one of {', '.join(FLUID_SOLVERS)}")
         self.info = info
         self.mode = mode
+        #: the network model's class (the fluid mode's solver as chosen; a model from elsewhere, such
+        #: as the packet network, is never timed alone: `type(model)` only names it)
+        self.model_class: type[NetModel] = (FLUID_SOLVERS[solver] if mode == "fluid" else NETMODELS[mode]
+                                            if mode in NETMODELS or model is None else type(model))
         self.sched = sched
         #: TCP under loss (`tcp`), for the congestion modes that model it, when a link loses packets
         tcp = TcpPaths(net.topology.transport, net.capacity, net.latency, net.loss)
@@ -220,7 +264,7 @@ class Comms:
         self.route = self.routes.route if mode == "unaware" else self.routes.shared_route
         if model is None and self.tcp is not None:
             model = TCP_NETMODELS[mode](sched, self.routes.effective, net.latency, tcp=self.tcp)  # type: ignore[call-arg]
-        self.model: NetModel = model or NETMODELS[mode](sched, self.routes.effective, net.latency)
+        self.model: NetModel = model or self.model_class(sched, self.routes.effective, net.latency)
         self.emit = emit
         #: when given, isolated collectives only report (transfers, bytes, bytes sent per rank)
         self.count = count
@@ -241,6 +285,23 @@ class Comms:
         self.fast_owner: list[Activity | None] = [None] * nlinks
         self.detailed = np.zeros(nlinks, dtype=np.int64)
         self.stats = {"fast": 0, "detailed": 0, "replayed": 0, "staggered": 0, "timed": 0, "lanes": 0}
+        #: messages of collectives run message by message that arrived but are not handed on yet
+        self.unflushed = 0
+        #: messages of timed collectives not handed on yet, and the collective being timed
+        self.timed_pending = 0
+        self._timing_now: _Recorder | None = None
+        self._timing_sched: Scheduler | None = None
+        #: called now and then in long private runs (a collective timed alone, a replay)
+        self.tick: Callable[[], None] | None = None
+
+    def timing_ns(self) -> int:
+        """How far the collective being timed alone has got (ns from its start; 0 when none is)."""
+        return self._timing_sched.now if self._timing_now is not None and self._timing_sched is not None else 0
+
+    def simulated(self) -> int:
+        """Messages simulated and not yet handed on as rows or counts (for a run's progress)."""
+        now = self._timing_now
+        return self.unflushed + self.timed_pending + (now.n if now is not None else 0)
 
     # -- collectives -------------------------------------------------------------------------
 
@@ -274,6 +335,8 @@ class Comms:
             return
         assert act.plan is not None
         timing = act.timing = self._timing(act.plan, act.flow, act.choices)
+        act.pending = timing.messages * (len(act.members) if act.plan.lane else 1)
+        self.timed_pending += act.pending
         s = self.sched
         index = {r: i for i, r in enumerate(act.members)} if len(act.report) != len(act.members) else None
         for lr, rank in enumerate(act.report):
@@ -368,6 +431,7 @@ class Comms:
         def flush() -> None:
             if rows:
                 cols = [np.asarray(c, dtype=np.int64) for c in zip(*rows, strict=True)]
+                self.unflushed -= len(rows)
                 rows.clear()
                 self.emit(kind, ctx, *cols)
 
@@ -387,6 +451,7 @@ class Comms:
         def message(msg: Msg) -> None:
             _, c, p, st = msg.ctx
             rows.append((msg.t_send, msg.t_arrive, msg.src, msg.dst, msg.size, c, offsets[p] + st))
+            self.unflushed += 1
             if len(rows) >= 65536:
                 flush()
 
@@ -399,13 +464,15 @@ class Comms:
         """Turn an isolated collective into a message-by-message one: replay it alone from its
         start until now (it was alone until now, so this is what happened), then go on sharing."""
         self.stats["replayed"] += 1
+        self.timed_pending -= act.pending
+        act.pending = 0
         self._release_fast(act)
         act.fast = False
         private = Scheduler(act.start)
         self.model.sched = private
         try:
             run = self._run_detailed(act, private)
-            private.run_before(self.sched.now)
+            private.run_before(self.sched.now, self.tick)
         finally:
             self.model.sched = self.sched
         run.sched = self.sched
@@ -452,32 +519,35 @@ class Comms:
         sched = Scheduler(0)
         lanes = self._lanes_for(plan) if plan.lane else None
         if lanes is not None:
-            model = NETMODELS[self.mode](sched, lanes.capacity, lanes.latency)
+            model = self.model_class(sched, lanes.capacity, lanes.latency)
             route = lanes.route
         else:
-            model = NETMODELS[self.mode](sched, self.routes.effective, self.routes.net.latency)
+            model = self.model_class(sched, self.routes.effective, self.routes.net.latency)
             route = self.route
         finish = np.zeros(len(plan.members), dtype=np.int64)
-        rec = _Recorder()
+        # a lane plan's messages are rank 0's (copied to every rank); otherwise, when only counts are
+        # kept, a timing keeps its counts, not its messages (memory by ranks, not by messages)
+        rec = _Recorder(plan, self.routes.net.hosts, counts_only=self.count is not None and not plan.lane)
         index = {r: i for i, r in enumerate(plan.members)}
 
         def done(rank: int, t: int) -> None:
             finish[index[rank]] = t
 
-        run = CollectiveRun(plan, sched, model, route, done, lambda m: rec.add(m, plan), flow=flow)
+        run = CollectiveRun(plan, sched, model, route, done, rec.add, flow=flow)
         run.start()
-        while sched.heap:
-            _, _, _, fn, args = sched.pop()
-            fn(*args)
+        self._timing_now, self._timing_sched = rec, sched
+        try:
+            sched.run_before(math.inf, self.tick)
+        finally:
+            self._timing_now = None
         if run.done < plan.sim_ranks:  # as the full path (and ASTRA-SIM, whose ranks never finish either)
             raise BackendError(f"flowsim: deadlock: {plan.kind} of {len(plan.members)} ranks never finished on "
                                f"{plan.sim_ranks - run.done} of them: its chunks wait for queues that others hold")
         if plan.lane:
             finish[:] = finish[0]
-        cols = list(zip(*rec.rows, strict=True)) if rec.rows else [()] * 8
-        arr = [np.asarray(c, dtype=np.int64) for c in cols[:7]]
-        xor = np.asarray(cols[7], dtype=bool)
-        timing = Timing(finish, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5], arr[6], xor)
+        arr = rec.columns()
+        timing = Timing(finish, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5], arr[6], arr[7].astype(bool),
+                        rec.counted())
         self.timings[(id(plan), choices)] = timing
         return timing
 
@@ -489,7 +559,7 @@ class Comms:
             n = plan.sim_ranks
             for progs in (plan.phases, plan.odd_phases or []):
                 for ph in progs:
-                    src = np.repeat(np.tile(np.asarray(plan.members[:n], dtype=np.int64), ph.steps),
+                    src = np.repeat(np.tile(np.asarray(plan.members[:n], dtype=np.int64), ph.stored),
                                     np.diff(ph.out_ptr))
                     pairs.update(dict.fromkeys(zip(src.tolist(), ph.out_dst.tolist(), strict=True)))
             found = self._plan_pairs[id(plan)] = list(pairs)
@@ -541,6 +611,12 @@ class Comms:
         copied to every rank), in blocks of about `EMIT_BLOCK` rows."""
         t = act.timing
         assert t is not None and act.plan is not None
+        self.timed_pending -= act.pending
+        act.pending = 0
+        if t.counted is not None:
+            assert self.count is not None
+            self.count(*t.counted)
+            return
         if not len(t.src):
             return
         kind, _, ctx = act.ctx

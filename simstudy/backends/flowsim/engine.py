@@ -26,10 +26,16 @@ import numpy as np
 from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.comms import Comms
 from simstudy.backends.flowsim.netmodels import Msg, NetModel
-from simstudy.backends.flowsim.sched import Scheduler
+from simstudy.backends.flowsim.sched import TICK, Scheduler
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.network import Network
-from simstudy.backends.patterns import broadcast_messages, broadcast_root
+from simstudy.backends.patterns import (
+    broadcast_messages,
+    broadcast_root,
+    chunking,
+    collective_phases,
+    phase_messages,
+)
 from simstudy.backends.traffic_build import COLLECTIVE_KIND, WorkloadInfo
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compile.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, node_meta
@@ -65,22 +71,26 @@ class _Rank:
 
 #: emit(op/meta, t_send, t_arrive, src, dst, bytes, flow, chunk, step): scalars or arrays.
 Emit = Callable[..., None]
+#: progress(fraction of the ET nodes done, simulated ns reached)
+Tick = Callable[[float, int], None]
 
 
 class Engine:
     """One simulation of a bundle."""
 
     def __init__(self, info: WorkloadInfo, net: Network, *, mode: str, timeout_s: float | None, emit: Emit,
-                 progress: Callable[[float], None] | None = None, identical: bool = False,
+                 progress: Tick | None = None, identical: bool = False,
                  planner: Planner | None = None, count: Callable[..., None] | None = None,
-                 isolated: bool = True, model: Callable[[Scheduler], NetModel] | None = None) -> None:
+                 isolated: bool = True, solver: str = "fast",
+                 model: Callable[[Scheduler], NetModel] | None = None) -> None:
         self.info = info
         self.net = net
         self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self.sched = Scheduler()
         self.emit_rows = emit
         self.comms = Comms(info, net, mode, self.sched, self._emit_collective, planner=planner, count=count,
-                           isolated=isolated, model=model(self.sched) if model is not None else None)
+                           isolated=isolated, solver=solver, model=model(self.sched) if model is not None else None)
+        self.comms.tick = self.tick
         #: Every rank runs the same trace and only collectives of every rank that finish together:
         #: rank 0 is simulated for all of them (see `identical_ranks`).
         self.identical = identical
@@ -137,11 +147,8 @@ class Engine:
             sched.now = ev[0]
             ev[3](*ev[4])
             checks += 1
-            if checks % 8192 == 0:
-                if self.deadline is not None and time.monotonic() > self.deadline:
-                    raise BackendError(f"flowsim: timed out at simulated time {sched.now} ns")
-                if self.progress is not None:
-                    self.progress(self.nodes_done / max(self.total_nodes, 1))
+            if checks % TICK == 0:
+                self.tick()
         stuck = [r for r, s in enumerate(self.ranks) if s.left]
         if stuck:
             r = stuck[0]
@@ -154,7 +161,15 @@ class Engine:
                 "without a matching send?"
             )
         if self.progress is not None:
-            self.progress(1.0)
+            self.progress(1.0, sched.now)
+
+    def tick(self) -> None:
+        """Now and then (also from inside a collective timed alone): the deadline, the progress."""
+        now = self.sched.now + self.comms.timing_ns()
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise BackendError(f"flowsim: timed out at simulated time {now} ns")
+        if self.progress is not None:
+            self.progress(self.nodes_done / max(self.total_nodes, 1), now)
 
     # -- issuing -----------------------------------------------------------------------------
 
@@ -359,6 +374,34 @@ class Engine:
         else:
             self.posted[key].append((rank, node.id))
 
+    # -- what to expect ----------------------------------------------------------------------
+
+    def expected_transfers(self) -> int:
+        """About how many transfers the run will simulate (for its progress): per collective node
+        of a rank, what its group's first member sends (`patterns`, that member's messages only),
+        one per send. Exact for rings and direct collectives; an estimate for trees."""
+        info = self.info
+        per: dict[tuple[str, int, int, bool], int] = {}
+        total = 0
+        for rank, s in enumerate(self.ranks):
+            for node in s.nodes.values():
+                if node.type == NodeType.COMM_SEND_NODE:
+                    total += 1
+                    continue
+                if node.type != NodeType.COMM_COLL_NODE:
+                    continue
+                kind = COLLECTIVE_KIND.get(CollectiveType(int(node.get("comm_type", 0))))
+                if kind is None:
+                    continue
+                members = info.members(node, rank)
+                size = int(node.get("comm_size", 0))
+                key = (kind, len(members), size, len(members) < info.npus)
+                found = per.get(key)
+                if found is None:
+                    found = per[key] = _first_member_messages(info, kind, members, size, key[3])
+                total += found
+        return total * (info.npus if self.identical else 1)
+
     # -- spans -------------------------------------------------------------------------------
 
     def span_columns(self) -> tuple[np.ndarray, ...]:
@@ -386,3 +429,15 @@ def identical_ranks(info: WorkloadInfo, symmetric: Callable[[str, tuple[int, ...
         if tuple(info.members(n, 0)) != everyone or not symmetric(kind, everyone, int(n.get("comm_size", 0))):
             return False
     return True
+
+
+def _first_member_messages(info: WorkloadInfo, kind: str, members: list[int], size: int, group: bool) -> int:
+    """The messages the first member of a collective sends, over all its chunks (0 where the
+    collective cannot run: the run says why)."""
+    chunk_bytes, chunks = chunking(size, info.chunks, kind, info.npus)
+    try:
+        phases = collective_phases(info.collectives, kind, members, chunk_bytes, group)
+        dims = info.dim_sizes()
+        return chunks * sum(len(phase_messages(ph, members, dims, first_only=True).src) for ph in phases)
+    except (ValueError, BackendError):
+        return 0

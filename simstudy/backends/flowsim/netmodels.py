@@ -21,6 +21,7 @@ one representative rank (then `mult` says how many links of each orbit the route
 from __future__ import annotations
 
 import math
+import operator
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -152,7 +153,7 @@ class AwareNet(NetModel):
 
 
 class _Flow:
-    __slots__ = ("const", "keys", "msg", "mult", "rate", "remaining", "seq", "t_upd", "version")
+    __slots__ = ("const", "keys", "msg", "mult", "rate", "remaining", "route", "seq", "t_upd", "version")
 
     def __init__(self, msg: Msg, mult: tuple[int, ...], now: int, seq: int,
                  keys: tuple[int, ...] | None = None) -> None:
@@ -166,6 +167,7 @@ class _Flow:
         self.t_upd = now
         self.version = 0
         self.const = True
+        self.route = 0
 
 
 class FluidNet(NetModel):
@@ -324,4 +326,157 @@ def _fill_numpy(flows: list[_Flow], cap: list[float]) -> list[float]:
     return [float(r) for r in rates]
 
 
-NETMODELS: dict[str, type[NetModel]] = {"unaware": UnawareNet, "aware": AwareNet, "fluid": FluidNet}
+_by_seq = operator.attrgetter("seq")
+
+
+class FastFluidNet(FluidNet):
+    """`FluidNet` that does not redo what it already knows: the same flows, components, instants
+    and arithmetic, with the max-min rates of a component looked up when the same routes (in the
+    same order) were solved before (every step of a ring sends the same pairs on the same routes,
+    every chunk repeats them). Rates are a function of the component's routes, their order and
+    the capacities only, so a solution found again is the one that would be computed: results
+    equal `FluidNet`'s to the last ns (tests/backends/test_fluid_solver.py)."""
+
+    #: Flows of the solutions kept at most (then they are forgotten and found again): memory
+    #: bounded whatever the run's length.
+    MEMO = 1 << 20
+
+    def __init__(self, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float]) -> None:
+        super().__init__(sched, capacity, latency)
+        self._route_ids: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+        self._route_of: dict[int, tuple[int, ...]] = {}
+        self._solved: dict[tuple[int, ...], list[float]] = {}
+        self._kept = 0
+        self.reused = 0
+
+    def send(self, msg: Msg) -> None:
+        now = self.sched.now
+        msg.t_send = now
+        keys = msg.keys
+        if not keys:
+            self.sched.at(now + int(msg.latency), self._arrive, msg)
+            return
+        self.sent += 1
+        mult = msg.mult or (1,) * len(keys)
+        flow = _Flow(msg, mult, now, self.sent)
+        ids = self._route_ids
+        rid = ids.get((keys, mult))
+        if rid is None:
+            rid = ids[(keys, mult)] = len(ids)
+        flow.route = rid
+        on_link = self.on_link
+        for k in keys:
+            flows = on_link.get(k)
+            if flows is None:
+                on_link[k] = {flow}
+            else:
+                flows.add(flow)
+        s = self.sched
+        d = self._dirty
+        if d is None or d[0] is not s or d[1] != now:
+            d = self._dirty = (s, now, set())
+            s.after_all(now, self._recompute, d[2])
+        d[2].update(keys)
+
+    def _drain(self, f: _Flow, version: int) -> None:
+        if version != f.version:
+            return
+        f.version += 1
+        msg = f.msg
+        on_link = self.on_link
+        left: list[int] = []  # links that still carry flows: a recompute of the others would find none
+        for k in msg.keys:
+            flows = on_link[k]
+            flows.discard(f)
+            if flows:
+                left.append(k)
+            else:
+                del on_link[k]
+        s = self.sched
+        now = s.now
+        if left:
+            d = self._dirty
+            if d is None or d[0] is not s or d[1] != now:
+                d = self._dirty = (s, now, set())
+                s.after_all(now, self._recompute, d[2])
+            d[2].update(left)
+        t = msg.t_send + int(msg.latency + msg.size / f.rate) if f.const else now + int(msg.latency)
+        s.at(max(t, now), self._arrive, msg)
+
+    def _component(self, keys: set[int]) -> list[_Flow]:
+        on_link = self.on_link
+        only: _Flow | None = None  # most changes touch one flow whose links carry nothing else
+        for k in keys:
+            flows = on_link.get(k)
+            if flows is None:
+                continue
+            if len(flows) != 1:
+                return self._search(keys)
+            f = next(iter(flows))
+            if only is None:
+                only = f
+            elif f is not only:
+                return self._search(keys)
+        if only is None:
+            return []
+        for k in only.msg.keys:
+            if len(on_link[k]) != 1:
+                return self._search(keys)
+        return [only]
+
+    def _search(self, keys: set[int]) -> list[_Flow]:
+        """`FluidNet._component` with set operations: the same flows, in the order they were sent."""
+        on_link = self.on_link
+        seen = set(keys)
+        stack = list(keys)
+        found: set[_Flow] = set()
+        while stack:
+            flows = on_link.get(stack.pop())
+            if not flows:
+                continue
+            new = flows - found
+            if new:
+                found |= new
+                for f in new:
+                    for k in f.msg.keys:
+                        if k not in seen:
+                            seen.add(k)
+                            stack.append(k)
+        return sorted(found, key=_by_seq)
+
+    def _recompute(self, keys: set[int]) -> None:
+        if self._dirty is not None and self._dirty[2] is keys:
+            self._dirty = None
+        flows = self._component(keys)
+        if not flows:
+            return
+        self.recomputes += 1
+        now = self.sched.now
+        for f in flows:
+            if f.t_upd != now:
+                f.remaining -= f.rate * (now - f.t_upd)
+                f.t_upd = now
+        sig = tuple(f.route for f in flows)
+        rates = self._solved.get(sig)
+        if rates is None:
+            rates = self._maxmin(flows)
+            self._kept += len(sig)
+            if self._kept > self.MEMO:
+                self._solved.clear()
+                self._kept = len(sig)
+            self._solved[sig] = rates
+        else:
+            self.reused += 1
+        s = self.sched
+        for f, r in zip(flows, rates, strict=True):
+            if r != f.rate:
+                if f.rate:
+                    f.const = False
+                f.rate = r
+                f.version += 1
+                s.at(now + max(math.floor(f.remaining / r), 0), self._drain, f, f.version)
+
+
+NETMODELS: dict[str, type[NetModel]] = {"unaware": UnawareNet, "aware": AwareNet, "fluid": FastFluidNet}
+#: The fluid model's solvers: `fast` (the default) and `reference`, the solver it must equal.
+FLUID_SOLVERS: dict[str, type[NetModel]] = {"fast": FastFluidNet, "reference": FluidNet}

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 Event = tuple[int, int, int, Callable[..., None], tuple[Any, ...]]
+#: events between two ticks of a run (its deadline checked, its progress shown)
+TICK = 8192
 
 
 class Scheduler:
@@ -37,12 +39,17 @@ class Scheduler:
         self.now = ev[0]
         return ev
 
-    def run_before(self, t_stop: int) -> None:
-        """Run every event earlier than `t_stop`."""
+    def run_before(self, t_stop: float, tick: Callable[[], None] | None = None) -> None:
+        """Run every event earlier than `t_stop` (`math.inf`: every event); `tick()`
+        every `TICK` events (a long private run still checks its deadline and shows progress)."""
         heap = self.heap
+        n = 0
         while heap and heap[0][0] < t_stop:
             _, _, _, fn, args = self.pop()
             fn(*args)
+            n += 1
+            if tick is not None and n % TICK == 0:
+                tick()
 
     def drain_into(self, other: Scheduler) -> None:
         """Move every pending event to `other`, in this queue's order."""

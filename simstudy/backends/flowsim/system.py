@@ -42,7 +42,9 @@ class PhaseProgram:
 
     Transfers are in CSR order by (step, simulated rank): those of rank index i at step s are
     `out_dst/out_bytes[out_ptr[s * R + i] : out_ptr[s * R + i + 1]]`; `in_count[s, i]` messages
-    reach it in step s; `proc_ns[s]` is its reduction after receiving step s."""
+    reach it in step s; `proc_ns[s]` is its reduction after receiving step s. A phase whose steps
+    all send the same (a ring's: every member to its neighbour, the same bytes) keeps its first
+    step only (`period` 1; step s is stored step s % period): memory by ranks, not by messages."""
 
     kind: str
     queue: int
@@ -59,6 +61,29 @@ class PhaseProgram:
     #: ASTRA-SIM's direct (AllToAll) all-reduce: each message received in step 0 lets the rank send
     #: one message of step 1 once all of step 0 has arrived, as its MemBus events fire
     gated: bool = False
+    #: steps stored (0: every step); step s is stored step s % period
+    period: int = 0
+
+    @property
+    def stored(self) -> int:
+        """Steps held in the arrays."""
+        return self.period or self.steps
+
+
+def _periodic(pattern: Pattern, steps: int) -> int:
+    """How many messages one step of a pattern holds when every step sends what the first one
+    does, in the same order (then the pattern is stored as that step), else 0."""
+    total = len(pattern.step)
+    if steps < 2 or total % steps:
+        return 0
+    m = total // steps
+    if not (pattern.step.reshape(steps, m) == np.arange(steps)[:, None]).all():
+        return 0
+    for col in (pattern.src, pattern.dst, pattern.nbytes):
+        rows = col.reshape(steps, m)
+        if not (rows == rows[0]).all():
+            return 0
+    return m
 
 
 @dataclass
@@ -88,8 +113,17 @@ class CollectivePlan:
 
 def _program(pattern: Pattern, sim: IntArray, local: dict[int, int] | None, n_sim: int, *, kind: str, queue: int,
              delay: int, proc: dict[int, int], mem_bw: float, offset: int, symmetry: str | None, dim: int,
-             steps: int, gated: bool = False) -> PhaseProgram:
-    """The CSR program of a pattern for the simulated ranks `sim` (global ids)."""
+             steps: int, gated: bool = False, compress: bool = True) -> PhaseProgram:
+    """The CSR program of a pattern for the simulated ranks `sim` (global ids); `compress`: one
+    step stored when every step sends the same."""
+    proc_ns = tuple(3 * math.floor(proc[s] / mem_bw) if s in proc else 0 for s in range(steps))
+    period = 0
+    m = _periodic(pattern, steps) if compress else 0
+    if m:  # keep the first step only
+        period = 1
+        pattern = Pattern(pattern.step[:m], pattern.src[:m], pattern.dst[:m], pattern.nbytes[:m])
+    full = steps
+    steps = period or steps
     if local is None:  # lane: the pattern holds rank 0's transfers only
         src_local = np.zeros(len(pattern.src), dtype=np.int64)
         inc = np.bincount(pattern.step, minlength=steps).reshape(steps, 1)
@@ -103,9 +137,8 @@ def _program(pattern: Pattern, sim: IntArray, local: dict[int, int] | None, n_si
     key = pattern.step * n_sim + src_local
     order = np.argsort(key, kind="stable")  # a rank's messages of a step in the order the pattern sends them
     ptr = np.searchsorted(key[order], np.arange(steps * n_sim + 1))
-    proc_ns = tuple(3 * math.floor(proc[s] / mem_bw) if s in proc else 0 for s in range(steps))
-    return PhaseProgram(kind, queue, delay, steps, ptr.astype(np.int64), pattern.dst[order], pattern.nbytes[order],
-                        inc.astype(np.int64), proc_ns, offset, symmetry, dim, gated)
+    return PhaseProgram(kind, queue, delay, full, ptr.astype(np.int64), pattern.dst[order], pattern.nbytes[order],
+                        inc.astype(np.int64), proc_ns, offset, symmetry, dim, gated, period)
 
 
 class Planner:
@@ -236,6 +269,8 @@ class CollectiveRun:
         need = [[ph.in_count.tolist() for ph in progs] for progs in (plan.phases, plan.odd_phases) if progs is not None]
         self.csr = [csr[0], csr[-1]]  # by chunk parity
         self.need = [need[0], need[-1]]
+        per = [[ph.stored for ph in progs] for progs in (plan.phases, plan.odd_phases) if progs is not None]
+        self.period = [per[0], per[-1]]
         self.sched = sched
         self.net = net
         self.route = route
@@ -297,7 +332,7 @@ class CollectiveRun:
         st = self.step[i][c]
         ptr, dsts, sizes = self.csr[c & 1][p]
         src = self.plan.members[i]
-        k = st * self.n + i
+        k = st % self.period[c & 1][p] * self.n + i
         net, route, deliver = self.net, self.route, self._arrive
         flow = self.flow + c
         for j in range(ptr[k], ptr[k + 1]):
@@ -343,7 +378,7 @@ class CollectiveRun:
                 return
             self.arrived.pop((i, c, p, 0), None)
             ptr = self.csr[c & 1][p][0]
-            k = self.n + i
+            k = 1 % self.period[c & 1][p] * self.n + i
             self.queued[key] = list(range(ptr[k], ptr[k + 1]))
             self.step[i][c] = 1
             self.sent[i][c] = False
@@ -382,7 +417,8 @@ class CollectiveRun:
         if ph.gated and st == 0:
             return  # step 1 goes out as the step-0 messages are reduced (`_general`)
         needs = self.need[par][p]
-        need = needs[st][i]
+        per = self.period[par][p]
+        need = needs[st % per][i]
         key = (i, c, p, st)
         if self.arrived.get(key, 0) < need:
             return
@@ -392,7 +428,7 @@ class CollectiveRun:
         nxt = st + 1
         ptr = self.csr[par][p][0]
         n = self.n
-        while nxt < ph.steps and not needs[nxt][i] and ptr[nxt * n + i] == ptr[nxt * n + i + 1]:
+        while nxt < ph.steps and not needs[nxt % per][i] and ptr[nxt % per * n + i] == ptr[nxt % per * n + i + 1]:
             nxt += 1
         self.sent[i][c] = False
         if nxt < ph.steps:

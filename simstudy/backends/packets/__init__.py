@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from simstudy import __version__, layout
-from simstudy.backends.base import BackendError, RunResult
+from simstudy.backends.base import BackendError, Progress, RunResult
 from simstudy.backends.flowsim import FlowsimBackend
 from simstudy.backends.flowsim.netmodels import NetModel
 from simstudy.backends.flowsim.sched import Scheduler
@@ -34,7 +34,7 @@ class Ns3Backend(FlowsimBackend):
     name = "ns3"
 
     def __init__(self, *, traffic: str = "rows", traffic_bin_s: float = 1e-3,
-                 progress: Callable[[float], None] | None = None) -> None:
+                 progress: Callable[[Progress], None] | None = None) -> None:
         if not available():
             raise BackendError(MISSING)
         super().__init__(traffic="rows" if traffic == "pcap" else traffic, traffic_bin_s=traffic_bin_s,
