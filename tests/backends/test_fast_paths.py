@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from simstudy.backends import BackendError, FlowsimBackend
 from simstudy.compile import Bundle
@@ -46,8 +46,19 @@ def test_one_collective_of_every_rank(case: Case) -> None:
     check(case)
 
 
+#: Found by this test in a fresh install's run: a send from rank 1 starts on the link to rank 0 at
+#: the instant the double binary tree's replayed all-reduce sends on it (aware, FIFO links): flowsim
+#: now runs aware workloads with sends without the `isolated` shortcut.
+SEND_MEETS_TREE = Case(
+    dims=[("Ring", 4, 12.5, 0.0)], algorithms=["doubleBinaryTree"], active=1, splits=1, optimization="baseline",
+    ops=[Op(kind="all_reduce", size=4096, group=None, src=0, dst=0, micros=(1,)),
+         Op(kind="send", size=1024, group=None, src=1, dst=0, micros=(1,))],
+    groups={}, topology=None)
+
+
 @examples(WORKLOADS)
 @given(cases(max_npus=8, max_ops=5))
+@example(SEND_MEETS_TREE)
 def test_workloads(case: Case) -> None:
     """Several ops per rank: staggered starts, groups whose collectives share links, sends that
     meet isolated collectives (replayed message by message from their start)."""
