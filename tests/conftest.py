@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _SKIPPED_MODULES and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def sigint_default() -> None:
+    """`preexec_fn` of a child a test interrupts with SIGINT (Ctrl-C): restores SIGINT's default
+    action, which a shell leaves ignored in commands it starts in the background (`pytest &`, nohup),
+    where Python would then never raise KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture

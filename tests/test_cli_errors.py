@@ -20,6 +20,7 @@ import yaml
 
 from simstudy.cli import main
 from simstudy.spec import SpecError, load_scenario
+from tests.conftest import sigint_default
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = {"name": "s", "model": "small_cnn", "topology": {"kind": "ring", "npus": 4, "bandwidth_gbps": 10,
@@ -215,6 +216,7 @@ def test_dashboard_serve_on_a_port_in_use_fails_before_any_work(run_dir: Path, t
 
 def test_dashboard_serve_serves_the_page_until_ctrl_c(run_dir: Path, tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "simstudy", "dashboard", str(run_dir), "--serve"], cwd=tmp_path,
+                            preexec_fn=sigint_default,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

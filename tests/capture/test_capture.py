@@ -33,6 +33,7 @@ if os.geteuid() != 0 or shutil.which("tcpdump") is None or shutil.which("ethtool
 
 from simstudy.capture.run import capture  # noqa: E402
 from simstudy.traffic.sources import load_traffic  # noqa: E402
+from tests.conftest import sigint_default  # noqa: E402
 
 P = registry.build("small_cnn").params
 GRAD = 4 * P
@@ -163,6 +164,7 @@ def test_ctrl_c_removes_everything(tmp_path: Path) -> None:
     spec.write_text("name: intr\nmodel: small_cnn\nparallelism: {dp: 2}\n"
                     "capture: {iterations: 200, link: {rate_mbit: 50}}\n")
     proc = subprocess.Popen([sys.executable, "-m", "simstudy", "capture", str(spec), "-o", str(tmp_path / "c")],
+                            preexec_fn=sigint_default,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     prefix = f"ss{proc.pid}-"
     deadline = time.monotonic() + 60

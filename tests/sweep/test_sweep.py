@@ -15,6 +15,7 @@ import pytest
 
 from simstudy.spec import load_study
 from simstudy.sweep import LocalExecutor, metric_columns, run_study
+from tests.conftest import sigint_default
 
 STUDY = """\
 name: tiny
@@ -161,6 +162,7 @@ def test_interrupted_sweep_resumes_to_the_same_summary(tmp_path: Path, sig: sign
     out = tmp_path / "interrupted"
     proc = subprocess.Popen([sys.executable, "-m", "simstudy", "sweep", str(path), "-o", str(out), "--workers", "2",
                              "--quiet", "--no-report"], cwd=tmp_path, text=True, stdout=subprocess.PIPE,
+                            preexec_fn=sigint_default,
                             stderr=subprocess.PIPE, start_new_session=True)
     _wait_for_records(out / "runs", 2, proc)
     os.killpg(proc.pid, sig)  # the sweep and its pool workers, mid-run
