@@ -47,30 +47,8 @@ if TYPE_CHECKING:
     from simstudy.validate import CounterValidation, Validation
     from simstudy.zoo import ZooSummary
 
-__all__ = [
-    "InputError",
-    "Run",
-    "StudyResult",
-    "Verdict",
-    "analyze",
-    "analyze_counters",
-    "capture",
-    "cluster",
-    "compile",
-    "dashboard",
-    "load_counters",
-    "load_spec",
-    "load_study",
-    "load_traffic",
-    "models",
-    "open_run",
-    "open_study",
-    "run",
-    "sweep",
-    "trace",
-    "validate",
-    "validate_counters",
-]
+# The public names are listed once, in the package's `__all__` (simstudy/__init__.py), which
+# exports each of them from here on first use.
 
 #: A spec given as a YAML file or as the mapping a YAML file would hold.
 SpecSource = str | Path | Mapping[str, Any]
