@@ -235,7 +235,7 @@ class FluidNet(NetModel):
             if f.t_upd != now:
                 f.remaining -= f.rate * (now - f.t_upd)
                 f.t_upd = now
-        rates = self._maxmin(flows)
+        rates = self._rates(flows)
         s = self.sched
         for f, r in zip(flows, rates, strict=True):
             if r != f.rate:
@@ -244,6 +244,10 @@ class FluidNet(NetModel):
                 f.rate = r
                 f.version += 1
                 s.at(now + max(math.floor(f.remaining / r), 0), self._drain, f, f.version)
+
+    def _rates(self, flows: list[_Flow]) -> list[float]:
+        """The max-min rates of one component's flows (in the order they were sent)."""
+        return self._maxmin(flows)
 
     def _maxmin(self, flows: list[_Flow]) -> list[float]:
         cap = self.capacity
@@ -444,18 +448,7 @@ class FastFluidNet(FluidNet):
                             stack.append(k)
         return sorted(found, key=_by_seq)
 
-    def _recompute(self, keys: set[int]) -> None:
-        if self._dirty is not None and self._dirty[2] is keys:
-            self._dirty = None
-        flows = self._component(keys)
-        if not flows:
-            return
-        self.recomputes += 1
-        now = self.sched.now
-        for f in flows:
-            if f.t_upd != now:
-                f.remaining -= f.rate * (now - f.t_upd)
-                f.t_upd = now
+    def _rates(self, flows: list[_Flow]) -> list[float]:
         sig = tuple(f.route for f in flows)
         rates = self._solved.get(sig)
         if rates is None:
@@ -467,14 +460,7 @@ class FastFluidNet(FluidNet):
             self._solved[sig] = rates
         else:
             self.reused += 1
-        s = self.sched
-        for f, r in zip(flows, rates, strict=True):
-            if r != f.rate:
-                if f.rate:
-                    f.const = False
-                f.rate = r
-                f.version += 1
-                s.at(now + max(math.floor(f.remaining / r), 0), self._drain, f, f.version)
+        return rates
 
 
 NETMODELS: dict[str, type[NetModel]] = {"unaware": UnawareNet, "aware": AwareNet, "fluid": FastFluidNet}
