@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simstudy.cli import main
+from tests.mutations import mutate, paths
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -130,41 +131,9 @@ values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=
                       max_leaves=8)
 
 
-def _paths(data: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(data, dict):
-        for k, v in data.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
-def _mutate(data: Any, path: tuple[Any, ...], how: str, value: Any) -> Any:
-    if not path:
-        return value if how == "replace" else data
-    head, rest = path[0], path[1:]
-    if isinstance(data, dict):
-        data = dict(data)
-        if not rest and how == "delete":
-            data.pop(head, None)
-        elif not rest and how == "rename":
-            data[{"kind": "type", "type": "kind"}.get(str(head), f"{head}x")] = data.pop(head)
-        elif not rest and how == "add":
-            data[head] = data[head]
-            data[f"{head}_extra"] = value
-        else:
-            data[head] = _mutate(data[head], rest, how, value)
-    elif isinstance(data, list):
-        data = list(data)
-        if not rest and how == "delete":
-            data.pop(head)
-        elif not rest and how == "add":
-            data.append(value)
-        else:
-            data[head] = _mutate(data[head], rest, how, value)
-    return data
+def _kind_or_type(key: Any) -> str:
+    """The rename a user makes: `kind` where a dimension says `type` (and back), else a typo."""
+    return {"kind": "type", "type": "kind"}.get(str(key), f"{key}x")
 
 
 def mutate_file(draw: st.DrawFn, path: Path) -> str:
@@ -181,10 +150,10 @@ def mutate_file(draw: st.DrawFn, path: Path) -> str:
         return f"{path.name} overwritten at {at}"
     is_json = path.suffix == ".json"
     data = json.loads(raw) if is_json else yaml.safe_load(raw)
-    where = draw(st.sampled_from(_paths(data)))
+    where = draw(st.sampled_from(paths(data)))
     how = draw(st.sampled_from(["replace", "delete", "rename", "add"]))
     value = draw(values)
-    mutated = _mutate(data, where, how, value)
+    mutated = mutate(data, where, how, value, _kind_or_type)
     if is_json:
         path.write_text(json.dumps(mutated, allow_nan=True))
     else:

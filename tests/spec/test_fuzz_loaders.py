@@ -6,7 +6,6 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -17,6 +16,7 @@ from simstudy.spec import SpecError, load_runnable, load_scenario, load_study
 from simstudy.spec.capture import CaptureSpec
 from simstudy.spec.load import load_spec
 from simstudy.sweep import expand
+from tests.mutations import mutate, paths
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Files a user loads (scenarios, studies, capture specs) ...
@@ -64,38 +64,6 @@ values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=
                       max_leaves=12)
 
 
-def _paths(data: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(data, dict):
-        for k, v in data.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
-def _mutate(data: Any, path: tuple[Any, ...], how: str, value: Any) -> Any:
-    if not path:
-        return value if how == "replace" else data
-    head, rest = path[0], path[1:]
-    if isinstance(data, dict):
-        data = dict(data)
-        if not rest and how == "delete":
-            data.pop(head, None)
-        elif not rest and how == "rename":
-            data[f"{head}x"] = data.pop(head)
-        else:
-            data[head] = _mutate(data[head], rest, how, value)
-    elif isinstance(data, list):
-        data = list(data)
-        if not rest and how == "delete":
-            data.pop(head)
-        else:
-            data[head] = _mutate(data[head], rest, how, value)
-    return data
-
-
 def _users(fragment: Path) -> list[Path]:
     """The shipped specs that reference `fragment` (directly or through another fragment)."""
     names = {fragment.name}
@@ -118,9 +86,9 @@ def test_shipped_specs_load(rel: Path) -> None:
 
 def _mutated(data: st.DataObject, text: str) -> str:
     original = yaml.safe_load(text)
-    path = data.draw(st.sampled_from(_paths(original)))
+    path = data.draw(st.sampled_from(paths(original)))
     how = data.draw(st.sampled_from(["replace", "delete", "rename"]))
-    return yaml.safe_dump(_mutate(original, path, how, data.draw(values)), sort_keys=False)
+    return yaml.safe_dump(mutate(original, path, how, data.draw(values)), sort_keys=False)
 
 
 @given(data=st.data())
