@@ -91,6 +91,17 @@ def astra_sim_bin() -> Path:
     return found
 
 
+@pytest.fixture
+def aware_bin() -> Path:
+    """The ASTRA-SIM congestion-aware binary; skips the test with the reason when absent."""
+    from simstudy.backends.locate import describe_search, find_astra_sim
+
+    found = find_astra_sim(aware=True)
+    if found is None:
+        pytest.skip(f"no ASTRA-SIM congestion-aware binary: {describe_search(aware=True)}")
+    return found
+
+
 def require_ns3() -> None:
     """Skip a test that needs ns-3's Python wheel when it is not installed, with the reason; under
     CI (CI=true), where .ci/run installs it, fail instead."""

@@ -12,21 +12,12 @@ import pytest
 import yaml
 
 from simstudy.backends import AstraSimBackend, FlowsimBackend
-from simstudy.backends.locate import describe_search, find_astra_sim
 from simstudy.compile import Bundle, compile_scenario
 from simstudy.spec import Scenario
 from tests.backends.bundles import bundle as collective_bundle
 
 pytestmark = pytest.mark.astrasim
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def aware_bin() -> Path:
-    found = find_astra_sim(aware=True)
-    if found is None:
-        pytest.skip(f"no ASTRA-SIM congestion-aware binary: {describe_search(aware=True)}")
-    return found
 
 
 def check(bundle: Bundle, binary: Path, tmp: Path) -> None:

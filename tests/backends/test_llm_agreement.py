@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from simstudy.backends import AstraSimBackend, FlowsimBackend
-from simstudy.backends.locate import describe_search, find_astra_sim
 from simstudy.compile import compile_scenario
 from simstudy.spec import Scenario
 
@@ -96,14 +95,6 @@ def agree(binary: Path, aware: bool, b: Any, tmp: Path) -> None:
     fb = f.traffic.groupby(["src", "dst"], observed=True)["bytes"].sum()
     ab = a.traffic.groupby(["src", "dst"], observed=True)["bytes"].sum()
     assert fb.equals(ab)
-
-
-@pytest.fixture
-def aware_bin() -> Path:
-    found = find_astra_sim(aware=True)
-    if found is None:
-        pytest.skip(f"no ASTRA-SIM congestion-aware binary: {describe_search(aware=True)}")
-    return found
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
