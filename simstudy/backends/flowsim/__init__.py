@@ -22,7 +22,6 @@ from simstudy.backends.iterations import iteration_ends
 from simstudy.backends.network import Network
 from simstudy.backends.traffic_build import WorkloadInfo, span_kind, union_ns
 from simstudy.backends.traffic_out import TrafficSink, make_sink
-from simstudy.chakra import NodeType
 from simstudy.compile.attributes import NodeMeta
 from simstudy.table import OPS
 
@@ -53,17 +52,6 @@ class _Rows:
             c = [np.asarray(col) for col in zip(*self.buf, strict=True)]
             self.buf = []
             self.sink.add(c[6].astype(np.int8), c[7], c[0], c[1], c[2], c[3], c[4], c[5], c[8], c[9])
-
-
-def _sends_meet_fifo(congestion: str, info: WorkloadInfo) -> bool:
-    """Whether point-to-point sends may meet isolated collectives on FIFO links (`aware`): there,
-    when a send starts at the instant the collective sends one of its own messages on that link,
-    the replay of the collective (`comms.Comms`) can queue the two in the other order than the
-    full path does (tests/backends/test_fast_paths.py found two such bundles), so such a run
-    takes no `isolated` shortcut. Fluid sharing does not depend on that order."""
-    if congestion != "aware":
-        return False
-    return any(n.type == NodeType.COMM_SEND_NODE for nodes in info.nodes for n in nodes)
 
 
 class FlowsimBackend:
@@ -108,8 +96,7 @@ class FlowsimBackend:
                      and identical_ranks(info, planner.symmetric))
         engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows,
                         identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count,
-                        isolated=cuts.isolated and not _sends_meet_fifo(self.congestion, info),
-                        solver=self.fluid_solver, model=model)
+                        isolated=cuts.isolated, solver=self.fluid_solver, model=model)
         if self.progress is not None:
             engine.progress = _ticker(self.progress, lambda: sink.transfers + len(rows.buf) + engine.comms.simulated(),
                                       t0, engine.expected_transfers())

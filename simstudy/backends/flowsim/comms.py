@@ -37,6 +37,7 @@ from simstudy.backends.flowsim.tcp import TCP_NETMODELS, TcpPaths
 from simstudy.backends.network import Network
 from simstudy.backends.patterns import TreeTurns
 from simstudy.backends.traffic_build import WorkloadInfo
+from simstudy.chakra import NodeType
 
 IntArray = NDArray[np.int64]
 Route = tuple[tuple[int, ...], tuple[int, ...] | None, float, int]
@@ -239,6 +240,18 @@ class Activity:
     pending: int = 0
 
 
+def _sends_meet_fifo(congestion: str, info: WorkloadInfo) -> bool:
+    """Whether point-to-point sends may meet isolated collectives on FIFO links (`aware`): there,
+    when a send starts at the instant the collective sends one of its own messages on that link,
+    the replay of the collective (`Comms._replay`) can queue the two in the other order than the
+    full path does (tests/backends/test_fast_paths.py found two such bundles), so such a run
+    takes no `isolated` shortcut. Fluid sharing does not depend on that order."""
+    if congestion != "aware":
+        return False
+    traces = {id(nodes): nodes for nodes in info.nodes}.values()  # ranks with one trace share its list
+    return any(n.type == NodeType.COMM_SEND_NODE for nodes in traces for n in nodes)
+
+
 class Comms:
     """Every transfer of a run, on one network model in one of the congestion modes."""
 
@@ -279,8 +292,9 @@ class Comms:
         self._lanes: dict[tuple[str, ...], Lanes] = {}
         self.shared = mode != "unaware"
         #: the shortcut: time a collective alone when nothing else uses its links (else: always message by
-        #: message); never on a model whose messages are not timed alone (TCP under loss, the packet network)
-        self.isolated = isolated and self.model.timed_alone
+        #: message); never on a model whose messages are not timed alone (TCP under loss, the packet network),
+        #: nor where a send may meet a replayed collective on a FIFO link (`_sends_meet_fifo`)
+        self.isolated = isolated and self.model.timed_alone and not _sends_meet_fifo(mode, info)
         nlinks = len(net.capacity)
         self.fast_owner: list[Activity | None] = [None] * nlinks
         self.detailed = np.zeros(nlinks, dtype=np.int64)
