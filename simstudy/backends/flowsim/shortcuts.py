@@ -7,7 +7,8 @@
   simulated for all of them (`engine.identical_ranks`);
 * `isolated`: a collective whose links carry nothing else while it runs is timed once, alone, and
   that timing is reused for every collective with the same plan and paths; one that meets other
-  traffic is replayed message by message (`comms.Comms`).
+  traffic is replayed message by message (`comms.Comms`); not taken by `aware` runs with
+  point-to-point sends (`comms._sends_meet_fifo`).
 
 `FULL` turns every one off: every rank's collectives run message by message, every member
 simulated, on the one shared network. The property tests (`tests/backends/test_fast_paths.py`)
