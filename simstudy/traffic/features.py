@@ -44,7 +44,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy import fft as sfft
 from scipy.signal import find_peaks
 
-from simstudy.traffic.iterations import Candidate, Iterations, find_iterations
+from simstudy.traffic.iterations import Candidate, Iterations, find_iterations, interquartile_mean
 from simstudy.traffic.registry import JOB, TRANSPORT, Analysis, Context, Metric
 from simstudy.traffic.roles import Roles, classify, with_iterations
 from simstudy.traffic.timeline import Timeline, link_timeline, throughput_timeline
@@ -229,8 +229,9 @@ class Period(_ValueEq):
     """The iteration period, how it was found, and where the iterations are.
 
     `method`: "boundaries" (given iteration start times) or "iterations" (the table's
-    `iteration` column) when they give at least two iterations: the median of (start
-    difference / iteration-number difference) over consecutive iterations of every worker;
+    `iteration` column) when they give at least two iterations: the interquartile mean (the
+    mean of the middle half, `interquartile_mean`) of (start difference / iteration-number
+    difference) over consecutive iterations of every worker;
     else "traffic": the period whose cycles repeat the same bytes, chosen among candidates at
     1, 10 and 100 ms (`simstudy.traffic.iterations`); when no candidate does, the 1 ms
     "autocorrelation" when its peak is clear (height >= `ACF_CLEAR_PEAK`), else the
@@ -548,14 +549,15 @@ def _iteration_runs(groups: pd.DataFrame) -> list[tuple[FloatArray, FloatArray]]
 
 
 def _period_from_starts(runs: list[tuple[FloatArray, FloatArray]]) -> tuple[float, float]:
-    """(median duration of an iteration, 1 - IQR/median) from per-worker iteration starts."""
+    """(typical duration of an iteration, 1 - IQR/median) from per-worker iteration starts: the
+    interquartile mean of the durations (`interquartile_mean`), as the traffic finds it."""
     per = [np.diff(t) / np.diff(k) for k, t in runs if len(t) >= 2]
     d = np.concatenate(per) if per else np.zeros(0)
     d = d[np.isfinite(d) & (d > 0)]
     if len(d) == 0:
         return math.nan, 0.0
     q1, med, q3 = np.quantile(d, [0.25, 0.5, 0.75])
-    return float(med), float(np.clip(1.0 - (q3 - q1) / med, 0.0, 1.0))
+    return interquartile_mean(d), float(np.clip(1.0 - (q3 - q1) / med, 0.0, 1.0))
 
 
 def _period(rates: FloatArray, bin_s: float, runs: list[tuple[FloatArray, FloatArray]] | None,
@@ -567,7 +569,8 @@ def _period(rates: FloatArray, bin_s: float, runs: list[tuple[FloatArray, FloatA
     candidates: tuple[Candidate, ...] = found.candidates if found is not None else ()
     win = window if window is not None else (math.nan, math.nan)
     if math.isfinite(it_p):
-        chosen = (it_p, runs_method, it_s, f"median time between the {len(starts)} marked iteration starts")
+        chosen = (it_p, runs_method, it_s,
+                  f"typical time between the {len(starts)} marked iteration starts (interquartile mean)")
     elif found is not None and found.count:
         starts, win = found.starts_s, found.window_s
         cv = next(c.volume_cv for c in found.candidates if c.verdict.startswith("chosen"))
@@ -613,7 +616,7 @@ def iteration_period(table: pd.DataFrame, *, bin_s: float = 1e-3, boundaries: Bo
 
     The autocorrelation and periodogram estimates come from the total throughput in `bin_s`
     bins. `boundaries` (iteration start times) or else the table's `iteration` column, when they
-    give at least two iterations, decide the period: the median of (start difference /
+    give at least two iterations, decide the period: the interquartile mean of (start difference /
     iteration-number difference) over consecutive iterations of every worker.
     """
     rows = training_rows(table)

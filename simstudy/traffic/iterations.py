@@ -46,19 +46,22 @@ the iteration: **a true iteration period repeats the same bytes per cycle**, sen
    gap). Its period is the slope of the steady run's found boundaries against their cycle number,
    or, when their durations vary more than `JITTER` (compute-bound iterations on busy cores,
    drifting with the load) or the iterations are counted over more than the steady run (step
-   7), the median time between each sender's iterations' worth of bytes
-   over the stretch it was counted on (its cumulative bytes cross every whole multiple of its
-   bytes per iteration at the end of that iteration's sends).
+   7), the typical time between each sender's iterations' worth of bytes (the mean of the
+   middle half of those times, `interquartile_mean`) over the stretch it was counted on (its
+   cumulative bytes cross every whole multiple of its bytes per iteration at the end of that
+   iteration's sends).
    When no candidate is strong, the one that comes closest among those with `MIN_CYCLES` steady
    cycles holding `MIN_COVERAGE` of the bytes is chosen and said to be weak; when none has
    those, no iteration is found (never a pacing period).
 7. Whole iterations: the stretch of traffic between gaps longer than a period that holds the
-   steady run counts `count` iterations when the senders whose cycles are cut cleanly agree that
-   it holds a whole number of their cycles (a parameter server's link that never pauses is cut
-   less cleanly than its workers'); its bytes divided by that are the bytes per iteration, and
-   boundaries inside it do not matter. A sender whose stretch holds a quarter of a cycle more
-   than that (the initial broadcast) counts its typical cycle (the median, when most of its
-   cycles agree with it) instead. Otherwise the steady cycles are counted.
+   steady run counts `count` iterations when the senders whose cycles are cut cleanly find that
+   it holds a whole number of their cycles: the fewest of their numbers, when the others are at
+   most `SETUP_CYCLES` more (setup traffic only adds: the initial parameter broadcast is a
+   whole cycle's worth for the rank that sends it; a parameter server's link that never pauses
+   is cut less cleanly than its workers'); its bytes divided by that are the bytes per
+   iteration, and boundaries inside it do not matter. A sender whose stretch holds a quarter of
+   a cycle more than that (the initial broadcast) counts its typical cycle (the median, when
+   most of its cycles agree with it) instead. Otherwise the steady cycles are counted.
 
 8. Bursts: where compute, not a network, sets the pace (ranks on one host, 2 busy cores), the
    iterations jitter by tens of percent, so no one period cuts them, and the cycles of a
@@ -74,7 +77,8 @@ the iteration: **a true iteration period repeats the same bytes per cycle**, sen
    whole multiple of its bytes (within `BURST_MULTIPLE_BYTES`) and repeat them no better, or
    when it repeats its bytes `BURST_EXACTER` times more exactly with at least twice the
    cycles (a periodic cut through jittery iterations holds a varying number of them). Its
-   period is the median cycle duration (jitter makes the mean a poor middle), its bytes per
+   period is the typical time between each sender's iterations' worth of bytes, as in 6 (the
+   median cycle duration when too few cross), its bytes per
    iteration each sender's median group (the senders without cycles: their bytes over the
    steady cycles of the busiest sender with cycles, divided by their number).
 
@@ -106,6 +110,7 @@ __all__ = [
     "Candidate",
     "Iterations",
     "find_iterations",
+    "interquartile_mean",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -169,6 +174,9 @@ MULTIPLE_TOLERANCE = 0.06
 STRETCH_TOLERANCE = 0.05
 STRETCH_CLEAN_SHARE = 0.25
 SETUP_SHARE = 0.25
+#: Setup traffic adds at most this many cycles' worth to a sender's stretch (the initial parameter
+#: broadcast, forwarded along a chain of ranks).
+SETUP_CYCLES = 2
 #: A sender's typical cycle is known when this share of its steady cycles is within CLEAN_CYCLE of it.
 CLEAN_SHARE = 0.5
 CLEAN_CYCLE = 0.02
@@ -180,7 +188,7 @@ MAX_GAPS = 48
 NOISE_SHARE = 0.01
 #: Most bursts grouped into one cycle.
 MAX_GROUP = 4
-#: Cycles whose durations vary more than this jitter: the period is then the median time between each
+#: Cycles whose durations vary more than this jitter: the period is then the typical time between each
 #: sender's iterations' worth of bytes, not the slope through the steady cycles' boundaries.
 JITTER = 0.05
 #: A cycle holds several iterations when this share of its 1/m parts end at a sender's silence ...
@@ -253,6 +261,19 @@ class Iterations:
     def bytes_per_iteration(self) -> float:
         """All senders' bytes per iteration (NaN when none was found)."""
         return float(self.per_iteration.sum()) if self.count else math.nan
+
+
+def interquartile_mean(x: FloatArray) -> float:
+    """The mean of the middle half of `x` (its values from the 25th to the 75th percentile): the
+    typical one of jittery iteration durations. Stalls (a TCP retransmission timeout) and short
+    outliers fall outside it, as with the median; but where durations form two clusters (compute
+    on two shared cores alternates between paces) the median jumps from one to the other with a
+    single sample, and this moves smoothly. NaN for no values."""
+    v = np.asarray(x, dtype=np.float64)
+    if len(v) == 0:
+        return math.nan
+    q1, q3 = np.quantile(v, [0.25, 0.75])
+    return float(v[(v >= q1) & (v <= q3)].mean())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -667,17 +688,14 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
     lo, hi = int(cut.bounds[a]), int(cut.bounds[b])
     count, window, per = b - a, (lo, hi), volumes.mean(axis=0)
     counted_by = "cycles"
-    s_lo, s_hi = _stretch(total, lo, hi, s.period_s / BIN_S)
-    stretch = volume[s_lo:s_hi + 1].sum(axis=0)
     cycle = np.median(volumes, axis=0)  # a sender's typical cycle, whatever one mis-cut cycle holds
-    n = _whole_cycles(stretch, cycle)
+    s_lo, s_hi, stretch, n = _counted_stretch(volume, total, lo, hi, s.period_s / BIN_S, cycle)
     if n >= b - a:
         # a sender most of whose cycles agree (so that its typical cycle is known) but whose stretch
         # holds a quarter of a cycle more or less than n of them sent setup traffic too (the
         # initial parameter broadcast): its typical cycle is its bytes per iteration
         agree = (np.abs(volumes / np.where(cycle > 0, cycle, 1.0) - 1) <= CLEAN_CYCLE).mean(axis=0)
-        setup = (np.abs(stretch - n * cycle) > SETUP_SHARE * cycle) & (agree >= CLEAN_SHARE)
-        per = np.where(setup, cycle, stretch / n)
+        per = _per_iteration(stretch, n, cycle, agree >= CLEAN_SHARE)
         count, window, counted_by = n, (s_lo, s_hi + 1), "stretch"
         reason += (f"; bytes per iteration = the bytes of the stretch of traffic the cycles lie in / {n} (the "
                    "senders whose cycles are cut cleanly hold that many cycles' worth)")
@@ -688,7 +706,7 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
     uneven = s.duration_cv > JITTER or count > b - a  # jitter, or iterations beyond the steady run
     crossed = _crossing_period(volume, per, window[0], window[1], count) if uneven else math.nan
     if math.isfinite(crossed):
-        reason = reason.replace("period = slope of its", f"period = {crossed * 1e3:.4g} ms, the median time between "
+        reason = reason.replace("period = slope of its", f"period = {crossed * 1e3:.4g} ms, the typical time between "
                                 "each sender's iterations' worth of bytes (slope of its")
         reason = reason.replace(" boundaries against their cycle number", " boundaries against their cycle number: "
                                 f"{period_s * 1e3:.4g} ms)", 1)
@@ -699,7 +717,7 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
         crossed = _crossing_period(volume, per, window[0], window[1], count)
         period_s = crossed if math.isfinite(crossed) else period_s / split
         reason += (f"; each of these holds {split} iterations: every sender's cumulative bytes reach each "
-                   f"1/{split} of them at a silence (period {period_s * 1e3:.4g} ms, the median time between them)")
+                   f"1/{split} of them at a silence (period {period_s * 1e3:.4g} ms, the typical time between them)")
         was = next(c for c in candidates if c.verdict.startswith("chosen"))
         candidates = (*(replace(c, verdict=f"{split} x the iteration, whose bytes end at the senders' silences")
                         if c is was else c for c in candidates),
@@ -779,6 +797,7 @@ class _Bursts:
     sender_bytes: FloatArray  # cycles x senders, each sender's bytes within the reference cycles
     label: str
     typical: FloatArray  # each sender's median cycle (0 for the senders without cycles that agree)
+    clean: FloatArray  # the share of each sender's cycles within CLEAN_CYCLE of its typical one
 
 
 def _bursts_of(v: FloatArray, gap: int) -> tuple[IntArray, IntArray, FloatArray]:
@@ -870,22 +889,24 @@ def _bursts(volume: FloatArray, total: FloatArray) -> _Bursts | None:
     cum = np.vstack([np.zeros((1, volume.shape[1])), np.cumsum(volume, axis=0)])
     within = np.diff(cum[np.clip(bounds, 0, len(volume))], axis=0)  # cycles x senders
     typical = np.array([float(np.median(found[e].bytes)) if e in agree else 0.0 for e in range(volume.shape[1])])
+    clean = np.array([float(np.mean(np.abs(found[e].bytes / typical[e] - 1) <= CLEAN_CYCLE)) if e in agree else 0.0
+                      for e in range(volume.shape[1])])
     per = np.where(typical > 0, typical, within.sum(axis=0) / n)
     cvs = np.array([found[e].bytes.std() / found[e].bytes.mean() for e in ids])
     d = np.diff(ref.starts).astype(np.float64)
     coverage = float(sum(found[e].bytes.sum() for e in ids) / total.sum()) if total.sum() > 0 else 0.0
     return _Bursts(period * BIN_S, float((weights * cvs).sum()), float(d.std() / d.mean()) if len(d) >= 2 else 0.0,
                    coverage, n, ref.starts, ref.ends, np.asarray(per, dtype=np.float64), within,
-                   f"bursts (silences >= {ref.gap} ms, {ref.group} per cycle)", typical)
+                   f"bursts (silences >= {ref.gap} ms, {ref.group} per cycle)", typical, clean)
 
 
 def _crossing_period(volume: FloatArray, per: FloatArray, lo: int, hi: int, count: int) -> float:
-    """The median iteration: each sender's cumulative bytes over [lo, hi) cross every whole number
-    of its bytes per iteration at the end of that iteration's sends; the median time between
-    crossings, and the bytes-weighted median over the senders whose window holds a whole number
-    of iterations (within `STRETCH_TOLERANCE`). Jitter and drift of the iterations' lengths move
-    the median little, where a slope through a subset of the cycles follows them. NaN when no
-    sender has at least `MIN_CYCLES` crossings."""
+    """The typical iteration: each sender's cumulative bytes over [lo, hi) cross every whole number
+    of its bytes per iteration at the end of that iteration's sends; the interquartile mean of
+    the times between crossings (`interquartile_mean`), and the bytes-weighted median over the
+    senders whose window holds a whole number of iterations (within `STRETCH_TOLERANCE`). Jitter,
+    stalls and drift of the iterations' lengths move it little, where a slope through a subset of
+    the cycles follows them. NaN when no sender has at least `MIN_CYCLES` crossings."""
     if count < MIN_CYCLES + 1:
         return math.nan
     medians, weights = [], []
@@ -902,7 +923,7 @@ def _crossing_period(volume: FloatArray, per: FloatArray, lo: int, hi: int, coun
         at = i + (levels - before) / np.where(v[i] > 0, v[i], 1.0)  # within the bin, as if spread evenly
         d = np.diff(at)
         if len(d) >= MIN_CYCLES:
-            medians.append(float(np.median(d)))
+            medians.append(interquartile_mean(d))
             weights.append(sent)
     if not medians:
         return math.nan
@@ -915,16 +936,15 @@ def _from_bursts(b: _Bursts, volume: FloatArray, total: FloatArray, t0: float, s
                  candidates: tuple[Candidate, ...], why: str) -> Iterations:
     """The iterations of the bursts candidate (see the module docstring, 8): counted over the stretch
     of traffic around the busiest sender's steady cycles when the senders with cycles agree that it
-    holds a whole number of theirs, and the median time between each sender's iterations' worth
+    holds a whole number of theirs, and the typical time between each sender's iterations' worth
     of bytes as the period."""
     lo, hi = int(b.starts[0]), int(b.ends[-1])
     count, window, per, counted = b.cycles, (lo, hi), b.per_iteration, "bursts"
-    s_lo, s_hi = _stretch(total, lo, hi, b.period_s / BIN_S)
-    stretch = volume[s_lo:s_hi + 1].sum(axis=0)
-    n = _whole_cycles(stretch, b.typical)
+    s_lo, s_hi, stretch, n = _counted_stretch(volume, total, lo, hi, b.period_s / BIN_S, b.typical)
     how = f"each sender's median cycle, over {b.cycles} cycles"
     if n >= b.cycles:
-        count, window, per, counted = n, (s_lo, s_hi + 1), stretch / n, "stretch"
+        count, window, counted = n, (s_lo, s_hi + 1), "stretch"
+        per = _per_iteration(stretch, n, b.typical, b.clean >= CLEAN_SHARE)
         how = f"the bytes of the stretch of traffic the cycles lie in / {n}"
     period_s = b.period_s
     crossed = _crossing_period(volume, per, window[0], window[1], count)
@@ -934,7 +954,7 @@ def _from_bursts(b: _Bursts, volume: FloatArray, total: FloatArray, t0: float, s
     reason = (f"every sender's traffic cut at its own silences: {why}; {b.cycles} steady cycles of the busiest "
               f"sender ({b.label}) holding {b.coverage:.0%} of the bytes, each sender's bytes per cycle vary "
               f"{b.volume_cv:.1%}, their durations {b.duration_cv:.0%} (jitter); period = "
-              + ("the median time between each sender's iterations' worth of bytes" if math.isfinite(crossed)
+              + ("the typical time between each sender's iterations' worth of bytes" if math.isfinite(crossed)
                  else "the median cycle") + f"; bytes per iteration = {how}")
     starts = t0 + b.starts.astype(np.float64) * BIN_S
     ends = np.concatenate([starts[1:], [t0 + float(b.ends[-1]) * BIN_S]])
@@ -945,27 +965,82 @@ def _from_bursts(b: _Bursts, volume: FloatArray, total: FloatArray, t0: float, s
 
 def _whole_cycles(stretch: FloatArray, cycle: FloatArray) -> int:
     """How many whole cycles a stretch of traffic holds, from the senders whose bytes in it are
-    a whole number of their cycle's bytes (within `STRETCH_TOLERANCE`): they must agree and
-    hold at least `STRETCH_CLEAN_SHARE` of the bytes; 0 when they do not. A sender that never
-    pauses (a parameter server's saturated link) has no clean cut; its neighbours decide."""
+    a whole number of their cycle's bytes (within `STRETCH_TOLERANCE`): the fewest such number
+    (setup traffic only adds: the initial parameter broadcast is a whole cycle's worth for the
+    rank that sends it), when the others hold at most `SETUP_CYCLES` more and the senders at
+    the fewest hold at least `STRETCH_CLEAN_SHARE` of the bytes; 0 otherwise. A sender that
+    never pauses (a parameter server's saturated link) has no clean cut; its neighbours decide."""
     sent = cycle > 0
     each = stretch[sent] / cycle[sent]
     clean = np.abs(each - np.round(each)) <= STRETCH_TOLERANCE
-    counts = set(np.round(each[clean]).astype(np.int64).tolist())
-    if len(counts) != 1 or stretch[sent][clean].sum() < STRETCH_CLEAN_SHARE * stretch.sum():
+    counts = np.round(each[clean]).astype(np.int64)
+    if not len(counts) or counts.max() - counts.min() > SETUP_CYCLES:
         return 0
-    return int(counts.pop())
+    n = int(counts.min())
+    if stretch[sent][clean][counts == n].sum() < STRETCH_CLEAN_SHARE * stretch.sum():
+        return 0
+    return n
+
+
+def _per_iteration(stretch: FloatArray, n: int, cycle: FloatArray, known: NDArray[np.bool_]) -> FloatArray:
+    """Each sender's bytes per iteration over a stretch of `n` iterations: its bytes there / n,
+    except for a sender whose typical cycle is `known` (most of its cycles agree with it) but
+    whose stretch holds more than `SETUP_SHARE` of a cycle more or less than n of them: it sent
+    setup traffic too (the initial parameter broadcast), and its typical cycle is its bytes per
+    iteration."""
+    setup = (np.abs(stretch - n * cycle) > SETUP_SHARE * cycle) & known
+    return np.asarray(np.where(setup, cycle, stretch / n), dtype=np.float64)
+
+
+def _stretches(total: FloatArray, period: float) -> tuple[IntArray, IntArray]:
+    """First and last busy bin of every stretch of traffic between gaps longer than a period."""
+    busy = np.flatnonzero(total > 0)
+    gaps = np.flatnonzero(np.diff(busy) > period)
+    return (np.concatenate([[busy[0]], busy[gaps + 1]]).astype(np.int64),
+            np.concatenate([busy[gaps], [busy[-1]]]).astype(np.int64))
 
 
 def _stretch(total: FloatArray, lo: int, hi: int, period: float) -> tuple[int, int]:
     """The first and last busy bin of the traffic around [lo, hi) up to a gap longer than a period."""
-    busy = np.flatnonzero(total > 0)
-    gaps = np.flatnonzero(np.diff(busy) > period)
-    starts = np.concatenate([[busy[0]], busy[gaps + 1]])
-    ends = np.concatenate([busy[gaps], [busy[-1]]])
+    starts, ends = _stretches(total, period)
     first = int(np.searchsorted(ends, lo, side="left"))
     last = int(np.searchsorted(starts, max(hi - 1, lo), side="right")) - 1
     return int(starts[min(first, len(starts) - 1)]), int(ends[max(last, 0)])
+
+
+def _counted_stretch(volume: FloatArray, total: FloatArray, lo: int, hi: int, period: float,
+                     cycle: FloatArray) -> tuple[int, int, FloatArray, int]:
+    """The stretch of traffic around [lo, hi) (`_stretch`) and the whole cycles it holds
+    (`_whole_cycles`), grown over the stretches beside it while each holds a whole number of
+    cycles too (at least one; stretches of less than `STRETCH_TOLERANCE` of a cycle, stray
+    packets, are passed over): a stall of the machine (descheduled ranks, a retransmission
+    timeout) longer than a period splits the training traffic but does not end it. First and
+    last bin, each sender's bytes there, and the cycles (0 when the stretch itself holds no whole
+    number of them)."""
+    s_lo, s_hi = _stretch(total, lo, hi, period)
+    sums = volume[s_lo:s_hi + 1].sum(axis=0)
+    n = _whole_cycles(sums, cycle)
+    if n <= 0:
+        return s_lo, s_hi, sums, 0
+    starts, ends = _stretches(total, period)
+    i = int(np.searchsorted(starts, s_lo))
+    j = int(np.searchsorted(ends, s_hi))
+    small = STRETCH_TOLERANCE * cycle
+    for step, edge in ((-1, i), (1, j)):
+        k = edge + step
+        while 0 <= k < len(starts):
+            part = volume[starts[k]:ends[k] + 1].sum(axis=0)
+            m = 0 if np.all(part <= small) else _whole_cycles(part, cycle)
+            if m == 0 and not np.all(part <= small):
+                break
+            if m > 0:
+                n += m
+                if step < 0:
+                    s_lo = int(starts[k])
+                else:
+                    s_hi = int(ends[k])
+            k += step
+    return s_lo, s_hi, volume[s_lo:s_hi + 1].sum(axis=0), n
 
 
 @dataclass(frozen=True)

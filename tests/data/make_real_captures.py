@@ -1,18 +1,23 @@
 """Regenerate the small real captures in tests/data/real/ (needs root, tcpdump, ethtool and torch).
 
     sudo python tests/data/make_real_captures.py
+    python tests/data/make_real_captures.py --from CAPTURE_DIR NAME   # keep a capture made elsewhere
 
 Each is a real torch.distributed job captured by `simstudy capture` (a narrow CNN; 2 workers on
 200 Mbit/s links, or 3-4 workers and a parameter server as processes of one host; snap length
 100), kept as its pcaps only, as a capture from elsewhere would come, and `truth.json`: what the
-capture's meta.json logged (the median time between iteration starts, payload bytes per marked
-iteration, workers and servers, and on one host every rank's ports). tests/traffic/test_real.py
+capture's meta.json logged (the typical time between iteration starts, their interquartile mean
+as the analysis takes it, and their median; payload bytes per marked iteration, workers and
+servers, and on one host every rank's ports). `--from` keeps a capture directory that
+`simstudy capture` wrote elsewhere (a case of benchmarks/bare_captures.py that the analysis once
+got wrong) in the same way. tests/traffic/test_real.py
 checks that `analyze` finds the roles, the period and the bytes per iteration from the pcaps
 alone. Run this only when a change is meant to move them, and say why in the commit.
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import shutil
@@ -20,8 +25,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from simstudy.capture.run import capture
 from simstudy.spec.capture import CaptureSpec
+from simstudy.traffic.iterations import interquartile_mean
 from simstudy.traffic.meta import read_meta
 from simstudy.traffic.sources import load_traffic
 from simstudy.validate import payload_view
@@ -39,7 +47,38 @@ JOBS = {
 }
 
 
+def keep(cap: Path, name: str) -> None:
+    """Copy a capture's pcaps to tests/data/real/NAME with the truth its meta.json logged."""
+    meta = read_meta(cap)
+    assert meta is not None, f"{cap} has no meta.json"
+    diffs = [b[0] - a[0] for spans in meta.iterations.values() for a, b in itertools.pairwise(spans)]
+    table = payload_view(load_traffic(cap).table)
+    table = table[table["op"] != "control"]
+    n = int(table["iteration"].nunique())
+    out = HERE / name
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for f in sorted(cap.glob("*.pcap")):
+        shutil.copy2(f, out / f.name)
+    truth = {"period_s": interquartile_mean(np.asarray(diffs)), "period_median_s": statistics.median(diffs),
+             "payload_per_iteration": float(table["bytes"].sum()) / n,
+             "workers": len(meta.iterations), "servers": len(meta.ranks) - len(meta.iterations),
+             "iterations_marked": n,
+             "starts_s": {str(r): [s for s, _ in spans] for r, spans in meta.iterations.items()}}
+    if meta.spec["capture"].get("where", "namespaces") != "namespaces":  # each rank's ports (its sockets, from /proc)
+        truth["endpoints"] = {str(r): [e.key for e in ends] for r, ends in meta.ranks.items()}
+    (out / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    sizes = ", ".join(f"{f.name} {f.stat().st_size:,} B" for f in sorted(out.glob("*.pcap")))
+    print(f"{name}: {sizes}; {truth}")
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--from", dest="source", nargs=2, metavar=("CAPTURE_DIR", "NAME"))
+    args = ap.parse_args()
+    if args.source:
+        keep(Path(args.source[0]), args.source[1])
+        return
     for name, job in JOBS.items():
         where = job.pop("where", "namespaces")
         settings = {"iterations": 6, "link": {"rate_mbit": 200}} if where == "namespaces" else {
@@ -52,26 +91,7 @@ def main() -> None:
             cap = Path(tmp) / name
             capture(spec, cap)
             shutil.copytree(cap, Path(tempfile.gettempdir()) / f"real-{name}", dirs_exist_ok=True)  # for a look
-            meta = read_meta(cap)
-            assert meta is not None
-            diffs = [b[0] - a[0] for spans in meta.iterations.values() for a, b in itertools.pairwise(spans)]
-            table = payload_view(load_traffic(cap).table)
-            table = table[table["op"] != "control"]
-            n = int(table["iteration"].nunique())
-            out = HERE / name
-            shutil.rmtree(out, ignore_errors=True)
-            out.mkdir(parents=True)
-            for f in sorted(cap.glob("*.pcap")):
-                shutil.copy2(f, out / f.name)
-            truth = {"period_s": statistics.median(diffs), "payload_per_iteration": float(table["bytes"].sum()) / n,
-                     "workers": spec.parallelism.dp, "servers": spec.ranks - spec.parallelism.dp,
-                     "iterations_marked": n,
-                     "starts_s": {str(r): [s for s, _ in spans] for r, spans in meta.iterations.items()}}
-            if where != "namespaces":  # the ports of each rank (its process's sockets, from /proc)
-                truth["endpoints"] = {str(r): [e.key for e in ends] for r, ends in meta.ranks.items()}
-            (out / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
-            sizes = ", ".join(f"{f.name} {f.stat().st_size:,} B" for f in sorted(out.glob("*.pcap")))
-            print(f"{name}: {sizes}; {truth}")
+            keep(cap, name)
 
 
 if __name__ == "__main__":

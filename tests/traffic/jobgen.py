@@ -42,6 +42,8 @@ class Job:
     snaplen: int = 100
     seed: int = 0
     extra_hosts: int = 0  # hosts that only talk to the store (a login node, a monitor)
+    stall_after: int | None = None  # the machine stalls (every rank descheduled) after this iteration
+    stall_s: float = 0.0
 
 
 @dataclass
@@ -165,6 +167,8 @@ def _simulate(job: Job) -> tuple[_Packets, Truth]:
                 t = pull_end
         t += job.optimizer_s
         truth.ends_s.append(t)
+        if it == job.stall_after:
+            t += job.stall_s
         if job.control and it % 3 == 2:  # heartbeats on the store connection
             for h in range(1, hosts + job.extra_hosts):
                 p.add(np.array([t - 0.002]), h, 0, 50000 + h, 29500, np.array([24]))

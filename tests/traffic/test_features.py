@@ -26,6 +26,7 @@ from simstudy.traffic.features import (
     traffic_matrix,
     training_rows,
 )
+from simstudy.traffic.iterations import interquartile_mean
 from simstudy.traffic.timeline import throughput_timeline
 
 PERIOD = 0.020
@@ -165,6 +166,25 @@ def test_period_of_harder_traces(period_s: float, bursts: list[tuple[float, floa
     f = analyze(table)
     assert f.bytes_per_iteration.iterations == 40
     assert f.bytes_per_iteration.mean == pytest.approx(sum(b[2] for b in bursts), rel=0.01)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_typical_iteration_is_the_mean_of_the_middle_half(seed: int) -> None:
+    """`interquartile_mean`: within the quartiles, deaf to a quarter of stalls, and smooth where the
+    median jumps: durations in two clusters (compute on shared cores alternating between paces)."""
+    rng = np.random.default_rng(seed)
+    d = rng.gamma(4.0, 5.0, size=int(rng.integers(8, 60)))
+    q1, q3 = np.quantile(d, [0.25, 0.75])
+    m = interquartile_mean(d)
+    assert q1 <= m <= q3
+    slow = d.copy()
+    slow[np.argsort(d)[-len(d) // 5:]] *= 50  # a fifth of the iterations stall
+    assert interquartile_mean(slow) == pytest.approx(m, rel=0.15)
+    two = np.array([15.0] * 10 + [21.0] * 9)  # one more sample in the slow cluster:
+    more = np.append(two, 21.0)
+    assert abs(np.median(more) / np.median(two) - 1) > 0.15  # the median jumps by a fifth (15 to 18)
+    assert abs(interquartile_mean(more) / interquartile_mean(two) - 1) < 0.08
+    assert math.isnan(interquartile_mean(np.zeros(0)))
 
 
 def test_period_of_flat_or_tiny_traces_is_nan() -> None:

@@ -11,10 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from simstudy.traffic.features import Features, analyze
+from simstudy.traffic.iterations import interquartile_mean
 from simstudy.traffic.sources import load_traffic
 from simstudy.validate import payload_view
 
@@ -52,6 +54,18 @@ def test_a_parameter_broadcast_at_the_start_is_not_an_iteration(tmp_path: Path) 
     _check(f, truth, workers=4)
     assert f.bytes_per_iteration.iterations == 8
     assert f.period.window_s[0] > 0.2  # the steady window starts after the broadcast
+
+
+def test_a_stall_longer_than_an_iteration_does_not_end_the_count(tmp_path: Path) -> None:
+    """Descheduled ranks (a busy machine) pause the training traffic for several periods: every
+    iteration on both sides of the pause is counted, and the period is the typical iteration."""
+    truth = write(Job(iterations=12, stall_after=7, stall_s=0.5, jitter=0.03, broadcast=True), tmp_path)
+    f = _analyse(tmp_path)
+    assert f.bytes_per_iteration.iterations == 12, f.period.reason
+    assert f.bytes_per_iteration.total == pytest.approx(truth.total, rel=0.01), f.period.reason
+    typical = interquartile_mean(np.diff(truth.starts_s))
+    assert typical < truth.period_s * 0.8  # the stall is in the mean, not in the typical iteration
+    assert f.period.period_s == pytest.approx(typical, rel=0.05), f.period.reason
 
 
 def test_a_pacing_qdisc_is_not_the_iteration(tmp_path: Path) -> None:
