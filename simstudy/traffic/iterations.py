@@ -70,7 +70,9 @@ the iteration: **a true iteration period repeats the same bytes per cycle**, sen
    left out) cut wherever it is silent for at least some length (each length it shows is
    tried), the pieces grouped k at a time (k up to `MAX_GROUP`: DDP's buckets, a parameter
    server's pieces); a sender's cycles are the grouping of the shortest median duration whose
-   steady groups repeat their bytes within `MAX_VOLUME_CV` and do not alternate in length.
+   steady groups repeat their bytes within `MAX_VOLUME_CV` and alternate neither in length nor
+   in the silences that end them (`_unequal_silences`: on a link-bound job two equal buckets
+   take as long as each other, but the gap after one is short and after the other long).
    When the senders with such cycles hold at least half the bytes, their bytes-weighted median
    cycle is a candidate ("bursts"); it is
    the iteration when no periodic candidate is strong, when the chosen one's cycles hold a
@@ -195,6 +197,9 @@ JITTER = 0.05
 SPLIT_SHARE = 0.9
 #: ... for senders holding this share of the bytes.
 SPLIT_SENDERS = 0.5
+#: The silences ending the parts of a cycle split into iterations are of one kind: their medians
+#: within this factor of each other.
+SILENCE_RATIO = 2.0
 #: Senders whose cycles of bursts are within this of each other agree on the iteration.
 BURST_MULTIPLE_TOLERANCE = 0.15
 #: ... or when it repeats its bytes this many times more exactly, with twice the cycles or more.
@@ -732,9 +737,12 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
 def _split_at_silences(volume: FloatArray, per: FloatArray, lo: int, hi: int) -> int:
     """How many iterations each counted cycle holds (1, or m up to `MAX_GROUP`): the smallest m such
     that, for the senders holding most of the bytes, nearly every whole multiple of 1/m of their
-    cycle's bytes is reached at the end of a burst (within `CLEAN_CYCLE` of it), and the same holds
-    again for the parts. A cycle that is the iteration splits nowhere: its 1/m parts end in the
-    middle of the traffic (a ring's reduce-scatter runs straight into its all-gather)."""
+    cycle's bytes is reached at the end of a burst (within `CLEAN_CYCLE` of it), the parts take as
+    long as each other (`_unequal_parts`) and end at silences of one kind (`_unequal_silences`),
+    and the same holds again for the parts. A cycle
+    that is the iteration splits nowhere: its 1/m parts end in the middle of the traffic (a ring's
+    reduce-scatter runs straight into its all-gather), or at the silence between two buckets of
+    its gradient, after parts of different lengths (the one with the forward pass is longer)."""
     total = 1
     while True:
         found = 0
@@ -746,14 +754,19 @@ def _split_at_silences(volume: FloatArray, per: FloatArray, lo: int, hi: int) ->
                 sent = float(v.sum())
                 if b <= 0 or sent < MIN_CYCLES * b:
                     continue
-                _, _, nbytes = _bursts_of(v, 2)
+                starts, ends, nbytes = _bursts_of(v, 2)
                 at_ends = np.cumsum(nbytes)
                 levels = b * np.arange(1, int(sent / b + CLEAN_CYCLE) + 1)
-                near = np.abs(at_ends[np.clip(np.searchsorted(at_ends, levels), 0, len(at_ends) - 1)] - levels)
-                near = np.minimum(near, np.abs(at_ends[np.clip(np.searchsorted(at_ends, levels) - 1, 0,
-                                                                len(at_ends) - 1)] - levels))
+                after = np.clip(np.searchsorted(at_ends, levels), 0, len(at_ends) - 1)
+                before = np.clip(after - 1, 0, len(at_ends) - 1)
+                closer = np.where(np.abs(at_ends[after] - levels) <= np.abs(at_ends[before] - levels), after, before)
+                near = np.abs(at_ends[closer] - levels)
                 held += sent
-                if np.mean(near <= CLEAN_CYCLE * b) >= SPLIT_SHARE:
+                inner = closer[closer < len(starts) - 1]
+                silences = (starts[inner + 1] - ends[inner]).astype(np.float64)
+                if (np.mean(near <= CLEAN_CYCLE * b) >= SPLIT_SHARE
+                        and not _unequal_parts(ends[closer].astype(np.float64), total * m)
+                        and not _unequal_silences(silences, total * m)):
                     clean += sent
             if held > 0 and clean >= SPLIT_SENDERS * volume[lo:hi].sum():
                 found = m
@@ -761,6 +774,37 @@ def _split_at_silences(volume: FloatArray, per: FloatArray, lo: int, hi: int) ->
         if not found:
             return total
         total *= found
+
+
+def _unequal_parts(times: FloatArray, parts: int) -> bool:
+    """Whether the times between successive crossings (`times`, bins), taken as the `parts` parts of
+    each cycle in turn, differ in mean length by `ALTERNATION` and significantly
+    (`ALTERNATION_SIGNIFICANCE` standard errors): two gradient buckets, each ending at a silence,
+    can hold half the bytes each, but the part with the forward pass is the longer one, where the
+    parts of a cycle that holds several iterations take as long as each other."""
+    d = np.diff(times)
+    groups = [d[k::parts] for k in range(parts)]
+    if min(len(g) for g in groups) < MIN_CYCLES or d.mean() <= 0:  # too few to tell
+        return False
+    means = np.array([g.mean() for g in groups])
+    errors = np.array([g.var(ddof=1) / len(g) for g in groups])
+    hi, lo = int(np.argmax(means)), int(np.argmin(means))
+    diff = float(means[hi] - means[lo])
+    noise = math.sqrt(errors[hi] + errors[lo])
+    return diff >= ALTERNATION * float(d.mean()) and diff > ALTERNATION_SIGNIFICANCE * noise
+
+
+def _unequal_silences(silences: FloatArray, parts: int) -> bool:
+    """Whether the silences that end the `parts` parts of each cycle differ in kind: the median of
+    one part's silences at least `SILENCE_RATIO` times another's (at least a bin). The parts of a
+    cycle that holds several iterations each end at the gap between iterations; a cycle cut at the
+    silence between two gradient buckets of one iteration alternates a short gap with the long
+    one before the next forward pass (a link-bound transformer: 2 ms against 10-35 ms)."""
+    groups = [silences[k::parts] for k in range(parts)]
+    if min(len(g) for g in groups) < MIN_CYCLES:  # too few to tell
+        return False
+    medians = np.array([max(float(np.median(g)), 1.0) for g in groups])
+    return bool(medians.max() >= SILENCE_RATIO * medians.min())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -858,6 +902,8 @@ def _sender_cycles(v: FloatArray) -> _SenderCycles | None:
                     diff = abs(even.mean() - odd.mean())
                     if diff >= ALTERNATION * d.mean() and diff > ALTERNATION_SIGNIFICANCE * noise:
                         continue  # half the iteration: its groups alternate in length
+                if _unequal_silences((c.starts[1:] - c.ends[:-1]).astype(np.float64), 2):
+                    continue  # half the iteration: the gap before a forward pass, then one between buckets
                 best = c
     return best
 
@@ -902,14 +948,15 @@ def _bursts(volume: FloatArray, total: FloatArray) -> _Bursts | None:
 
 def _crossing_period(volume: FloatArray, per: FloatArray, lo: int, hi: int, count: int) -> float:
     """The typical iteration: each sender's cumulative bytes over [lo, hi) cross every whole number
-    of its bytes per iteration at the end of that iteration's sends; the interquartile mean of
-    the times between crossings (`interquartile_mean`), and the bytes-weighted median over the
-    senders whose window holds a whole number of iterations (within `STRETCH_TOLERANCE`). Jitter,
+    of its bytes per iteration at the end of that iteration's sends; the interquartile mean
+    (`interquartile_mean`) of the times between crossings of every sender whose window holds a
+    whole number of iterations (within `STRETCH_TOLERANCE`), pooled: a handful of iterations per
+    sender gives a handful of times, and the middle half of a handful is one or two. Jitter,
     stalls and drift of the iterations' lengths move it little, where a slope through a subset of
     the cycles follows them. NaN when no sender has at least `MIN_CYCLES` crossings."""
     if count < MIN_CYCLES + 1:
         return math.nan
-    medians, weights = [], []
+    times = []
     for e in range(volume.shape[1]):
         b = float(per[e])
         v = volume[lo:hi, e]
@@ -923,13 +970,10 @@ def _crossing_period(volume: FloatArray, per: FloatArray, lo: int, hi: int, coun
         at = i + (levels - before) / np.where(v[i] > 0, v[i], 1.0)  # within the bin, as if spread evenly
         d = np.diff(at)
         if len(d) >= MIN_CYCLES:
-            medians.append(interquartile_mean(d))
-            weights.append(sent)
-    if not medians:
+            times.append(d)
+    if not times:
         return math.nan
-    order = np.argsort(medians)
-    w = np.asarray(weights)[order] / sum(weights)
-    return float(np.asarray(medians)[order][np.searchsorted(np.cumsum(w), 0.5)]) * BIN_S
+    return interquartile_mean(np.concatenate(times)) * BIN_S
 
 
 def _from_bursts(b: _Bursts, volume: FloatArray, total: FloatArray, t0: float, senders: IntArray,

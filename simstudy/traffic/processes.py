@@ -11,8 +11,11 @@ is found from what the connections of a training job look like:
    the endpoint that received its SYN (or sent the SYN-ACK); without the handshake in the
    capture, an endpoint with several connections listens.
 2. **Shared addresses.** An address is shared when a training connection has both ends on it,
-   or when it has two listening ports with training connections. Every other address is one
-   process (a host), as in a capture of several hosts.
+   or when it has two listening ports with training connections, unless no training connection
+   has both ends on one address and the hosts, each taken as one process, already make a
+   training job's structure over three or more hosts (a ring of Horovod ranks, each listening
+   once per gloo context). Every other address is one process (a host), as in a capture of
+   several hosts.
 3. **The relevant connections** of a shared address are its training and setup connections and
    every connection to one of its training listeners (the full mesh a framework opens: gloo
    connects every pair of ranks of a process group once, at start-up, whatever they later send).
@@ -105,7 +108,10 @@ def find_processes(table: pd.DataFrame, addresses: Mapping[int, str], ports: Map
     per_address: dict[str, int] = {}
     for e in train_listeners:
         per_address[addresses[e]] = per_address.get(addresses[e], 0) + 1
-    shared |= {addr for addr, n in per_address.items() if n >= 2}
+    listeners_only = {addr for addr, n in per_address.items() if n >= 2} - shared
+    if listeners_only and not shared and _hosts_structured(a, b, np.flatnonzero(training), addresses):
+        listeners_only = set()  # hosts that each run several process groups (Horovod's gloo contexts)
+    shared |= listeners_only
     endpoints = sorted(set(addresses), key=lambda e: (_addr_key(addresses[e]), ports[e]))
     if not shared:  # one process per address: hosts
         return _hosts(endpoints, addresses)
@@ -123,6 +129,18 @@ def find_processes(table: pd.DataFrame, addresses: Mapping[int, str], ports: Map
                       for k in np.flatnonzero(training)], on_shared, train_listeners, opened)
     slot_of = search.run()
     return _describe(endpoints, addresses, ports, shared, slot_of, search, listens, degree, n_con)
+
+
+def _hosts_structured(a: np.ndarray, b: np.ndarray, training: np.ndarray, addresses: Mapping[int, str]) -> bool:
+    """Whether the training connections, with every address one process, already make a training
+    job's structure (`_structured`) over three or more hosts."""
+    hosts = sorted({addresses[int(x)] for k in training.tolist() for x in (a[k], b[k])}, key=_addr_key)
+    if len(hosts) < 3:
+        return False
+    number = {h: i for i, h in enumerate(hosts)}
+    edges = {(min(p, q), max(p, q)) for k in training.tolist()
+             if (p := number[addresses[int(a[k])]]) != (q := number[addresses[int(b[k])]])}
+    return _structured(list(range(len(hosts))), edges)
 
 
 def _hosts(endpoints: list[int], addresses: Mapping[int, str]) -> Processes:

@@ -695,6 +695,27 @@ def test_to_traffic_table_on_a_single_ip_capture() -> None:
     assert t["flow"].tolist() == [0, 1, 2, 3, 0, 2]
 
 
+def test_a_ring_of_hosts_with_two_listeners_on_one_host_is_four_hosts() -> None:
+    """Horovod on 4 hosts: a ring of training connections, and the host of rank 0 listens on two
+    ports (one per gloo context), each with one of its ring connections. The hosts already make a
+    ring, so 10.0.0.1 is one rank, not two processes in a chain (a real 4-host Horovod capture
+    was read as 5 workers)."""
+    ring = [("10.0.0.1", 29600, "10.0.0.2", 41000), ("10.0.0.2", 29700, "10.0.0.3", 41001),
+            ("10.0.0.3", 29800, "10.0.0.4", 41002), ("10.0.0.1", 29601, "10.0.0.4", 41003)]
+    rows = []
+    for k, (lip, lport, cip, cport) in enumerate(ring):
+        t = 1.0 + 0.01 * k
+        rows += [(t, cip, lip, cport, lport, 52, 0, 0x02), (t + 1e-4, lip, cip, lport, cport, 52, 0, 0x12)]
+        for i in range(20):  # training bytes both ways
+            rows += [(2.0 + 0.01 * i + 1e-3 * k, lip, cip, lport, cport, 1500, 1448, 0x18),
+                     (2.0 + 0.01 * i + 1e-3 * k + 5e-4, cip, lip, cport, lport, 1500, 1448, 0x18)]
+    rows.sort()
+    p = pd.DataFrame(rows, columns=["time", "src_ip", "dst_ip", "sport", "dport", "ip_bytes", "payload_bytes",
+                                    "tcp_flags"]).assign(proto=6)
+    t = to_traffic_table(p)
+    assert t.attrs["rank_labels"] == {0: "10.0.0.1", 1: "10.0.0.2", 2: "10.0.0.3", 3: "10.0.0.4"}
+
+
 # ---------------------------------------------------------------------------------------------
 # Optional cross-checks against other readers
 
