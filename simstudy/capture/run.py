@@ -231,24 +231,35 @@ def measured_compute(results: list[dict[str, Any]], servers: list[dict[str, Any]
             "optimizer_us": opt, "layers": layers}
 
 
-def loaded_compute(measured: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
-    """`measured` with its per-layer forward and backward times scaled to the training steps' own
-    (the median over steps of the workers' mean: the workers of a synchronous job end their
-    backward together, the slower ones having waited less).
+def loaded_compute(measured: dict[str, Any], results: list[dict[str, Any]], *,
+                   slowest: bool = False) -> dict[str, Any]:
+    """`measured` with its per-layer forward and backward times scaled to the training steps' own:
+    the median over steps of the workers' mean, or with `slowest` of the slowest worker's (by
+    forward + backward) of each step.
 
     Where every rank is on one host, their communication (gloo's copies and reductions, the
     kernel moving loopback bytes) runs on the cores that compute, which calibration passes
     without communication do not see: a 4-worker DDP job's backward took 63 ms per training step
     against 43 ms in calibration. The simulated network does not take compute from the ranks,
-    so the compute it is given is what the ranks had left."""
+    so the compute it is given is what the ranks had left. The workers of a DDP job end their
+    backward together (its all-reduce runs inside it, the slower ones having waited less): the
+    mean. Those of a synchronous parameter server do not wait for each other until their pull
+    (`slowest`): on 2 cores shared by 4 workers and a server their pushes of one step came 13 ms
+    apart, and the step goes at the pace of the last one, as in calibration
+    (`measured_compute`)."""
     steps = [r.get("steps", []) for r in results]
     n = min((len(s) for s in steps), default=0)
     if n == 0 or not measured.get("layers"):
         return measured
     out = dict(measured)
     layers = {k: dict(v) for k, v in measured["layers"].items()}
+    if slowest:
+        picks = [max((s[i] for s in steps), key=lambda x: x["forward_us"] + x["backward_us"]) for i in range(n)]
     for key in ("forward_us", "backward_us"):
-        per_step = sorted(sum(s[i][key] for s in steps) / len(steps) for i in range(n))
+        if slowest:
+            per_step = sorted(p[key] for p in picks)
+        else:
+            per_step = sorted(sum(s[i][key] for s in steps) / len(steps) for i in range(n))
         target = per_step[n // 2] if n % 2 else (per_step[n // 2 - 1] + per_step[n // 2]) / 2
         scale = target / measured[key] if measured[key] > 0 else 1.0
         for v in layers.values():
@@ -448,7 +459,7 @@ def _meta(spec: CaptureSpec, scenario: Scenario, hosts: list[Host], results: lis
     synchronous = not isinstance(agg, ParameterServer) or agg.mode == "sync"
     measured = measured_compute(workers, servers, synchronous=synchronous)
     if where != "namespaces":
-        measured = loaded_compute(measured, workers)
+        measured = loaded_compute(measured, workers, slowest=isinstance(agg, ParameterServer) and synchronous)
     sim = spec.scenario_dict(bandwidth_gbps=round(goodput / 1e9, 6), latency_ns=round(probe["rtt_s"] / 2 * 1e9, 1),
                              measured=measured)
     Scenario.model_validate(sim)  # it must be a valid scenario for `validate`

@@ -23,6 +23,24 @@ def test_shipped_capture_specs_load(path: Path) -> None:
     Scenario.model_validate(spec.scenario_dict(bandwidth_gbps=1.0, latency_ns=1000.0))
 
 
+def test_training_steps_set_the_loaded_compute_mean_or_slowest() -> None:
+    """On one host the training steps' own times replace calibration's: the workers' mean for DDP
+    (the all-reduce in backward holds the faster ones), the slowest worker of each step for a
+    synchronous parameter server (the workers meet only at the pull)."""
+    from simstudy.capture.run import loaded_compute
+
+    measured = {"forward_us": 10.0, "backward_us": 20.0, "optimizer_us": 1.0,
+                "layers": {"a": {"forward_us": 4.0, "backward_us": 5.0}, "b": {"forward_us": 6.0, "backward_us": 15.0}}}
+    steps = [[(10, 20), (12, 30), (11, 20)], [(30, 40), (10, 20), (13, 22)]]  # per worker, per step: (fwd, bwd)
+    results = [{"steps": [{"forward_us": f, "backward_us": b} for f, b in w]} for w in steps]
+    mean = loaded_compute(measured, results)
+    assert (mean["forward_us"], mean["backward_us"]) == (12.0, 25.0)  # step means (20,30), (11,25), (12,21)
+    assert mean["layers"]["a"] == {"forward_us": 4.8, "backward_us": 6.25}  # scaled 1.2x and 1.25x
+    slow = loaded_compute(measured, results, slowest=True)  # step picks: (30,40), (12,30), (13,22)
+    assert (slow["forward_us"], slow["backward_us"]) == (13.0, 30.0)
+    assert slow["optimizer_us"] == 1.0
+
+
 @pytest.mark.parametrize(("body", "field", "expected"), [
     ("parallelism: {dp: 2, tp: 2}", "", "data parallelism only"),
     ("parallelism: {dp: 2, aggregation: {algorithm: direct}}", "", "algorithm to ring"),
