@@ -70,9 +70,10 @@ the iteration: **a true iteration period repeats the same bytes per cycle**, sen
    left out) cut wherever it is silent for at least some length (each length it shows is
    tried), the pieces grouped k at a time (k up to `MAX_GROUP`: DDP's buckets, a parameter
    server's pieces); a sender's cycles are the grouping of the shortest median duration whose
-   steady groups repeat their bytes within `MAX_VOLUME_CV` and alternate neither in length nor
-   in the silences that end them (`_unequal_silences`: on a link-bound job two equal buckets
-   take as long as each other, but the gap after one is short and after the other long).
+   steady groups repeat their bytes within `MAX_VOLUME_CV` and alternate neither in length, nor
+   in bytes (`ALTERNATION_BYTES`: a parameter server's two buckets of 1.39 and 1.55 MB), nor in
+   the silences that end them (`_unequal_silences`: on a link-bound job two equal buckets take
+   as long as each other, but the gap after one is short and after the other long).
    When the senders with such cycles hold at least half the bytes, their bytes-weighted median
    cycle is a candidate ("bursts"); it is
    the iteration when no periodic candidate is strong, when the chosen one's cycles hold a
@@ -200,6 +201,14 @@ SPLIT_SENDERS = 0.5
 #: The silences ending the parts of a cycle split into iterations are of one kind: their medians
 #: within this factor of each other.
 SILENCE_RATIO = 2.0
+#: The bursts' cycles are chunks of one periodic cycle when the silences at its boundaries are this
+#: many times longer than those inside it (medians; one-host captures whose periodic cycles hold
+#: several jittery iterations: 0.95-1.13, link-bound TensorFlow chunks: 1.8 and more).
+CHUNK_SILENCE = 1.5
+#: ... and only when its steady cycles hold at least this share of what the periodic candidate's
+#: hold (one-host captures whose jitter breaks the bursts' runs: 0.47 and more; bursts of half an
+#: iteration on a link-bound parameter server or TensorFlow job: 0.24 and less).
+BURST_COVERAGE = 0.4
 #: Senders whose cycles of bursts are within this of each other agree on the iteration.
 BURST_MULTIPLE_TOLERANCE = 0.15
 #: ... or when it repeats its bytes this many times more exactly, with twice the cycles or more.
@@ -659,9 +668,11 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
         a, b = cuts[best].run
         agree = bursts.typical > 0  # the senders whose bursts make the cycle: bytes, not times, as jitter
         k = float(cuts[best].volumes[a:b][:, agree].sum(axis=1).mean() / bursts.typical.sum())  # moves only times
-        multiple = round(k) >= 2 and abs(k / round(k) - 1) <= BURST_MULTIPLE_BYTES
-        finer = (bursts.volume_cv <= stats[best].volume_cv * BURST_EXACTER and bursts.cycles >= 2 * stats[best].cycles
-                 and k >= 1.5)
+        held = bursts.coverage >= BURST_COVERAGE * stats[best].coverage
+        multiple = (held and round(k) >= 2 and abs(k / round(k) - 1) <= BURST_MULTIPLE_BYTES
+                    and not _chunks_of_one(bursts, cuts[best]))
+        finer = (held and bursts.volume_cv <= stats[best].volume_cv * BURST_EXACTER
+                 and bursts.cycles >= 2 * stats[best].cycles and k >= 1.5)
         if weak or finer or (multiple and bursts.volume_cv <= stats[best].volume_cv + VOLUME_CV_NOISE):
             if weak:
                 verdicts[best] = why = "weak, where every sender's bursts repeat"
@@ -716,7 +727,11 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
         reason = reason.replace(" boundaries against their cycle number", " boundaries against their cycle number: "
                                 f"{period_s * 1e3:.4g} ms)", 1)
         period_s = crossed
-    split = _split_at_silences(volume, per, window[0], window[1])
+    # the deepest split at which each sender's own bursts repeat too (else its parts are parts of
+    # one iteration: the chunks of a link-bound all-reduce end at silences as well)
+    agreed = [k for k in _split_at_silences(volume, per, window[0], window[1])
+              if bursts is not None and abs(period_s / k / bursts.period_s - 1) <= BURST_MULTIPLE_TOLERANCE]
+    split = agreed[-1] if agreed else 1
     if split > 1:  # the cycles hold `split` iterations each, which the senders' silences separate
         per, count = per / split, count * split
         crossed = _crossing_period(volume, per, window[0], window[1], count)
@@ -734,16 +749,19 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
                       (t0 + window[0] * BIN_S, t0 + window[1] * BIN_S), per, counted_by)
 
 
-def _split_at_silences(volume: FloatArray, per: FloatArray, lo: int, hi: int) -> int:
-    """How many iterations each counted cycle holds (1, or m up to `MAX_GROUP`): the smallest m such
-    that, for the senders holding most of the bytes, nearly every whole multiple of 1/m of their
-    cycle's bytes is reached at the end of a burst (within `CLEAN_CYCLE` of it), the parts take as
-    long as each other (`_unequal_parts`) and end at silences of one kind (`_unequal_silences`),
-    and the same holds again for the parts. A cycle
-    that is the iteration splits nowhere: its 1/m parts end in the middle of the traffic (a ring's
-    reduce-scatter runs straight into its all-gather), or at the silence between two buckets of
-    its gradient, after parts of different lengths (the one with the forward pass is longer)."""
+def _split_at_silences(volume: FloatArray, per: FloatArray, lo: int, hi: int) -> list[int]:
+    """How many iterations each counted cycle may hold, stage by stage (empty: it is one): the
+    smallest m such that, for the senders holding most of the bytes, nearly every whole multiple
+    of 1/m of their cycle's bytes is reached at the end of a burst (within `CLEAN_CYCLE` of it),
+    the parts take as long as each other (`_unequal_parts`) and end at silences of one kind
+    (`_unequal_silences`); then the same again for the parts (m up to `MAX_GROUP` each time, the
+    running product listed). A cycle that is the iteration splits nowhere: its 1/m parts end in
+    the middle of the traffic (a ring's reduce-scatter runs straight into its all-gather), or at
+    the silence between two buckets of its gradient, after parts of different lengths (the one
+    with the forward pass is longer). The caller keeps the deepest stage at which each sender's
+    own bursts repeat too."""
     total = 1
+    stages: list[int] = []
     while True:
         found = 0
         for m in range(2, MAX_GROUP + 1):
@@ -772,8 +790,9 @@ def _split_at_silences(volume: FloatArray, per: FloatArray, lo: int, hi: int) ->
                 found = m
                 break
         if not found:
-            return total
+            return stages
         total *= found
+        stages.append(total)
 
 
 def _unequal_parts(times: FloatArray, parts: int) -> bool:
@@ -904,6 +923,12 @@ def _sender_cycles(v: FloatArray) -> _SenderCycles | None:
                         continue  # half the iteration: its groups alternate in length
                 if _unequal_silences((c.starts[1:] - c.ends[:-1]).astype(np.float64), 2):
                     continue  # half the iteration: the gap before a forward pass, then one between buckets
+                if len(run) >= 4:
+                    ev, od = run[0::2], run[1::2]
+                    gap = abs(ev.mean() - od.mean())
+                    noise = math.sqrt(ev.var(ddof=1) / len(ev) + od.var(ddof=1) / len(od))
+                    if gap >= ALTERNATION_BYTES * run.mean() and gap > ALTERNATION_SIGNIFICANCE * noise:
+                        continue  # half the iteration: two buckets of different sizes in turn
                 best = c
     return best
 
@@ -944,6 +969,25 @@ def _bursts(volume: FloatArray, total: FloatArray) -> _Bursts | None:
     return _Bursts(period * BIN_S, float((weights * cvs).sum()), float(d.std() / d.mean()) if len(d) >= 2 else 0.0,
                    coverage, n, ref.starts, ref.ends, np.asarray(per, dtype=np.float64), within,
                    f"bursts (silences >= {ref.gap} ms, {ref.group} per cycle)", typical, clean)
+
+
+def _chunks_of_one(b: _Bursts, cut: _Cut) -> bool:
+    """Whether the bursts' cycles are chunks of one periodic cycle rather than whole iterations: the
+    silences between the reference sender's cycles that hold one of the periodic cut's boundaries
+    are `CHUNK_SILENCE` times longer (medians, at least a bin) than the silences inside a cycle (a
+    link-bound TensorFlow all-reduce sends its gradient in chunks, 8 ms apart, with the forward
+    pass, 15 ms and more, between iterations). Where compute sets the pace, jittery iterations
+    end at silences of one kind, wherever the periodic cut falls."""
+    a, z = cut.run
+    bounds = cut.bounds[a:z + 1]
+    ends, starts = b.ends[:-1], b.starts[1:]
+    holds = np.array([bool(np.any((bounds >= e) & (bounds <= s + 1))) for e, s in zip(ends, starts, strict=True)],
+                     dtype=np.bool_)
+    if not holds.any() or holds.all():
+        return False
+    silence = (starts - ends).astype(np.float64)
+    inner = max(float(np.median(silence[~holds])), 1.0)
+    return float(np.median(silence[holds])) >= CHUNK_SILENCE * inner
 
 
 def _crossing_period(volume: FloatArray, per: FloatArray, lo: int, hi: int, count: int) -> float:
