@@ -208,10 +208,14 @@ SILENCE_RATIO = 2.0
 #: many times longer than those inside it (medians; one-host captures whose periodic cycles hold
 #: several jittery iterations: 0.95-1.13, link-bound TensorFlow chunks: 1.8 and more).
 CHUNK_SILENCE = 1.5
-#: ... and only when its steady cycles hold at least this share of what the periodic candidate's
-#: hold (one-host captures whose jitter breaks the bursts' runs: 0.47 and more; bursts of half an
-#: iteration on a link-bound parameter server or TensorFlow job: 0.24 and less).
+#: ... and only when their steady cycles hold at least this share of what the periodic
+#: candidate's hold (one-host captures whose jitter breaks the bursts' runs: 0.31 and more; bursts
+#: of part of an iteration on a link-bound parameter server or TensorFlow job: 0.24 and less) ...
 BURST_COVERAGE = 0.4
+#: ... or they find this many times the periodic candidate's steady cycles (cycles of 1/k of the
+#: period find up to k times as many in the same traffic; one-host: 1.8 where the share is 0.31;
+#: the bursts of part of an iteration above: 1.33 and less).
+BURST_CYCLES = 1.5
 #: Senders whose cycles of bursts are within this of each other agree on the iteration.
 BURST_MULTIPLE_TOLERANCE = 0.15
 #: ... or when it repeats its bytes this many times more exactly, with twice the cycles or more.
@@ -693,7 +697,8 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
         a, b = cuts[best].run
         agree = bursts.typical > 0  # the senders whose bursts make the cycle: bytes, not times, as jitter
         k = float(cuts[best].volumes[a:b][:, agree].sum(axis=1).mean() / bursts.typical.sum())  # moves only times
-        held = bursts.coverage >= BURST_COVERAGE * stats[best].coverage
+        held = (bursts.coverage >= BURST_COVERAGE * stats[best].coverage
+                or bursts.cycles >= BURST_CYCLES * stats[best].cycles)
         multiple = (held and round(k) >= 2 and abs(k / round(k) - 1) <= BURST_MULTIPLE_BYTES
                     and not _chunks_of_one(bursts, cuts[best]))
         finer = (held and bursts.volume_cv <= stats[best].volume_cv * BURST_EXACTER
