@@ -813,7 +813,8 @@ def _split_at_silences(volume: FloatArray, per: FloatArray, lo: int, hi: int) ->
                 inner = closer[closer < len(starts) - 1]
                 silences = (starts[inner + 1] - ends[inner]).astype(np.float64)
                 if (np.mean(near <= CLEAN_CYCLE * b) >= SPLIT_SHARE
-                        and not _unequal_parts(ends[closer].astype(np.float64), total * m)
+                        and not _unequal_parts(np.diff(ends[closer]).astype(np.float64), total * m, ALTERNATION,
+                                               MIN_CYCLES)
                         and not _unequal_silences(silences, total * m)):
                     clean += sent
             if held > 0 and clean >= SPLIT_SENDERS * volume[lo:hi].sum():
@@ -825,22 +826,23 @@ def _split_at_silences(volume: FloatArray, per: FloatArray, lo: int, hi: int) ->
         stages.append(total)
 
 
-def _unequal_parts(times: FloatArray, parts: int) -> bool:
-    """Whether the times between successive crossings (`times`, bins), taken as the `parts` parts of
-    each cycle in turn, differ in mean length by `ALTERNATION` and significantly
-    (`ALTERNATION_SIGNIFICANCE` standard errors): two gradient buckets, each ending at a silence,
-    can hold half the bytes each, but the part with the forward pass is the longer one, where the
-    parts of a cycle that holds several iterations take as long as each other."""
-    d = np.diff(times)
-    groups = [d[k::parts] for k in range(parts)]
-    if min(len(g) for g in groups) < MIN_CYCLES or d.mean() <= 0:  # too few to tell
+def _unequal_parts(values: FloatArray, parts: int, share: float, least: int) -> bool:
+    """Whether `values` (a cycle's parts in turn: lengths, or bytes), taken as the `parts` parts of
+    each cycle, differ in mean by `share` of the mean and significantly
+    (`ALTERNATION_SIGNIFICANCE` standard errors); False with fewer than `least` of each part.
+    Two gradient buckets, each ending at a silence, can hold half the bytes each, but the part
+    with the forward pass is the longer one, where the parts of a cycle that holds several
+    iterations take as long as each other (and a parameter server's buckets of 1.39 and 1.55 MB
+    alternate in bytes)."""
+    groups = [values[k::parts] for k in range(parts)]
+    if min(len(g) for g in groups) < least or values.mean() <= 0:  # too few to tell
         return False
     means = np.array([g.mean() for g in groups])
     errors = np.array([g.var(ddof=1) / len(g) for g in groups])
     hi, lo = int(np.argmax(means)), int(np.argmin(means))
     diff = float(means[hi] - means[lo])
     noise = math.sqrt(errors[hi] + errors[lo])
-    return diff >= ALTERNATION * float(d.mean()) and diff > ALTERNATION_SIGNIFICANCE * noise
+    return diff >= share * float(values.mean()) and diff > ALTERNATION_SIGNIFICANCE * noise
 
 
 def _unequal_silences(silences: FloatArray, parts: int) -> bool:
@@ -944,21 +946,13 @@ def _sender_cycles(v: FloatArray) -> _SenderCycles | None:
                 c = _SenderCycles(starts[first[idx[a:b]]], ends[last[idx[a:b] + k - 1]], run, int(gap), k)
                 if best is not None and c.period >= best.period * (1 - MERGE_TOLERANCE):
                     continue
-                d = np.diff(c.starts).astype(np.float64)
-                if len(d) >= 4:
-                    even, odd = d[0::2], d[1::2]
-                    noise = math.sqrt(even.var(ddof=1) / len(even) + odd.var(ddof=1) / len(odd))
-                    diff = abs(even.mean() - odd.mean())
-                    if diff >= ALTERNATION * d.mean() and diff > ALTERNATION_SIGNIFICANCE * noise:
-                        continue  # half the iteration: its groups alternate in length
-                if _unequal_silences((c.starts[1:] - c.ends[:-1]).astype(np.float64), 2):
-                    continue  # half the iteration: the gap before a forward pass, then one between buckets
-                if len(run) >= 4:
-                    ev, od = run[0::2], run[1::2]
-                    gap = abs(ev.mean() - od.mean())
-                    noise = math.sqrt(ev.var(ddof=1) / len(ev) + od.var(ddof=1) / len(od))
-                    if gap >= ALTERNATION_BYTES * run.mean() and gap > ALTERNATION_SIGNIFICANCE * noise:
-                        continue  # half the iteration: two buckets of different sizes in turn
+                # half the iteration: its groups alternate in length, in the silence after them (the
+                # gap before a forward pass, then one between buckets) or in bytes (two buckets of
+                # different sizes in turn)
+                if (_unequal_parts(np.diff(c.starts).astype(np.float64), 2, ALTERNATION, 2)
+                        or _unequal_silences((c.starts[1:] - c.ends[:-1]).astype(np.float64), 2)
+                        or _unequal_parts(run, 2, ALTERNATION_BYTES, 2)):
+                    continue
                 best = c
     return best
 
@@ -1011,8 +1005,8 @@ def _chunks_of_one(b: _Bursts, cut: _Cut) -> bool:
     a, z = cut.run
     bounds = cut.bounds[a:z + 1]
     ends, starts = b.ends[:-1], b.starts[1:]
-    holds = np.array([bool(np.any((bounds >= e) & (bounds <= s + 1))) for e, s in zip(ends, starts, strict=True)],
-                     dtype=np.bool_)
+    bounds = np.sort(bounds)
+    holds = np.searchsorted(bounds, ends, side="left") < np.searchsorted(bounds, starts + 1, side="right")
     if not holds.any() or holds.all():
         return False
     silence = (starts - ends).astype(np.float64)
@@ -1148,8 +1142,9 @@ def _counted_stretch(volume: FloatArray, total: FloatArray, lo: int, hi: int, pe
         k = edge + step
         while 0 <= k < len(starts):
             part = volume[starts[k]:ends[k] + 1].sum(axis=0)
-            m = 0 if np.all(part <= small) else _whole_cycles(part, cycle)
-            if m == 0 and not np.all(part <= small):
+            stray = bool(np.all(part <= small))
+            m = 0 if stray else _whole_cycles(part, cycle)
+            if m == 0 and not stray:
                 break
             if m > 0:
                 n += m
