@@ -69,7 +69,7 @@ def truth(directory: Path) -> dict[str, float]:
     too), and payload bytes per marked iteration (all training endpoints, and per worker)."""
     meta = read_meta(directory)
     assert meta is not None
-    diffs = [b[0] - a[0] for spans in meta.iterations.values() for a, b in itertools.pairwise(spans)]
+    diffs = meta.start_intervals_s()
     src = load_traffic(directory)
     t = payload_view(src.table)
     t = t[t["op"] != "control"]

@@ -7,7 +7,6 @@ generator."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 from collections.abc import Iterator
@@ -29,16 +28,13 @@ from simstudy.traffic.compare import METRICS
 from simstudy.traffic.counter_features import COUNTER_TOLERANCES
 from simstudy.traffic.counters import COLUMNS as COUNTER_COLUMNS
 from simstudy.traffic.features import ANALYSES
+from tests.tool_modules import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_reference", ROOT / "tools" / "docs_reference.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("docs_reference")
 
 
 @pytest.fixture(scope="module")

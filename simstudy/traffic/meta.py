@@ -17,6 +17,7 @@ its ports).
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import json
 import math
 import re
@@ -215,6 +216,11 @@ class CaptureMeta(_Model):
     def iteration_durations_s(self) -> list[float]:
         """Every logged iteration's duration (end - start), every rank, in order."""
         return [e - s for spans in self.iterations.values() for s, e in spans if math.isfinite(e)]
+
+    def start_intervals_s(self) -> list[float]:
+        """The time between consecutive logged iteration starts, every rank, in order (what the
+        traffic shows as the period: the next iteration starts when this one's sends are done)."""
+        return [b[0] - a[0] for spans in self.iterations.values() for a, b in itertools.pairwise(spans)]
 
 
 def _problem(exc: ValidationError) -> str:

@@ -18,7 +18,6 @@ alone. Run this only when a change is meant to move them, and say why in the com
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import shutil
 import statistics
@@ -51,7 +50,7 @@ def keep(cap: Path, name: str) -> None:
     """Copy a capture's pcaps to tests/data/real/NAME with the truth its meta.json logged."""
     meta = read_meta(cap)
     assert meta is not None, f"{cap} has no meta.json"
-    diffs = [b[0] - a[0] for spans in meta.iterations.values() for a, b in itertools.pairwise(spans)]
+    diffs = meta.start_intervals_s()
     table = payload_view(load_traffic(cap).table)
     table = table[table["op"] != "control"]
     n = int(table["iteration"].nunique())

@@ -4,7 +4,6 @@ and as strict as the loader where an editor can tell (an unknown field, a wrong 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
@@ -18,17 +17,14 @@ from simstudy.cli import main
 from simstudy.spec import SpecError, load_runnable, load_study
 from simstudy.spec.load import load_document
 from simstudy.spec.schema import HEADER_PREFIX, SCHEMA_KINDS, SHORT_FORMS, schema_text, spec_kind, spec_schema
+from tests.tool_modules import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "specs").rglob("*.yaml"))
 
 
 def tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("spec_schemas", ROOT / "tools" / "spec_schemas.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("spec_schemas")
 
 
 def shipped(kind: str) -> dict[str, Any]:

@@ -31,6 +31,7 @@ def test_iteration_spans_without_an_end(tmp_path: Path) -> None:
     meta = CaptureMeta.model_validate({"iterations": {"0": [[1.0, 1.5], [1.5]], "1": [[1.0, None]]}})
     assert meta.iterations[0][0] == (1.0, 1.5) and math.isnan(meta.iterations[0][1][1])
     assert meta.iteration_durations_s() == [0.5]
+    assert meta.start_intervals_s() == [0.5]  # rank 0's two starts; rank 1 logged one
     write_meta(meta, tmp_path / "meta.json")
     again = read_meta(tmp_path)
     assert again is not None and math.isnan(again.iterations[1][0][1])  # NaN written as null, read as NaN
