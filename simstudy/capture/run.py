@@ -79,6 +79,7 @@ def ps_plan(scenario: Scenario) -> dict[str, Any]:
         "servers": agg.servers,
         "mode": agg.mode,
         "overlap": p.overlap,
+        "pull_with_push": not agg.rendezvous,
         "workers": list(range(p.dp)),
         "server_of": {str(server_rank(agg, p.dp, s)): s for s in range(agg.servers)},
         "buckets": [{"index": b.index, "layers": [costs[i].name for i in b.layers]} for b in buckets],

@@ -5,8 +5,9 @@ data with torch.distributed over gloo (TCP):
 
 - `ddp`: DistributedDataParallel, all-reduce of gradient buckets (bucket_cap_mb from the spec);
 - `ps`: workers push each gradient bucket's pieces to the parameter servers with send/recv as soon
-  as the bucket's gradients are ready, and pull the updated parameters back; servers apply SGD
-  to their shard, after every worker's piece (sync) or after each one (async).
+  as the bucket's gradients are ready, and pull the updated parameters back (posting the pulls
+  once backward is done, or with each push when the spec's `rendezvous` is false); servers apply
+  SGD to their shard, after every worker's piece (sync) or after each one (async).
 
 Phases: `calibration` iterations without communication time the compute (per layer forward via
 module hooks, per layer backward from the time each layer's gradients are ready; the workers
@@ -256,6 +257,12 @@ class Job:
                         for p in self.tm.layers[name].parameters() if id(p) in index}
         pending = {b["index"]: sum(1 for v in param_bucket.values() if v == b["index"]) for b in buckets}
         sends: list[Any] = []
+        recvs: list[Any] = []
+
+        def pull(pc: dict[str, Any]) -> None:
+            buf = torch.empty(pc["hi"] - pc["lo"])
+            tag = tag_number(it, pc["bucket"], pc["server"], n_b, n_s, PULL)
+            recvs.append((dist.irecv(buf, src=pc["host"], tag=tag), pc, buf))
 
         def ready(b_index: int) -> None:
             for pc in pieces:
@@ -263,6 +270,8 @@ class Job:
                     buf = self._flat_range(pc["lo"], pc["hi"], grads=True)
                     tag = tag_number(it, b_index, pc["server"], n_b, n_s, PUSH)
                     sends.append((dist.isend(buf, dst=pc["host"], tag=tag), buf))
+                    if ps.get("pull_with_push"):  # the reply may come while backward runs: into a buffer
+                        pull(pc)
 
         handles = []
         for i, p in enumerate(self.params):
@@ -284,11 +293,9 @@ class Job:
         if not ps["overlap"]:
             for b in buckets:
                 ready(b["index"])
-        recvs = []
-        for pc in pieces:
-            buf = torch.empty(pc["hi"] - pc["lo"])
-            tag = tag_number(it, pc["bucket"], pc["server"], n_b, n_s, PULL)
-            recvs.append((dist.irecv(buf, src=pc["host"], tag=tag), pc, buf))
+        if not ps.get("pull_with_push"):  # gloo's rendezvous: the replies move once these are posted
+            for pc in pieces:
+                pull(pc)
         for work, _ in sends:
             _wait(work)
         for work, pc, buf in recvs:

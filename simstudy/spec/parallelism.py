@@ -41,6 +41,14 @@ class ParameterServer(Spec):
         default="sync",
         description="sync: servers wait for every worker each iteration; async: they do not",
     )
+    rendezvous: bool = Field(
+        default=True,
+        description="true: a send moves its bytes only once the receiver has posted the matching receive (gloo's "
+        "send and recv, which a captured PyTorch job uses): a server posts the receives of each piece once it "
+        "has updated the one before, and a worker posts its pulls once its whole backward is done, so every "
+        "reply waits for the end of the workers' backward; false: bytes move as soon as they are sent and each "
+        "reply as soon as the server has updated (an eager transport, as BytePS and ps-lite use)",
+    )
 
 
 Aggregation = Annotated[AllReduce | ParameterServer, Field(discriminator="kind")]

@@ -12,6 +12,7 @@ from simstudy.backends import AstraSimBackend, Backend, BackendError, FlowsimBac
 from simstudy.backends.base import SPAN_COLUMNS
 from simstudy.chakra import NodeType
 from simstudy.compile import Bundle, compile_scenario
+from simstudy.compile.parameter_server import READY_BYTES
 from simstudy.spec import Scenario
 from simstudy.traffic import check_table
 from tests.conftest import require_ns3
@@ -209,8 +210,10 @@ def test_ps_ops_are_push_and_pull(tmp_path: Path) -> None:
     t = FlowsimBackend().run(bundle, tmp_path / "work").traffic
     push = t[t["op"] == "push"]
     pull = t[t["op"] == "pull"]
-    assert set(push["dst"]) == {3, 4} and set(pull["src"]) == {3, 4}
-    assert int(push["bytes"].sum()) == int(pull["bytes"].sum())
+    replies = pull[pull["src"].isin([3, 4])]
+    ready = pull[~pull["src"].isin([3, 4])]  # each worker says its pulls are posted (gloo's rendezvous)
+    assert set(push["dst"]) == {3, 4} and set(ready["dst"]) == {3, 4} and set(ready["bytes"]) == {READY_BYTES}
+    assert int(push["bytes"].sum()) == int(replies["bytes"].sum())
 
 
 def test_flowsim_is_deterministic(tmp_path: Path) -> None:
@@ -267,3 +270,33 @@ def test_flowsim_incast_shares_the_server_link(tmp_path: Path) -> None:
     # 4 MiB at 1 byte/ns alone: 4.19 ms; three sharing the server's downlink: 12.6 ms.
     assert dur(alone).max() == pytest.approx(4 * 2**20 * 1e-9, rel=1e-3)
     assert dur(shared).max() == pytest.approx(3 * 4 * 2**20 * 1e-9, rel=1e-3)
+
+
+@pytest.mark.parametrize("rendezvous", [True, False])
+def test_ps_replies_wait_for_the_workers_backward_in_a_rendezvous(tmp_path: Path, rendezvous: bool) -> None:
+    """gloo's send waits for the receiver's posted receive, and a captured worker posts its pulls
+    after its whole backward: the reply to a bucket pushed early comes after that backward. An eager
+    transport replies as soon as the server has updated, while backward still runs."""
+    layers = {"conv1": 5000.0, "pool1": 0.0, "conv2": 100.0, "pool2": 0.0, "conv3": 100.0, "pool3": 0.0,
+              "fc1": 100.0, "fc2": 100.0}
+    spec = {"name": "ps_meet", "model": "small_cnn",
+            "parallelism": {"dp": 2, "bucket_size_mib": 0.25,
+                            "aggregation": {"kind": "parameter_server", "rendezvous": rendezvous}},
+            "topology": {"kind": "switch", "npus": 3, "bandwidth_gbps": 100},
+            "system": {"measured": {"forward_us": 500.0, "backward_us": sum(layers.values()), "optimizer_us": 50.0,
+                                    "layers": {k: {"forward_us": 50.0, "backward_us": v} for k, v in layers.items()}}},
+            "training": {"batch_size_per_worker": 4, "iterations": 2}}
+    res = compile_scenario(Scenario.model_validate(spec), tmp_path / "bundle")
+    t = FlowsimBackend().run(res.bundle, tmp_path / "work").traffic
+    it0 = t[t["iteration"] == 0]
+    pushes = it0[(it0["op"] == "push") & (it0["src"] == 0)]
+    replies = it0[(it0["op"] == "pull") & (it0["src"] == 2) & (it0["dst"] == 0)]
+    ready = it0[(it0["op"] == "pull") & (it0["src"] == 0)]
+    assert len(pushes) >= 2  # a bucket ready early in backward, and the one conv1 closes 5 ms later
+    end_of_backward = (50.0 * len(layers) + sum(layers.values())) * 1e-6
+    assert pushes["t_start_s"].min() < end_of_backward - 4e-3
+    if rendezvous:
+        assert set(ready["bytes"]) == {READY_BYTES} and ready["t_start_s"].min() == pytest.approx(end_of_backward)
+        assert replies["t_start_s"].min() >= end_of_backward
+    else:
+        assert ready.empty and replies["t_start_s"].min() < end_of_backward - 4e-3

@@ -13,6 +13,7 @@ from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compile import BundleError, compile_scenario
 from simstudy.compile.attributes import node_meta
 from simstudy.compile.collectives import ALGORITHMS, algorithm, system_implementations
+from simstudy.compile.parameter_server import READY_BYTES
 from simstudy.compile.topology_file import NetworkTopology, read_topology, scenario_topology
 from simstudy.layout import TOPOLOGY
 from simstudy.spec import Scenario
@@ -30,8 +31,13 @@ def _ps_bundle(tmp: Path) -> tuple[Scenario, list[list[Node]]]:
 def test_nodes_say_op_iteration_flow_and_chunk(tmp_path: Path) -> None:
     _, ranks = _ps_bundle(tmp_path / "b")
     worker, server = ranks[0], ranks[3]
-    pushes = [node_meta(n) for n in worker if n.type == NodeType.COMM_SEND_NODE]
-    assert pushes and {m.op for m in pushes} == {"push"} and {m.iteration for m in pushes} == {0, 1}
+    sends = [(n, node_meta(n)) for n in worker if n.type == NodeType.COMM_SEND_NODE]
+    pushes = [m for _, m in sends if m.op == "push"]
+    assert pushes and {m.iteration for m in pushes} == {0, 1}
+    # the rest say that the worker's pulls are posted (gloo's rendezvous): small, and part of the pull
+    ready = [n for n, m in sends if m.op != "push"]
+    assert ready and {node_meta(n).op for n in ready} == {"pull"}
+    assert {int(n.get("comm_size")) for n in ready} == {READY_BYTES}
     replies = [(n, node_meta(n)) for n in server if n.type == NodeType.COMM_SEND_NODE]
     assert {m.op for _, m in replies} == {"pull"}
     # A sync reply is sliced: its slices (consecutive tags) are chunks of one flow, the first slice's tag.
