@@ -62,6 +62,9 @@ the iteration: **a true iteration period repeats the same bytes per cycle**, sen
    iteration, and boundaries inside it do not matter. A sender whose stretch holds a quarter of
    a cycle more than that (the initial broadcast) counts its typical cycle (the median, when
    most of its cycles agree with it) instead. Otherwise the steady cycles are counted.
+   A counted cycle holds m iterations when every sender's cumulative bytes reach each 1/m of
+   it at a silence, in parts of one length ending at silences of one kind
+   (`_split_at_silences`), and each sender's bursts (8) do not say otherwise.
 
 8. Bursts: where compute, not a network, sets the pace (ranks on one host, 2 busy cores), the
    iterations jitter by tens of percent, so no one period cuts them, and the cycles of a
@@ -79,7 +82,13 @@ the iteration: **a true iteration period repeats the same bytes per cycle**, sen
    the iteration when no periodic candidate is strong, when the chosen one's cycles hold a
    whole multiple of its bytes (within `BURST_MULTIPLE_BYTES`) and repeat them no better, or
    when it repeats its bytes `BURST_EXACTER` times more exactly with at least twice the
-   cycles (a periodic cut through jittery iterations holds a varying number of them). Its
+   cycles (a periodic cut through jittery iterations holds a varying number of them). Bursts
+   that are chunks of one periodic cycle (`_chunks_of_one`: a link-bound all-reduce sent in
+   chunks) are not its multiple, unless a strong periodic candidate repeats at the bursts'
+   period too: chunks of one iteration do not repeat as a period of their own (the gap between
+   iterations breaks them), jittery iterations do, and a periodic cut of several of them falls
+   in the longest of their gaps, which the chunks' test takes for the longer gaps of iterations
+   (a one-host LSTM of 4 workers: 33 ms iterations, cut in threes at 100 ms). Its
    period is the typical time between each sender's iterations' worth of bytes, as in 6 (the
    median cycle duration when too few cross), its bytes per
    iteration each sender's median group (the senders without cycles: their bytes over the
@@ -699,8 +708,10 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
         k = float(cuts[best].volumes[a:b][:, agree].sum(axis=1).mean() / bursts.typical.sum())  # moves only times
         held = (bursts.coverage >= BURST_COVERAGE * stats[best].coverage
                 or bursts.cycles >= BURST_CYCLES * stats[best].cycles)
+        # chunks of one iteration do not repeat as a period of their own; jittery iterations do
+        periodic = any(abs(stats[i].period_s / bursts.period_s - 1) <= BURST_MULTIPLE_TOLERANCE for i in strong)
         multiple = (held and round(k) >= 2 and abs(k / round(k) - 1) <= BURST_MULTIPLE_BYTES
-                    and not _chunks_of_one(bursts, cuts[best]))
+                    and (periodic or not _chunks_of_one(bursts, cuts[best])))
         finer = (held and bursts.volume_cv <= stats[best].volume_cv * BURST_EXACTER
                  and bursts.cycles >= 2 * stats[best].cycles and k >= 1.5)
         if weak or finer or (multiple and bursts.volume_cv <= stats[best].volume_cv + VOLUME_CV_NOISE):
@@ -758,10 +769,13 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
                                 f"{period_s * 1e3:.4g} ms)", 1)
         period_s = crossed
     # the deepest split at which each sender's own bursts repeat too (else its parts are parts of
-    # one iteration: the chunks of a link-bound all-reduce end at silences as well)
-    agreed = [k for k in _split_at_silences(volume, per, window[0], window[1])
+    # one iteration: the chunks of a link-bound all-reduce end at silences as well); bursts that
+    # repeat at neither the cycle nor any split of it (cut at silences that jitter puts inside
+    # iterations too) leave the first split, which its silences and lengths alone support
+    stages = _split_at_silences(volume, per, window[0], window[1])
+    agreed = [k for k in (1, *stages)
               if bursts is not None and abs(period_s / k / bursts.period_s - 1) <= BURST_MULTIPLE_TOLERANCE]
-    split = agreed[-1] if agreed else 1
+    split = agreed[-1] if agreed else stages[0] if stages and bursts is not None else 1
     if split > 1:  # the cycles hold `split` iterations each, which the senders' silences separate
         per, count = per / split, count * split
         crossed = _crossing_period(volume, per, window[0], window[1], count)
@@ -789,7 +803,7 @@ def _split_at_silences(volume: FloatArray, per: FloatArray, lo: int, hi: int) ->
     the middle of the traffic (a ring's reduce-scatter runs straight into its all-gather), or at
     the silence between two buckets of its gradient, after parts of different lengths (the one
     with the forward pass is longer). The caller keeps the deepest stage at which each sender's
-    own bursts repeat too."""
+    own bursts repeat too, or the first one when they repeat at neither a stage nor the cycle."""
     total = 1
     stages: list[int] = []
     while True:
