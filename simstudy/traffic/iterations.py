@@ -77,6 +77,13 @@ the iteration: **a true iteration period repeats the same bytes per cycle**, sen
    in bytes (`ALTERNATION_BYTES`: a parameter server's two buckets of 1.39 and 1.55 MB), nor in
    the silences that end them (`_unequal_silences`: on a link-bound job two equal buckets take
    as long as each other, but the gap after one is short and after the other long).
+   Where no one silence length separates its iterations (jitter makes the gap between a
+   parameter server's two pushes as long as the forward pass between iterations, and sometimes
+   none), a sender's cycles are the runs of bursts whose cumulative bytes reach each whole
+   multiple of one quantum at a burst's end (`_quantum_cycles`, within `QUANTUM_TOLERANCE`: an
+   iteration's bytes repeat to a few bytes); they replace the grouping when they are the same
+   cycle over more of the capture, or when the grouping holds a whole number of them that end at
+   silences of one kind.
    When the senders with such cycles hold at least half the bytes, their bytes-weighted median
    cycle is a candidate ("bursts"); it is
    the iteration when no periodic candidate is strong, when the chosen one's cycles hold a
@@ -203,6 +210,16 @@ MAX_GAPS = 48
 NOISE_SHARE = 0.01
 #: Most bursts grouped into one cycle.
 MAX_GROUP = 4
+#: Quanta of bytes tried as a sender's cycle when no grouping of its bursts repeats
+#: (`_quantum_cycles`): the bytes from the end of each of its first this many bursts ...
+QUANTUM_STARTS = 8
+#: ... to the end of each of the next this many ...
+QUANTUM_SPAN = 3 * MAX_GROUP
+#: ... whose run of cycles holds at least this share of the sender's bytes, each cycle's bytes within
+#: this of the quantum (an iteration's bytes repeat to a few notices of 48 bytes; chunks of
+#: buckets of different sizes do not).
+QUANTUM_COVERAGE = 0.5
+QUANTUM_TOLERANCE = 0.005
 #: Cycles whose durations vary more than this jitter: the period is then the typical time between each
 #: sender's iterations' worth of bytes, not the slope through the steady cycles' boundaries.
 JITTER = 0.05
@@ -885,10 +902,17 @@ class _SenderCycles:
     bytes: FloatArray
     gap: int
     group: int
+    """Bursts per cycle; 0: as many as add up to the cycle's bytes (`_quantum_cycles`)."""
 
     @property
     def period(self) -> float:
         return float(np.median(np.diff(self.starts))) if len(self.starts) >= 2 else math.nan
+
+    @property
+    def how(self) -> str:
+        if self.group == 0:
+            return f"bursts, as many as add up to {self.bytes.mean() / 1e6:.3g} MB"
+        return f"bursts (silences >= {self.gap} ms, {self.group} per cycle)"
 
 
 @dataclass(frozen=True)
@@ -925,7 +949,8 @@ def _sender_cycles(v: FloatArray) -> _SenderCycles | None:
     """The sender's cycles: its bursts cut at every silence of at least some length (each length
     it has is tried, up to `MAX_GAPS` of them) and grouped k at a time; the grouping of the
     shortest median duration whose steady groups repeat their bytes and do not alternate in
-    length (None when none does)."""
+    length, or its bursts cut by bytes (`_quantum_cycles`) where those are the same cycle over
+    more of the capture or its iterations (None when neither repeats)."""
     starts, ends, nbytes = _bursts_of(v, 1)
     if len(nbytes) < MIN_CYCLES + 1:
         return None
@@ -968,6 +993,66 @@ def _sender_cycles(v: FloatArray) -> _SenderCycles | None:
                         or _unequal_parts(run, 2, ALTERNATION_BYTES, 2)):
                     continue
                 best = c
+    quantum = _quantum_cycles(starts, ends, nbytes)
+    if best is None or quantum is None:
+        return best if best is not None else quantum
+    ratio = float(np.median(best.bytes)) / float(np.median(quantum.bytes))
+    if abs(ratio - 1) <= BURST_MULTIPLE_BYTES:  # the same cycle: the longer run
+        return quantum if len(quantum.starts) > len(best.starts) else best
+    # the grouping holds m quanta: they are its iterations when they end at silences of one kind
+    # (jitter), not chunks of it that end at short gaps but for the one before the next forward pass
+    m = round(ratio)
+    if (m >= 2 and abs(ratio / m - 1) <= BURST_MULTIPLE_BYTES
+            and not _unequal_silences((quantum.starts[1:] - quantum.ends[:-1]).astype(np.float64), m)
+            and not _unequal_parts(np.diff(quantum.starts).astype(np.float64), m, ALTERNATION, 2)):
+        return quantum
+    return best
+
+
+def _quantum_cycles(starts: IntArray, ends: IntArray, nbytes: FloatArray) -> _SenderCycles | None:
+    """The sender's cycles where no one silence length separates them (jitter makes the gap between
+    a parameter server's two pushes as long as the forward pass between iterations, so its bursts
+    per iteration vary in number): the longest run of bursts whose cumulative bytes reach each
+    whole multiple of one quantum at the end of a burst (within `QUANTUM_TOLERANCE` of it), for the
+    quanta the first `QUANTUM_STARTS` bursts and up to `QUANTUM_SPAN` after each add up to; the
+    quantum of the shortest median duration whose run holds `QUANTUM_COVERAGE` of the sender's
+    bytes in at least `MIN_CYCLES` cycles and does not alternate (as in `_sender_cycles`). None
+    when none does."""
+    cum = np.cumsum(nbytes)  # bytes up to the end of each burst
+    sent = float(cum[-1]) if len(cum) else 0.0
+    n = len(cum)
+    best: _SenderCycles | None = None
+    tried: set[int] = set()
+    for i in range(min(n, QUANTUM_STARTS)):
+        for j in range(i + 1, min(n, i + 1 + QUANTUM_SPAN)):
+            q = float(cum[j] - cum[i])
+            key = round(math.log(q) / math.log1p(QUANTUM_TOLERANCE)) if q > 0 else 0
+            if q <= 0 or key in tried or q * MIN_CYCLES > sent:
+                continue
+            tried.add(key)
+            target = cum + q
+            after = np.clip(np.searchsorted(cum, target), 0, n - 1)
+            before = np.clip(after - 1, 0, n - 1)
+            nxt = np.where(np.abs(cum[after] - target) <= np.abs(cum[before] - target), after, before)
+            hit = (np.abs(cum[nxt] - target) <= QUANTUM_TOLERANCE * q) & (nxt > np.arange(n))
+            run = np.zeros(n, np.int64)  # cycles chained from each burst's end
+            for k in range(n - 1, -1, -1):
+                run[k] = run[nxt[k]] + 1 if hit[k] else 0
+            first = int(np.argmax(run))
+            if run[first] < MIN_CYCLES or run[first] * q < QUANTUM_COVERAGE * sent:
+                continue
+            bounds = [first]
+            for _ in range(int(run[first])):
+                bounds.append(int(nxt[bounds[-1]]))
+            b = np.array(bounds)
+            c = _SenderCycles(starts[b[:-1] + 1], ends[b[1:]], np.diff(cum[b]).astype(np.float64), 1, 0)
+            if best is not None and c.period >= best.period * (1 - MERGE_TOLERANCE):
+                continue
+            if (_unequal_parts(np.diff(c.starts).astype(np.float64), 2, ALTERNATION, 2)
+                    or _unequal_silences((c.starts[1:] - c.ends[:-1]).astype(np.float64), 2)
+                    or _unequal_parts(c.bytes, 2, ALTERNATION_BYTES, 2)):
+                continue
+            best = c
     return best
 
 
@@ -1006,7 +1091,7 @@ def _bursts(volume: FloatArray, total: FloatArray) -> _Bursts | None:
     coverage = float(sum(found[e].bytes.sum() for e in ids) / total.sum()) if total.sum() > 0 else 0.0
     return _Bursts(period * BIN_S, float((weights * cvs).sum()), float(d.std() / d.mean()) if len(d) >= 2 else 0.0,
                    coverage, n, ref.starts, ref.ends, np.asarray(per, dtype=np.float64), within,
-                   f"bursts (silences >= {ref.gap} ms, {ref.group} per cycle)", typical, clean)
+                   ref.how, typical, clean)
 
 
 def _chunks_of_one(b: _Bursts, cut: _Cut) -> bool:

@@ -187,6 +187,33 @@ def test_the_typical_iteration_is_the_mean_of_the_middle_half(seed: int) -> None
     assert math.isnan(interquartile_mean(np.zeros(0)))
 
 
+def _sender(parts: list[tuple[int, float]], gaps: list[int]) -> np.ndarray:
+    """1 ms bins of one sender: each part's bytes in one bin, followed by its silence."""
+    v: list[float] = []
+    for (width, nbytes), gap in zip(parts, gaps, strict=True):
+        v += [nbytes / width] * width + [0.0] * gap
+    return np.array(v)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_senders_cycles_where_no_silence_length_separates_them(seed: int) -> None:
+    """Two buckets per iteration (1,054,248 and 372,992 bytes, a one-host parameter server's), the
+    silence between them up to as long as the one between iterations (0-15 ms and 3-15 ms: jitter
+    on shared cores; at 0 the second push follows the first in one burst): grouped k bursts at a
+    time, the cycles hold a varying number of iterations; the bursts whose bytes add up to one
+    quantum are the iterations."""
+    from simstudy.traffic.iterations import _sender_cycles
+
+    rng = np.random.default_rng(seed)
+    n = 20
+    gaps = np.ravel(np.column_stack([rng.integers(0, 16, size=n), rng.integers(3, 16, size=n)])).tolist()
+    v = _sender([(1, 1_054_248.0), (1, 372_992.0)] * n, gaps)
+    c = _sender_cycles(v)
+    assert c is not None and np.all(np.abs(c.bytes / 1_427_240 - 1) < 1e-9)
+    assert len(c.bytes) >= n - 2  # nearly every iteration, where k bursts at a time hold runs of a few
+    assert c.period == pytest.approx(sum(gaps) / n + 2, rel=0.15)  # a median of jittery iterations
+
+
 def test_period_of_flat_or_tiny_traces_is_nan() -> None:
     p = iteration_period(per_bin_table(np.full(500, 1000.0)))
     assert (p.method, math.isnan(p.period_s)) == ("none", True)
