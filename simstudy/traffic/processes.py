@@ -29,8 +29,12 @@ is found from what the connections of a training job look like:
    gRPC one each way), the chosen one makes the training connections a structure a training job
    has (a ring, parameter servers with every worker, every rank with every other), and among
    those the one whose processes carry the most even training bytes (the ring's ranks all send
-   the same), and then the one whose processes opened their connections closest together in
-   time (a rank connects to its peers one after the other at start-up). The search is
+   the same), then the one whose processes' sockets send at the same times (`_sent_together`: a
+   parameter server answers its workers at once, where a worker's push and the server's reply
+   to another worker alternate; on one host the ports of a 2-worker server and of a worker were
+   swapped in 7 of 24 captures without it), and then the one whose processes opened their
+   connections closest together in time (a rank connects to its peers one after the other at
+   start-up). The search is
    exhaustive for small jobs and stops after `SEARCH_BUDGET` steps, keeping the best assignment
    found.
 
@@ -54,6 +58,10 @@ __all__ = ["SEARCH_BUDGET", "Processes", "find_processes", "regroup"]
 
 #: Steps of the assignment search before it keeps the best assignment found.
 SEARCH_BUDGET: Final = 200_000
+#: Bins in which the sockets of one process are seen sending together (`_sent_together`), and the
+#: most sending endpoints compared.
+TOGETHER_BIN_S: Final = 1e-3
+TOGETHER_MAX_ENDPOINTS: Final = 64
 _DUP: Final = 0.5
 
 
@@ -126,9 +134,37 @@ def find_processes(table: pd.DataFrame, addresses: Mapping[int, str], ports: Map
             opened[e] = min(opened.get(e, np.inf), float(con.first[k]))
     search = _Search(addresses, [(int(a[k]), int(b[k])) for k in np.flatnonzero(relevant)],
                      [(int(a[k]), int(b[k]), float(con.a_to_b[k]), float(con.b_to_a[k]))
-                      for k in np.flatnonzero(training)], on_shared, train_listeners, opened)
+                      for k in np.flatnonzero(training)], on_shared, train_listeners, opened,
+                     _sent_together(table, con.of_row, np.flatnonzero(training), on_shared))
     slot_of = search.run()
     return _describe(endpoints, addresses, ports, shared, slot_of, search, listens, degree, n_con)
+
+
+def _sent_together(table: pd.DataFrame, of_row: np.ndarray, training: np.ndarray, on_shared: set[int]
+                   ) -> dict[tuple[int, int], float]:
+    """For every two endpoints of a shared address that send payload on training connections: the
+    correlation of their payload bytes per `TOGETHER_BIN_S` (a parameter server answers its
+    workers at once; a worker pushes while the server waits)."""
+    rows = np.isin(of_row, training)
+    src = table["src"].to_numpy().astype(np.int64)[rows]
+    payload = (table["payload_bytes"] if "payload_bytes" in table.columns else table["bytes"]).to_numpy()[rows]
+    t = table["t_start_s"].to_numpy()[rows]
+    keep = (payload > 0) & np.isin(src, list(on_shared))
+    if keep.sum() == 0:
+        return {}
+    src, payload, t = src[keep], payload[keep].astype(np.float64), t[keep]
+    bins = ((t - t.min()) / TOGETHER_BIN_S).astype(np.int64)
+    n = int(bins.max()) + 1
+    ends = np.unique(src).tolist()
+    if len(ends) < 2 or len(ends) > TOGETHER_MAX_ENDPOINTS:
+        return {}
+    series = {e: np.bincount(bins[src == e], weights=payload[src == e], minlength=n) for e in ends}
+    out: dict[tuple[int, int], float] = {}
+    for i, x in enumerate(ends):
+        for y in ends[i + 1:]:
+            u, v = series[x], series[y]
+            out[(x, y)] = float(np.corrcoef(u, v)[0, 1]) if u.std() > 0 and v.std() > 0 else 0.0
+    return out
 
 
 def _hosts_structured(a: np.ndarray, b: np.ndarray, training: np.ndarray, addresses: Mapping[int, str]) -> bool:
@@ -154,9 +190,10 @@ class _Search:
 
     def __init__(self, addresses: Mapping[int, str], relevant: list[tuple[int, int]],
                  training: list[tuple[int, int, float, float]], on_shared: set[int], listeners: set[int],
-                 opened: Mapping[int, float]) -> None:
+                 opened: Mapping[int, float], together: Mapping[tuple[int, int], float] | None = None) -> None:
         self.addresses = addresses
         self.opened = opened
+        self.together = together or {}
         self.training = training
         self.neighbours: dict[int, list[int]] = {}
         for x, y in relevant:
@@ -182,7 +219,7 @@ class _Search:
         self.free = sorted(free, key=lambda e: (e not in big, -len(self.neighbours[e]), e))
         self.steps = 0
         self.exhaustive = True
-        self.best: tuple[float, int, float, float] | None = None
+        self.best: tuple[float, int, float, float, float] | None = None
         self.best_slots: dict[int, int] = {}
 
     def run(self) -> dict[int, int]:
@@ -217,7 +254,7 @@ class _Search:
         if self.best is not None and primary > self.best[0] + 1e-9:
             return
         if i == len(self.free):
-            key = (primary, *self._shape(slot_of), self._spread(slot_of))
+            key = (primary, *self._shape(slot_of), -self._together(slot_of), self._spread(slot_of))
             if self.best is None or key < self.best:
                 self.best, self.best_slots = key, dict(slot_of)
             return
@@ -266,6 +303,20 @@ class _Search:
             pairs[key] -= 1
             if not pairs[key]:
                 del pairs[key]
+
+    def _together(self, slot_of: Mapping[int, int]) -> float:
+        """How much each process's sending sockets send at the same times: the mean correlation of
+        every two of them (`_sent_together`), summed over the processes (to 2 decimals: a tie)."""
+        by_slot: dict[int, list[int]] = {}
+        for e in sorted({e for pair in self.together for e in pair}):
+            if e in slot_of:
+                by_slot.setdefault(slot_of[e], []).append(e)
+        total = 0.0
+        for ends in by_slot.values():
+            pairs = [self.together[(x, y)] for i, x in enumerate(ends) for y in ends[i + 1:]]
+            if pairs:
+                total += float(np.mean(pairs))
+        return round(total, 2)
 
     def _spread(self, slot_of: Mapping[int, int]) -> float:
         """Seconds between the first and the last connection each process opened, summed."""
@@ -387,7 +438,7 @@ def _describe(endpoints: list[int], addresses: Mapping[int, str], ports: Mapping
     reason = (f"ranks share an address ({found}, told apart by their ports: each listening port with training "
               f"connections is one process, and every other port of those connections was given to a process "
               f"that never connects twice to one socket, with the fewest processes, the training connections in "
-              f"the shape of a training job and the most even bytes; {n_con} connections"
+              f"the shape of a training job, the most even bytes and sockets that send together; {n_con} connections"
               + ("" if search.exhaustive else f"; the search stopped after {SEARCH_BUDGET:,} steps") + ")")
     return Processes(of_endpoint, labels, places, reason, search.exhaustive, tuple(sorted(shared)))
 
