@@ -166,7 +166,7 @@ def compile_parameter_server(scenario: Scenario) -> ExecutionGraph:
             remote = [w for w in range(workers) if w != host]
             local = local_ready.get((host, piece.bucket * agg.servers + piece.server))
             name = f"b{piece.bucket}.s{piece.server}.it{it}"
-            pull_ready = {w: [g.recv(f"recv_ready.{name}.w{w}", w, READY_BYTES, tag(it, piece, PUSH, READY_PART), [],
+            recv_ready = {w: [g.recv(f"recv_ready.{name}.w{w}", w, READY_BYTES, tag(it, piece, PUSH, READY_PART), [],
                                      op="pull", iteration=it)] if meet else [] for w in remote}
             if agg.mode == "sync":
                 recvs = [g.recv(f"recv_grad.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PUSH), [],
@@ -178,7 +178,7 @@ def compile_parameter_server(scenario: Scenario) -> ExecutionGraph:
                     suffix = f".c{c}" if len(parts_of) > 1 else ""
                     for w in remote:
                         g.send(f"send_param.{name}.w{w}{suffix}", w, size, tag(it, piece, PULL, c),
-                               [upd, *pull_ready[w]], op="pull", iteration=it, flow=tag(it, piece, PULL), chunk=c)
+                               [upd, *recv_ready[w]], op="pull", iteration=it, flow=tag(it, piece, PULL), chunk=c)
                 if local is not None:
                     after[host].append(upd)
             else:
@@ -187,7 +187,7 @@ def compile_parameter_server(scenario: Scenario) -> ExecutionGraph:
                                op="push", iteration=it)
                     upd = g.compute(f"update.{name}.w{w}", update_us(piece), [r], iteration=it)
                     g.send(f"send_param.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PULL),
-                           [upd, *pull_ready[w]], op="pull", iteration=it)
+                           [upd, *recv_ready[w]], op="pull", iteration=it)
                 if local is not None:
                     upd = g.compute(f"update.{name}.w{host}", update_us(piece), [local], iteration=it)
                     after[host].append(upd)

@@ -44,10 +44,9 @@ class ParameterServer(Spec):
     rendezvous: bool = Field(
         default=True,
         description="true: a send moves its bytes only once the receiver has posted the matching receive (gloo's "
-        "send and recv, which a captured PyTorch job uses): a server posts the receives of each piece once it "
-        "has updated the one before, and a worker posts its pulls once its whole backward is done, so every "
-        "reply waits for the end of the workers' backward; false: bytes move as soon as they are sent and each "
-        "reply as soon as the server has updated (an eager transport, as BytePS and ps-lite use)",
+        "send and recv, which a captured PyTorch job uses), and a worker posts its pulls once its whole "
+        "backward is done, so every reply waits for the end of the workers' backward; false: each reply leaves "
+        "as soon as the server has updated (an eager transport, as BytePS and ps-lite use)",
     )
 
 

@@ -922,6 +922,15 @@ class _SenderCycles:
     def period(self) -> float:
         return float(np.median(np.diff(self.starts))) if len(self.starts) >= 2 else math.nan
 
+    def uneven(self, parts: int) -> bool:
+        """Whether the cycles, taken `parts` at a time, differ part by part: in length, in the
+        silence that ends them or in bytes (`_unequal_parts`, `_unequal_silences`). Cycles of half
+        an iteration alternate: the gap before a forward pass, then one between buckets; two
+        buckets of different sizes in turn."""
+        return (_unequal_parts(np.diff(self.starts).astype(np.float64), parts, ALTERNATION, 2)
+                or _unequal_silences((self.starts[1:] - self.ends[:-1]).astype(np.float64), parts)
+                or _unequal_parts(self.bytes, parts, ALTERNATION_BYTES, 2))
+
     @property
     def how(self) -> str:
         if self.group == 0:
@@ -999,12 +1008,7 @@ def _sender_cycles(v: FloatArray) -> _SenderCycles | None:
                 c = _SenderCycles(starts[first[idx[a:b]]], ends[last[idx[a:b] + k - 1]], run, int(gap), k)
                 if best is not None and c.period >= best.period * (1 - MERGE_TOLERANCE):
                     continue
-                # half the iteration: its groups alternate in length, in the silence after them (the
-                # gap before a forward pass, then one between buckets) or in bytes (two buckets of
-                # different sizes in turn)
-                if (_unequal_parts(np.diff(c.starts).astype(np.float64), 2, ALTERNATION, 2)
-                        or _unequal_silences((c.starts[1:] - c.ends[:-1]).astype(np.float64), 2)
-                        or _unequal_parts(run, 2, ALTERNATION_BYTES, 2)):
+                if c.uneven(2):  # half the iteration
                     continue
                 best = c
     quantum = _quantum_cycles(starts, ends, nbytes)
@@ -1016,9 +1020,7 @@ def _sender_cycles(v: FloatArray) -> _SenderCycles | None:
     # the grouping holds m quanta: they are its iterations when they end at silences of one kind
     # (jitter), not chunks of it that end at short gaps but for the one before the next forward pass
     m = round(ratio)
-    if (m >= 2 and abs(ratio / m - 1) <= BURST_MULTIPLE_BYTES
-            and not _unequal_silences((quantum.starts[1:] - quantum.ends[:-1]).astype(np.float64), m)
-            and not _unequal_parts(np.diff(quantum.starts).astype(np.float64), m, ALTERNATION, 2)):
+    if m >= 2 and abs(ratio / m - 1) <= BURST_MULTIPLE_BYTES and not quantum.uneven(m):
         return quantum
     return best
 
@@ -1062,11 +1064,8 @@ def _quantum_cycles(starts: IntArray, ends: IntArray, nbytes: FloatArray) -> _Se
             c = _SenderCycles(starts[b[:-1] + 1], ends[b[1:]], np.diff(cum[b]).astype(np.float64), 1, 0)
             if best is not None and c.period >= best.period * (1 - MERGE_TOLERANCE):
                 continue
-            if (_unequal_parts(np.diff(c.starts).astype(np.float64), 2, ALTERNATION, 2)
-                    or _unequal_silences((c.starts[1:] - c.ends[:-1]).astype(np.float64), 2)
-                    or _unequal_parts(c.bytes, 2, ALTERNATION_BYTES, 2)):
-                continue
-            best = c
+            if not c.uneven(2):
+                best = c
     return best
 
 

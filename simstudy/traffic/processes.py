@@ -194,6 +194,7 @@ class _Search:
         self.addresses = addresses
         self.opened = opened
         self.together = together or {}
+        self.senders = sorted({e for pair in self.together for e in pair})  # the sockets `together` compares
         self.training = training
         self.neighbours: dict[int, list[int]] = {}
         for x, y in relevant:
@@ -308,7 +309,7 @@ class _Search:
         """How much each process's sending sockets send at the same times: the mean correlation of
         every two of them (`_sent_together`), summed over the processes (to 2 decimals: a tie)."""
         by_slot: dict[int, list[int]] = {}
-        for e in sorted({e for pair in self.together for e in pair}):
+        for e in self.senders:
             if e in slot_of:
                 by_slot.setdefault(slot_of[e], []).append(e)
         total = 0.0
