@@ -28,8 +28,8 @@ from simstudy import chakra
 from simstudy.backends import AstraSimBackend, FlowsimBackend
 from simstudy.backends.locate import find_astra_sim
 from simstudy.chakra import CollectiveType, GlobalMetadata, Node, NodeType
-from simstudy.compile import Bundle, compile_scenario
-from simstudy.compile.astra_config import REMOTE_MEMORY, network_yaml, system_config
+from simstudy.compiler import Bundle, compile_scenario
+from simstudy.compiler.astra_config import REMOTE_MEMORY, network_yaml, system_config
 from simstudy.spec import Dim, Scenario
 
 MIB = 2**20

@@ -52,13 +52,13 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity import MODELS, STRATEGIES, case_spec
 
-from simstudy.capture.run import capture
+from simstudy.capturing.run import capture
 from simstudy.spec.capture import CaptureSpec
 from simstudy.traffic.features import analyze
 from simstudy.traffic.iterations import interquartile_mean
 from simstudy.traffic.meta import read_meta
 from simstudy.traffic.sources import load_traffic
-from simstudy.validate import payload_view, validate
+from simstudy.validation import payload_view, validate
 
 LINKS: dict[str, dict[str, Any]] = {"200mbit": {"rate_mbit": 200}, "200mbit_loss1": {"rate_mbit": 200, "loss": 0.01}}
 

@@ -16,7 +16,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from simstudy.compile import compile_scenario
+from simstudy.compiler import compile_scenario
 from simstudy.spec import Scenario
 
 LLAMA = {512: (8, 8, 8), 4096: (8, 8, 64), 16384: (8, 16, 128)}

@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from simstudy.capture.run import capture
+from simstudy.capturing.run import capture
 from simstudy.spec.capture import CaptureSpec
 from simstudy.traffic.meta import read_meta
 from simstudy.traffic.sources import load_traffic
-from simstudy.validate import validate
+from simstudy.validation import validate
 
 MODELS: dict[str, dict[str, Any]] = {
     "cnn": {"zoo": "small_cnn"},

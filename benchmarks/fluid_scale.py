@@ -111,12 +111,12 @@ def peak_bytes() -> int:
 def work(case: str, mode: str, bundle_dir: str, out: str, timeout_s: float) -> dict[str, Any]:
     """Run one case in one mode: the bundle's simulation (the Lingjun case: the whole study)."""
     from simstudy.backends import FlowsimBackend
-    from simstudy.compile import Bundle
+    from simstudy.compiler import Bundle
 
     t0 = time.perf_counter()
     if case == "lingjun":
         from simstudy.spec.load import load_study
-        from simstudy.sweep import run_study
+        from simstudy.sweeps import run_study
 
         source = ROOT / "specs" / "placement_lingjun.yaml"
         study = load_study(source)
@@ -149,7 +149,7 @@ def work(case: str, mode: str, bundle_dir: str, out: str, timeout_s: float) -> d
 
 def compile_case(case: str, out: Path) -> Path | None:
     """The case's bundle (None for the study, which compiles its own runs)."""
-    from simstudy.compile import compile_any
+    from simstudy.compiler import compile_any
     from simstudy.spec import Cluster, Scenario
 
     make = CASES[case][1]

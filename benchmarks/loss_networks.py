@@ -20,7 +20,7 @@ from pathlib import Path
 from simstudy.backends.packets import available
 from simstudy.report.findings import findings, network_differences
 from simstudy.spec import load_study
-from simstudy.sweep import LocalExecutor, run_study
+from simstudy.sweeps import LocalExecutor, run_study
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from simstudy.backends import FlowsimBackend
-from simstudy.compile import Bundle, compile_cluster
+from simstudy.compiler import Bundle, compile_cluster
 from simstudy.spec import Cluster
 from simstudy.spec.load import resolve_references
 

@@ -40,8 +40,8 @@ from fidelity import MODELS, case_spec
 from simstudy import layout
 from simstudy.backends.packets import iteration_spans
 from simstudy.backends.traffic_build import WorkloadInfo
-from simstudy.compile import Bundle
-from simstudy.compile.parameter_server import server_rank
+from simstudy.compiler import Bundle
+from simstudy.compiler.parameter_server import server_rank
 from simstudy.spec import BackendSpec, ParameterServer, Scenario
 from simstudy.traffic.compare import JOB, TRANSPORT, ValidationReport
 from simstudy.traffic.meta import read_meta
@@ -81,7 +81,7 @@ def transport(report: ValidationReport) -> tuple[int, int, list[str]]:
 
 
 def validate_case(case: Path, out: Path, backend: str) -> tuple[ValidationReport, list[float], float]:
-    from simstudy.validate import validate
+    from simstudy.validation import validate
 
     t0 = time.perf_counter()
     with warnings.catch_warnings():
@@ -113,7 +113,7 @@ def main() -> int:
         case = out / "captures" / name
         try:
             if not (case / layout.META).is_file():
-                from simstudy.capture.run import capture
+                from simstudy.capturing.run import capture
 
                 capture(spec, case, force=True)
             if args.capture_only:

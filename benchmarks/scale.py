@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from simstudy.backends.locate import find_astra_sim
-from simstudy.compile import compile_scenario
+from simstudy.compiler import compile_scenario
 from simstudy.spec import Scenario
 
 SHAPES = {4096: (8, 8, 64), 16384: (8, 16, 128)}
@@ -49,7 +49,7 @@ import json, resource, subprocess, sys, time
 from pathlib import Path
 from simstudy.backends import AstraSimBackend, FlowsimBackend
 from simstudy.backends.astrasim import parse_output
-from simstudy.compile import Bundle
+from simstudy.compiler import Bundle
 kind, arg, work = sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3])
 bundle = Bundle.from_dir(arg["bundle"])
 if kind == "flowsim":

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from simstudy.backends import AstraSimBackend, FlowsimBackend
 from simstudy.backends.locate import find_astra_sim
-from simstudy.compile import Bundle
+from simstudy.compiler import Bundle
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 SYSTEMS = ("Ring_4chunks", "HGX-H100-validated")

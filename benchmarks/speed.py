@@ -31,7 +31,7 @@ CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
 from simstudy.backends import AstraSimBackend, FlowsimBackend
-from simstudy.compile import Bundle, compile_scenario
+from simstudy.compiler import Bundle, compile_scenario
 from simstudy.spec import Scenario
 kind, arg, work = sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3])
 if arg["make"] == "resnet":

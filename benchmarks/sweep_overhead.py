@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from simstudy.spec import load_study
-from simstudy.sweep import LocalExecutor, SweepResult, run_study
+from simstudy.sweeps import LocalExecutor, SweepResult, run_study
 
 
 def study_text(n: int) -> str:

@@ -30,7 +30,7 @@ from simstudy.backends.flowsim.tcp import TcpPaths
 from simstudy.backends.network import Network
 from simstudy.backends.packets import available
 from simstudy.backends.packets.probe import message_times
-from simstudy.compile.topology_file import topology_of
+from simstudy.compiler.topology_file import topology_of
 from simstudy.spec import Star
 
 LOSSES = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02)

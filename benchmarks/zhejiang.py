@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from simstudy.backends import simulate
-from simstudy.compile import resolve
+from simstudy.compiler import resolve
 from simstudy.spec import BackendSpec, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]

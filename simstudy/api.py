@@ -31,20 +31,20 @@ from simstudy import layout
 
 if TYPE_CHECKING:
     from simstudy.backends.base import Progress
-    from simstudy.capture.run import CaptureResult
-    from simstudy.compile import Bundle, CompileResult
+    from simstudy.capturing.run import CaptureResult
+    from simstudy.compiler import Bundle, CompileResult
     from simstudy.report.chrome_trace import ChromeTrace
     from simstudy.spec import BackendSpec, Cluster, Scenario, Study
     from simstudy.spec.capture import CaptureSpec
-    from simstudy.sweep import Executor, SlurmOptions, SweepResult
-    from simstudy.sweep.runner import RunRecord
+    from simstudy.sweeps import Executor, SlurmOptions, SweepResult
+    from simstudy.sweeps.runner import RunRecord
     from simstudy.traffic.cluster import Clustering
     from simstudy.traffic.compare import ValidationReport
     from simstudy.traffic.counter_features import CounterFeatures
     from simstudy.traffic.counters import Counters
     from simstudy.traffic.features import Features
     from simstudy.traffic.sources import TrafficSource
-    from simstudy.validate import CounterValidation, Validation
+    from simstudy.validation import CounterValidation, Validation
     from simstudy.zoo import ZooSummary
 
 # The public names are listed once, in the package's `__all__` (simstudy/__init__.py), which
@@ -69,11 +69,11 @@ def input_error_types() -> tuple[type[BaseException], ...]:
         The exception types, `InputError` first.
     """
     from simstudy.chakra import ChakraFormatError
-    from simstudy.compile import BundleError, CompileError
-    from simstudy.dashboard import DashboardError
+    from simstudy.compiler import BundleError, CompileError
     from simstudy.report.chrome_trace import TraceError
+    from simstudy.report.dashboard import DashboardError
     from simstudy.spec import SpecError
-    from simstudy.sweep import SweepError
+    from simstudy.sweeps import SweepError
     from simstudy.traffic.cluster import ClusterError
     from simstudy.traffic.counters import CountersError
     from simstudy.traffic.meta import MetaError
@@ -198,7 +198,7 @@ def compile(spec: SpecSource | Scenario | Cluster, out: str | Path | None = None
     Raises:
         InputError: The spec does not validate or does not fit (e.g. the model exceeds memory).
     """
-    from simstudy.compile import compile_any
+    from simstudy.compiler import compile_any
 
     with _input_errors():
         scenario, file = _runnable(spec)
@@ -350,7 +350,7 @@ def run(
     """Simulate one scenario (or cluster, or an existing ASTRA-SIM input set) into a run directory.
 
     Args:
-        spec: A spec file, a mapping, a loaded `Scenario` / `Cluster`, or a `simstudy.compile.Bundle`
+        spec: A spec file, a mapping, a loaded `Scenario` / `Cluster`, or a `simstudy.compiler.Bundle`
             (an ASTRA-SIM input set from elsewhere).
         out: The run directory (default ``results/runs/<spec file stem or name>``). It is written
             whole or not at all.
@@ -376,7 +376,7 @@ def run(
     """
     from simstudy.backends import make_backend, simulate
     from simstudy.backends.rundir import run_input_set
-    from simstudy.compile import Bundle
+    from simstudy.compiler import Bundle
     from simstudy.report import render_run
 
     options = _backend(backend, congestion=congestion, aware=aware, traffic=traffic, traffic_bin_s=traffic_bin_s,
@@ -481,7 +481,7 @@ def sweep(
         out: The results directory (default ``results/<study name>``); a second sweep into the same
             directory reuses every finished run.
         executor: Where runs execute: ``local`` processes, a ``dask`` scheduler, ``slurm`` (one job
-            array), or an executor object from `simstudy.sweep`.
+            array), or an executor object from `simstudy.sweeps`.
         workers: local: processes (default one per core).
         scheduler: dask: the scheduler's address, e.g. ``tcp://127.0.0.1:8786``.
         connect_timeout_s: dask: seconds to wait for the scheduler.
@@ -501,7 +501,7 @@ def sweep(
     Raises:
         InputError: The study, an override or the executor's options are not valid.
     """
-    from simstudy.sweep import get_executor, override, run_study
+    from simstudy.sweeps import get_executor, override, run_study
 
     with _input_errors():
         spec, file = _study(study, source)
@@ -529,7 +529,7 @@ def open_study(path: str | Path) -> StudyResult:
         InputError: `path` holds no summary.parquet.
     """
     from simstudy.spec import SpecError
-    from simstudy.sweep.runner import read_record
+    from simstudy.sweeps.runner import read_record
 
     path = Path(path)
     if not (path / layout.SUMMARY).is_file():
@@ -593,7 +593,7 @@ def analyze(
     """
     from simstudy.traffic.features import analyze as analyze_table
     from simstudy.traffic.sources import TrafficSource
-    from simstudy.validate import payload_view
+    from simstudy.validation import payload_view
 
     def counted(table: pd.DataFrame) -> pd.DataFrame:
         return payload_view(table) if count == "payload" else table
@@ -700,7 +700,7 @@ def validate(
     from simstudy.spec import Scenario
     from simstudy.traffic.compare import JOB, TRANSPORT
     from simstudy.traffic.meta import load_rank_map
-    from simstudy.validate import validate as validate_capture
+    from simstudy.validation import validate as validate_capture
 
     target = Path(out) if out is not None else Path(real) / layout.VALIDATION_DIR
     options = _backend(backend, timeout_s=timeout_s)
@@ -797,7 +797,7 @@ def validate_counters(
         InputError: The counters, the spec or a tolerance is not valid.
         simstudy.backends.BackendError: The simulation did not complete.
     """
-    from simstudy.validate import validate_counters as validate_series
+    from simstudy.validation import validate_counters as validate_series
 
     path = Path(real)
     target = Path(out) if out is not None else (path if path.is_dir() else path.parent) / layout.VALIDATION_DIR
@@ -823,7 +823,7 @@ def dashboard(path: str | Path, out: str | Path | None = None) -> Path:
     Raises:
         InputError: `path` is none of the directories a dashboard shows.
     """
-    from simstudy.dashboard import load, write
+    from simstudy.report.dashboard import load, write
     from simstudy.report.findings import study_findings
 
     path = Path(path)
@@ -921,9 +921,9 @@ def capture(
 
     Raises:
         InputError: The spec is not valid.
-        simstudy.capture.testbed.CaptureError: The machine cannot run or record the job.
+        simstudy.capturing.testbed.CaptureError: The machine cannot run or record the job.
     """
-    from simstudy.capture.run import capture as capture_job
+    from simstudy.capturing.run import capture as capture_job
     from simstudy.spec import validate_as
     from simstudy.spec.capture import CaptureSpec
     from simstudy.spec.load import load_spec as load_spec_file

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
-from simstudy import __version__, layout
+from simstudy import layout
+from simstudy.version import __version__
 
 if TYPE_CHECKING:
     import http.server
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from simstudy.backends.base import Progress
-    from simstudy.sweep import Expansion
+    from simstudy.sweeps import Expansion
 
 B = TypeVar("B", bound="BaseModel")
 
@@ -65,7 +66,7 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from simstudy import api
-    from simstudy.compile import Bundle
+    from simstudy.compiler import Bundle
     from simstudy.spec import BackendSpec, SpecError
 
     raw = [args.workload, args.network, args.system]
@@ -154,7 +155,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from simstudy import api
     from simstudy.report import render_study
     from simstudy.spec import load_study
-    from simstudy.sweep import SlurmOptions, compare_baseline, expand, get_executor, override
+    from simstudy.sweeps import SlurmOptions, compare_baseline, expand, get_executor, override
 
     t0 = time.perf_counter()
     study = override(load_study(args.study), args.study, backend=args.backend, aware=True if args.aware else None,
@@ -379,7 +380,7 @@ def _cluster(args: argparse.Namespace) -> int:
 
 def _dashboard(args: argparse.Namespace) -> int:
     from simstudy import api
-    from simstudy.dashboard import detect
+    from simstudy.report.dashboard import detect
 
     path = Path(args.path)
     out = Path(args.output) if args.output else path / layout.DASHBOARD_HTML
@@ -642,7 +643,7 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
 
 def _failure_types() -> tuple[type[BaseException], ...]:
     from simstudy.backends import BackendError
-    from simstudy.capture.testbed import CaptureError
+    from simstudy.capturing.testbed import CaptureError
 
     return (BackendError, CaptureError)
 

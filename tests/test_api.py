@@ -12,12 +12,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from tests.sweeps.test_sweep import dask_scheduler  # noqa: F401  (a real scheduler and workers on loopback)
 
 import simstudy as s
 from simstudy.traffic.features import analyze as analyze_table
 from simstudy.traffic.sources import load_traffic
-from simstudy.validate import payload_view
-from tests.sweep.test_sweep import dask_scheduler  # noqa: F401  (a real scheduler and workers on loopback)
+from simstudy.validation import payload_view
 
 REPO = Path(__file__).resolve().parents[1]
 #: The scenario of the golden capture tests/data/captures/ring4_allreduce (tests/data/make_golden_captures.py).
@@ -221,18 +221,21 @@ def test_bad_input_is_one_error_type_with_the_cli_message(tmp_path: Path) -> Non
         s.validate(cap, RING4, tmp_path / "v", tolerances={"nope": 0.1})
 
 
-def test_api_names_win_over_subpackages_of_the_same_name() -> None:
-    import simstudy.compile
-    import simstudy.sweep
-    import simstudy.validate  # noqa: F401  (binds the subpackages on the package, as any import does)
-    from simstudy.sweep import run_study
+def test_api_names_are_the_api_s_and_no_subpackage_shares_one() -> None:
+    import pkgutil
+
+    from simstudy.sweeps import run_study
 
     assert callable(run_study)
-    for name in ("compile", "sweep", "validate"):
+    subpackages = {m.name for m in pkgutil.iter_modules(s.__path__)}
+    assert not subpackages & set(s.__all__), "a subpackage named like an API function hides it or is hidden"
+    for name in ("compile", "sweep", "validate", "capture", "dashboard"):
         assert getattr(s, name).__module__ == "simstudy.api"
     assert set(s.__all__) <= set(dir(s))
     for name in s.__all__:
         assert name == "__version__" or getattr(s, name).__doc__, name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = s.nope
 
 
 def test_trace_cluster_models_and_a_bad_capture_spec(swept: tuple[Path, str], tmp_path: Path) -> None:

@@ -1,8 +1,13 @@
-"""The layers of DESIGN.md: a module may import only from its own layer or the layers below it."""
+"""The layers of DESIGN.md as a contract: import-linter's contracts in pyproject.toml hold, cover every
+top-level part of the package, and are the list that docs/development.md shows."""
 
 from __future__ import annotations
 
-import ast
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -10,66 +15,52 @@ import pytest
 import simstudy
 
 PACKAGE = Path(simstudy.__file__).parent
-
-#: Top-level module or package of simstudy -> its layer (DESIGN.md, "Layers").
-LAYERS: dict[str, int] = {
-    # the package's own module is its public face: it re-exports the API (lazily, when first used)
-    "__init__": 10,
-    "__main__": 10,
-    "table": 0,
-    "linktable": 0,
-    "layout": 0,
-    "spec": 1,
-    "zoo": 2,
-    "chakra": 3,
-    "compile": 4,
-    "backends": 5,
-    "traffic": 6,
-    "sweep": 7,
-    "validate": 7,
-    "capture": 8,
-    "report": 9,
-    "dashboard": 9,
-    "api": 10,
-    "cli": 10,
-}
+REPO = PACKAGE.parent
 
 
-def _part(module: str) -> str:
-    """The top-level part of a dotted simstudy module name (`simstudy.spec.load` -> `spec`)."""
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "__init__"
+def _contracts() -> list[dict[str, object]]:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts: list[dict[str, object]] = config["tool"]["importlinter"]["contracts"]
+    return contracts
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    out: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "simstudy":
-                out += [(node.lineno, f"simstudy.{a.name}") for a in node.names]
-            elif node.module.startswith("simstudy."):
-                out.append((node.lineno, node.module))
-        elif isinstance(node, ast.Import):
-            out += [(node.lineno, a.name) for a in node.names if a.name.startswith("simstudy.")]
-    return out
+def _layers() -> list[list[str]]:
+    """The layers contract, top first, each layer the list of its modules (without `simstudy.`)."""
+    (layers,) = [c["layers"] for c in _contracts() if c["type"] == "layers"]
+    assert isinstance(layers, list)
+    return [[m.strip().removeprefix("simstudy.") for m in re.split(r"[|:]", layer)] for layer in layers]
 
 
-def _modules() -> list[Path]:
-    return sorted(PACKAGE.rglob("*.py"))
+def test_lint_imports_keeps_every_contract() -> None:
+    exe = shutil.which("lint-imports") or pytest.fail("lint-imports is missing: pip install -e '.[dev]'")
+    proc = subprocess.run([exe, "--no-cache"], cwd=REPO, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "0 broken" in proc.stdout
 
 
 def test_every_top_level_part_has_a_layer() -> None:
-    parts = {p.relative_to(PACKAGE).parts[0].removesuffix(".py") for p in _modules()}
-    assert parts <= set(LAYERS), f"give these a layer in tests/test_layers.py: {sorted(parts - set(LAYERS))}"
+    parts = {p.relative_to(PACKAGE).parts[0].removesuffix(".py") for p in PACKAGE.rglob("*.py")}
+    parts -= {"__init__", "__main__"}  # the root re-exports the API; __main__ runs the CLI; nothing imports either
+    placed = {m for layer in _layers() for m in layer}
+    assert parts == placed, f"give these a layer in pyproject.toml's contract: {sorted(parts - placed)}"
 
 
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_imports_point_down(path: Path) -> None:
-    own = LAYERS[path.relative_to(PACKAGE).parts[0].removesuffix(".py")]
-    bad = []
-    for line, module in _imports(path):
-        target = _part(module)
-        if target in LAYERS and LAYERS[target] > own:
-            bad.append(f"line {line}: {module} (layer {LAYERS[target]})")
-    assert not bad, f"{path.name} (layer {own}) imports from higher layers: {bad}"
+def test_the_layers_page_is_the_contract() -> None:
+    text = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    page = [re.findall(r"`simstudy\.([\w.]+)`", line) for line in section.splitlines() if re.match(r"\d+\. ", line)]
+    assert page == list(reversed(_layers())), "docs/development.md's layer list differs from pyproject.toml's"
+
+
+def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
+    """The contract can fail: a copy of the package whose spec layer imports the sweeps is refused."""
+    exe = shutil.which("lint-imports") or pytest.fail("lint-imports is missing: pip install -e '.[dev]'")
+    shutil.copytree(PACKAGE, tmp_path / "simstudy", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    with (tmp_path / "simstudy" / "spec" / "paths.py").open("a", encoding="utf-8") as f:
+        f.write("\nfrom simstudy.sweeps import errors  # noqa: E402\n")
+    env = {"PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run([sys.executable, exe, "--no-cache"], cwd=tmp_path, capture_output=True, text=True,
+                          check=False, env=env)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "simstudy.spec.paths -> simstudy.sweeps.errors" in proc.stdout

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from simstudy.backends import simulate
-from simstudy.compile import resolve
+from simstudy.compiler import resolve
 from simstudy.spec import BackendSpec, LeafSpine, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -31,7 +31,7 @@ from simstudy.backends.traffic_build import (
     spans_table,
 )
 from simstudy.backends.traffic_out import TrafficOutput, make_sink
-from simstudy.compile import Bundle
+from simstudy.compiler import Bundle
 
 _FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles(?:, exposed communication (\d+) cycles)?")
 _STAT = re.compile(r"sys\[(\d+)\], (Wall time|Comm time|GPU time|Total compute-communication overlap): (\d+)")

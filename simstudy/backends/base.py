@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from simstudy.backends.traffic_out import TrafficOutput
-from simstudy.compile import Bundle
+from simstudy.compiler import Bundle
 
 
 class BackendError(RuntimeError):

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from simstudy.backends.traffic_build import WorkloadInfo
-from simstudy.compile.attributes import node_meta
+from simstudy.compiler.attributes import node_meta
 
 
 def span_iterations(info: WorkloadInfo, spans: pd.DataFrame) -> np.ndarray:

@@ -24,12 +24,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from simstudy import __version__, layout
+from simstudy import layout
 from simstudy.backends.base import Backend, RunResult
 from simstudy.backends.traffic_out import TrafficOutput
-from simstudy.compile import Bundle, JobInfo, read_jobs
+from simstudy.compiler import Bundle, JobInfo, read_jobs
 from simstudy.spec import BackendSpec, Cluster, canonical_json
 from simstudy.table import check_table, write_table
+from simstudy.version import __version__
 
 
 @dataclass(frozen=True)

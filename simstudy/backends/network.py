@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from simstudy.compile.topology_file import NativeDim, NetworkTopology, native_topology
+from simstudy.compiler.topology_file import NativeDim, NetworkTopology, native_topology
 
 
 @dataclass

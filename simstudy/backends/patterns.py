@@ -4,7 +4,7 @@ As ASTRA-SIM c459ab6's system layer runs a collective (`Sys::generate_collective
 into chunks (`chunking`); each chunk runs one phase per network dimension it uses, or one phase
 over its members (`collective_phases`); each phase is one collective algorithm on every line of
 its dimension (the ranks that differ only there) or over the members (`phase_messages`), whose
-transfers step by step are the collective registry's (`simstudy.compile.collectives`). flowsim's
+transfers step by step are the collective registry's (`simstudy.compiler.collectives`). flowsim's
 system layer executes these messages; the astrasim backend spreads them over the intervals of
 ASTRA-SIM's own trace (`traffic_build`). So the two tables hold the same transfers between the
 same ranks, and a change here changes both.
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from simstudy.backends.base import BackendError
-from simstudy.compile.collectives import Pattern, algorithm, collective_pattern, empty_pattern
+from simstudy.compiler.collectives import Pattern, algorithm, collective_pattern, empty_pattern
 
 __all__ = ["GROUP_DELAY_NS", "CollectiveConfig", "Pattern", "Phase", "PhaseSpec", "TreeTurns", "broadcast_messages",
            "broadcast_root", "chunk_messages", "chunking", "collective_pattern", "collective_phases",

@@ -12,8 +12,8 @@ import pandas as pd
 
 from simstudy import layout
 from simstudy.backends.base import Backend, BackendError, RunResult
-from simstudy.compile import Bundle, BundleError
-from simstudy.compile.atomic import atomic_directory
+from simstudy.compiler import Bundle, BundleError
+from simstudy.compiler.atomic import atomic_directory
 from simstudy.linktable import empty_links, write_links
 from simstudy.table import empty_table, read_table, write_table
 

@@ -15,7 +15,7 @@ from simstudy.backends.base import Backend, BackendError, Progress, RunResult
 from simstudy.backends.flowsim import FlowsimBackend
 from simstudy.backends.jobs import WithJobs, alone_times
 from simstudy.backends.rundir import run_to_dir
-from simstudy.compile import Bundle, compile_any
+from simstudy.compiler import Bundle, compile_any
 from simstudy.spec import BackendSpec, Cluster, Scenario, SpecError
 
 

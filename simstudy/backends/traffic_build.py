@@ -27,9 +27,9 @@ from simstudy.backends.patterns import (
     uses_trees,
 )
 from simstudy.chakra import CollectiveType, Node, NodeType
-from simstudy.compile import Bundle
-from simstudy.compile.attributes import FLOWS_PER_COLLECTIVE, node_meta
-from simstudy.compile.topology_file import NativeDim, NetworkTopology, native_topology, read_topology
+from simstudy.compiler import Bundle
+from simstudy.compiler.attributes import FLOWS_PER_COLLECTIVE, node_meta
+from simstudy.compiler.topology_file import NativeDim, NetworkTopology, native_topology, read_topology
 from simstudy.table import OPS, make_table
 
 COLLECTIVE_KIND = {

@@ -15,7 +15,7 @@ import numpy as np
 
 from simstudy import layout
 from simstudy.traffic.counter_features import CounterFeatures, counters_frame
-from simstudy.validate import CounterValidation
+from simstudy.validation import CounterValidation
 
 #: Plots of a counter series.
 COUNTER_TIMELINE = "counters_timeline.png"

@@ -311,7 +311,7 @@ def _skipped(out: Path) -> list[dict[str, Any]]:
 
 def study_findings(out: Path) -> tuple[str, ...]:
     """The sentences of a study results directory (for the dashboard's summary)."""
-    from simstudy.sweep import metric_columns
+    from simstudy.sweeps import metric_columns
 
     summary = pd.read_parquet(out / layout.SUMMARY)
     ids = {"index", "key", "status", "error", "cached", "run_s", "backend_wall_s"}

@@ -17,8 +17,8 @@ import pandas as pd
 from simstudy import layout
 from simstudy.report.findings import findings, lead_params
 from simstudy.spec import PlotSpec
-from simstudy.sweep import BaselineReport, SweepResult, label, metric_columns
-from simstudy.sweep.clusters import hottest_links, is_cluster_study, job_rows, slowdown_by_axis, tier_bytes
+from simstudy.sweeps import BaselineReport, SweepResult, label, metric_columns
+from simstudy.sweeps.clusters import hottest_links, is_cluster_study, job_rows, slowdown_by_axis, tier_bytes
 from simstudy.table import empty_table, read_table
 from simstudy.traffic.timeline import throughput_timeline
 

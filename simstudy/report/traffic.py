@@ -16,7 +16,7 @@ from matplotlib.axes import Axes
 from simstudy import layout
 from simstudy.report.plots import plot_timeline
 from simstudy.traffic.features import Distribution, Features, TrafficMatrix, iteration_profile
-from simstudy.validate import Validation
+from simstudy.validation import Validation
 
 
 def _write(path: Path, text: str) -> Path:

@@ -16,7 +16,7 @@ from simstudy.spec.training import Training
 
 #: Frameworks `simstudy capture` can run.
 CaptureFramework = Literal["pytorch", "tensorflow", "horovod"]
-#: Zoo models with a Keras version (simstudy.capture.keras_models), for framework: tensorflow.
+#: Zoo models with a Keras version (simstudy.capturing.keras_models), for framework: tensorflow.
 KERAS_MODELS = ("small_cnn", "lstm_lm", "encoder")
 #: The `parallelism.framework` preset that simulates a captured framework's job (each preset says
 #: which framework it is captured as: `Preset.captured_by`).

@@ -10,7 +10,7 @@ parallelism:
   framework: {name: kungfu, graph: clique}
 ```
 
-The defaults come from the frameworks' own code and docs; `simstudy.compile.frameworks` cites
+The defaults come from the frameworks' own code and docs; `simstudy.compiler.frameworks` cites
 them next to the rule each preset compiles. A knob of another preset, or an unknown framework,
 is a spec error that names the field and the knobs that apply.
 """
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 class Preset(Spec):
     """What every framework preset says about itself, beyond its knobs: one class per preset holds
     everything the spec, capture and validation layers need to know of it (its compiler is its entry
-    in `simstudy.compile.frameworks.PRESETS`).
+    in `simstudy.compiler.frameworks.PRESETS`).
 
     * `captured_by`: the `simstudy capture` framework whose jobs this preset simulates (None: none);
     * `pull_requests`: the framework's transport pulls every chunk with a request from the receiver

@@ -23,7 +23,7 @@ class Family:
 
     `tensor_split` is how tensor parallelism (`parallelism.tp`) splits the family's models:
     `megatron` splits the layers themselves over the tensor-parallel group (heads, MLP columns and
-    rows, the vocabulary; see `simstudy.compile.tensor`), `layerwise` gives each tensor-parallel
+    rows, the vocabulary; see `simstudy.compiler.tensor`), `layerwise` gives each tensor-parallel
     rank consecutive whole layers, like pipeline stages."""
 
     name: ModelFamily

@@ -132,7 +132,7 @@ class Scenario(Spec):
     def resolved_model(self) -> Model:
         """The explicit model; raises if the model is still a zoo reference."""
         if isinstance(self.model, ZooModel):
-            raise ValueError(f"model {self.model.zoo!r} is not resolved; call simstudy.compile.resolve")
+            raise ValueError(f"model {self.model.zoo!r} is not resolved; call simstudy.compiler.resolve")
         return self.model
 
 

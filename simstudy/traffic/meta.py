@@ -6,7 +6,7 @@ gives to say which endpoint is which rank and role).
 The models live in the traffic layer (6) so that the capture layer (8), which writes meta.json,
 and the analyses, which read it, share one definition. They know nothing of specs: the
 scenario and the capture spec are kept as the plain JSON objects `Scenario` and `CaptureSpec`
-validate (in `simstudy.validate` and `simstudy.capture`).
+validate (in `simstudy.validation` and `simstudy.capturing`).
 
 Every part of meta.json is optional, so that a hand-written file with only `ranks` (or only
 `iterations`) is valid. Endpoints are written `"ip"`, `"ip:port"` or `"[ipv6]:port"`, or as

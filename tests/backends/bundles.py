@@ -7,7 +7,7 @@ from pathlib import Path
 
 from simstudy import chakra
 from simstudy.chakra import CollectiveType, GlobalMetadata, Node, NodeType
-from simstudy.compile import Bundle
+from simstudy.compiler import Bundle
 
 GIB = 2**30
 MEM_BW = 1600.0  # local-mem-bw, GB/s (bytes per ns)

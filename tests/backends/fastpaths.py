@@ -19,9 +19,9 @@ from simstudy.backends import BackendError, FlowsimBackend, RunResult
 from simstudy.backends.flowsim import DEFAULT, FULL, Shortcuts
 from simstudy.backends.patterns import CollectiveConfig, chunk_messages
 from simstudy.chakra import Node, NodeType
-from simstudy.compile import Bundle
-from simstudy.compile.collectives import KINDS
-from simstudy.compile.topology_file import NativeDim, native_topology
+from simstudy.compiler import Bundle
+from simstudy.compiler.collectives import KINDS
+from simstudy.compiler.topology_file import NativeDim, native_topology
 from tests.backends.bundles import collective_node, write_bundle
 
 #: The paths compared: `full` (no shortcut) first, then every shortcut alone and all of them.

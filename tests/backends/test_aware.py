@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from simstudy.backends import AstraSimBackend, FlowsimBackend
-from simstudy.compile import Bundle, compile_scenario
+from simstudy.compiler import Bundle, compile_scenario
 from simstudy.spec import Scenario
 from tests.backends.bundles import bundle as collective_bundle
 

@@ -14,7 +14,7 @@ from simstudy import chakra
 from simstudy.backends import AstraSimBackend, FlowsimBackend, RunResult
 from simstudy.backends.flowsim import FULL
 from simstudy.backends.locate import find_astra_sim
-from simstudy.compile import Bundle
+from simstudy.compiler import Bundle
 from tests.backends.bundles import collective_node, write_bundle
 from tests.backends.fastpaths import MODES, assert_same, run_paths
 

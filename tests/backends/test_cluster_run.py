@@ -14,7 +14,7 @@ from simstudy.backends import simulate
 from simstudy.backends.jobs import read_job_results
 from simstudy.backends.locate import find_astra_sim
 from simstudy.spec import BackendSpec, Cluster
-from simstudy.sweep.runner import run_link_summary
+from simstudy.sweeps.runner import run_link_summary
 from simstudy.traffic.links import link_metrics
 
 MB = 2**20

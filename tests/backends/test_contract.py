@@ -11,8 +11,8 @@ from simstudy import chakra
 from simstudy.backends import AstraSimBackend, Backend, BackendError, FlowsimBackend, RunResult
 from simstudy.backends.base import SPAN_COLUMNS
 from simstudy.chakra import NodeType
-from simstudy.compile import Bundle, compile_scenario
-from simstudy.compile.parameter_server import READY_BYTES
+from simstudy.compiler import Bundle, compile_scenario
+from simstudy.compiler.parameter_server import READY_BYTES
 from simstudy.spec import Scenario
 from simstudy.traffic import check_table
 from tests.conftest import require_ns3

@@ -11,8 +11,8 @@ import pytest
 
 from simstudy.backends import FlowsimBackend
 from simstudy.backends.network import Network
-from simstudy.compile import compile_scenario
-from simstudy.compile.topology_file import read_topology, topology_of
+from simstudy.compiler import compile_scenario
+from simstudy.compiler.topology_file import read_topology, topology_of
 from simstudy.spec import Scenario
 
 #: Two hosts under two leaves joined by two spines, uplinks slower than the NICs: the spines are

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 
 from simstudy.backends import BackendError, FlowsimBackend
-from simstudy.compile import Bundle
-from simstudy.compile.topology_file import NativeDim, native_topology
+from simstudy.compiler import Bundle
+from simstudy.compiler.topology_file import NativeDim, native_topology
 from tests.backends.bundles import collective_node, write_bundle
 from tests.backends.fastpaths import MODES, Case, Op, assert_same, cases, run_paths
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simstudy.backends import FlowsimBackend
-from simstudy.compile.topology_file import topology_of
+from simstudy.compiler.topology_file import topology_of
 from simstudy.spec import Scenario
 from tests.backends.fastpaths import PATHS, Case, assert_same, cases, run_solvers
 

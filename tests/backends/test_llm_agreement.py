@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from simstudy.backends import AstraSimBackend, FlowsimBackend
-from simstudy.compile import compile_scenario
+from simstudy.compiler import compile_scenario
 from simstudy.spec import Scenario
 
 pytestmark = pytest.mark.astrasim

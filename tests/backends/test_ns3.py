@@ -19,11 +19,11 @@ from simstudy import layout
 from simstudy.backends import simulate
 from simstudy.backends.packets import probe
 from simstudy.cli import main
-from simstudy.compile.topology_file import topology_of
+from simstudy.compiler.topology_file import topology_of
 from simstudy.spec import BackendSpec, Scenario, Star
 from simstudy.traffic.features import analyze
 from simstudy.traffic.sources import load_traffic
-from simstudy.validate import payload_view
+from simstudy.validation import payload_view
 
 pytestmark = pytest.mark.ns3
 

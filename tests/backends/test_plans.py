@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simstudy.backends.flowsim.system import PhaseProgram, _program
-from simstudy.compile.collectives import ALGORITHMS
+from simstudy.compiler.collectives import ALGORITHMS
 
 
 def steps_of(ph: PhaseProgram, n: int) -> list[list[tuple[list[int], list[int], int]]]:

@@ -16,7 +16,7 @@ from simstudy.backends import FlowsimBackend
 from simstudy.backends.flowsim.netmodels import FluidNet, Msg
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.chakra import GlobalMetadata, Node, NodeType
-from simstudy.compile import Bundle
+from simstudy.compiler import Bundle
 from tests.backends.bundles import GIB, MEM_BW, bundle
 
 

@@ -15,7 +15,7 @@ from simstudy import chakra
 from simstudy.backends import AstraSimBackend, FlowsimBackend
 from simstudy.backends.locate import describe_search, find_astra_sim
 from simstudy.chakra import CollectiveType, GlobalMetadata, Node, NodeType
-from simstudy.compile import Bundle
+from simstudy.compiler import Bundle
 
 pytestmark = pytest.mark.astrasim
 

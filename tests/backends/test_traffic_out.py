@@ -19,11 +19,11 @@ from simstudy.backends import BackendError, FlowsimBackend, RunResult, traffic_o
 from simstudy.backends.base import Progress
 from simstudy.backends.flowsim import DEFAULT, FULL, Shortcuts
 from simstudy.backends.network import Network
-from simstudy.compile import Bundle, compile_scenario
-from simstudy.compile.topology_file import read_topology
+from simstudy.compiler import Bundle, compile_scenario
+from simstudy.compiler.topology_file import read_topology
 from simstudy.linktable import COLUMNS, read_links
 from simstudy.spec import Scenario
-from simstudy.sweep.runner import run_metrics
+from simstudy.sweeps.runner import run_metrics
 from simstudy.table import read_table
 
 SPEC = {"name": "t", "model": "small_cnn", "parallelism": {"dp": 4, "bucket_size_mib": 0.5},
@@ -176,7 +176,7 @@ def test_a_4096_npu_all_reduce_runs_in_bounded_memory(tmp_path: Path) -> None:
                     return int(line.split()[1]) / 1024
         from simstudy.backends import FlowsimBackend
         from simstudy.chakra import CollectiveType, GlobalMetadata, Node, NodeType
-        from simstudy.compile import Bundle
+        from simstudy.compiler import Bundle
         tmp = Path({str(tmp_path)!r})
         node = Node(0, "ar", NodeType.COMM_COLL_NODE, attrs=[chakra.is_cpu_op(False),
                     chakra.comm_type(CollectiveType.ALL_REDUCE), chakra.comm_size(2**30)])
@@ -203,7 +203,7 @@ def test_a_4096_npu_all_reduce_runs_in_bounded_memory(tmp_path: Path) -> None:
 def _one_all_reduce_on_a_leaf_spine(tmp: Path) -> Bundle:
     """One 64 MiB all-reduce of 64 GPUs (2 leaves, 4 hosts each, 8 GPUs a host) in 4 chunks: a
     run that is nearly all one collective timed alone (32,256 messages)."""
-    from simstudy.compile.topology_file import topology_of
+    from simstudy.compiler.topology_file import topology_of
     from tests.backends.bundles import collective_node, write_bundle
 
     topo = Scenario.model_validate({**LEAF_SPINE, "parallelism": {"dp": 64}, "topology": {

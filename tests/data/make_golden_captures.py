@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from simstudy.backends import get_backend
-from simstudy.compile import compile_scenario
+from simstudy.compiler import compile_scenario
 from simstudy.spec import Scenario
 from simstudy.traffic.features import analyze
 from simstudy.traffic.pcap_write import write_pcap

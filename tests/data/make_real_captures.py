@@ -26,12 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
-from simstudy.capture.run import capture
+from simstudy.capturing.run import capture
 from simstudy.spec.capture import CaptureSpec
 from simstudy.traffic.iterations import interquartile_mean
 from simstudy.traffic.meta import read_meta
 from simstudy.traffic.sources import load_traffic
-from simstudy.validate import payload_view
+from simstudy.validation import payload_view
 
 HERE = Path(__file__).resolve().parent / "real"
 MODEL = {"zoo": "small_cnn", "options": {"width": 8}}

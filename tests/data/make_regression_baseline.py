@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from simstudy.spec import load_study
-from simstudy.sweep import LocalExecutor, run_study
+from simstudy.sweeps import LocalExecutor, run_study
 
 REPO = Path(__file__).resolve().parents[2]
 

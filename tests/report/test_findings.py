@@ -9,7 +9,7 @@ import pytest
 
 from simstudy.report.findings import COMM_BOUND, COMPUTE_BOUND, findings
 from simstudy.spec import load_study
-from simstudy.sweep import LocalExecutor, run_study
+from simstudy.sweeps import LocalExecutor, run_study
 
 REPO = Path(__file__).resolve().parents[2]
 

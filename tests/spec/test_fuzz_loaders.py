@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from simstudy.spec import SpecError, load_runnable, load_scenario, load_study
 from simstudy.spec.capture import CaptureSpec
 from simstudy.spec.load import load_spec
-from simstudy.sweep import expand
+from simstudy.sweeps import expand
 from tests.mutations import mutate, paths
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import pytest
 
 from simstudy.report.cluster_plot import plot_clusters, short_label
 from simstudy.spec import Study
-from simstudy.sweep import LocalExecutor, run_study
+from simstudy.sweeps import LocalExecutor, run_study
 from simstudy.table import make_table, write_table
 from simstudy.traffic.cluster import (
     FEATURES_FOR_CLUSTERING,

@@ -18,7 +18,7 @@ from simstudy.linktable import read_links
 from simstudy.spec import BackendSpec, load_scenario
 from simstudy.traffic.counter_features import analyze_counters
 from simstudy.traffic.counters import CountersError, export_links, is_counters, load_counters, port_capacity_gbps
-from simstudy.validate import validate_counters
+from simstudy.validation import validate_counters
 
 ZHEJIANG = Path(__file__).resolve().parents[1] / "data" / "zhejiang"
 LEAF1 = "NH-DC-NM129-B03-ROCE-Leaf-1.GPU.S9825"

@@ -15,7 +15,7 @@ import yaml
 from simstudy.traffic.features import analyze
 from simstudy.traffic.meta import load_rank_map
 from simstudy.traffic.sources import load_traffic
-from simstudy.validate import payload_view
+from simstudy.validation import payload_view
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real"
 CASES = sorted(p.name for p in REAL.iterdir() if p.is_dir()) if REAL.is_dir() else []

@@ -18,7 +18,7 @@ import yaml
 from simstudy.traffic.features import Features, analyze
 from simstudy.traffic.iterations import interquartile_mean
 from simstudy.traffic.sources import load_traffic
-from simstudy.validate import payload_view
+from simstudy.validation import payload_view
 
 from .jobgen import Job, Truth, write
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simstudy import __version__, layout
+from simstudy import layout
 from simstudy.backends.base import SPAN_KINDS, Progress, RankStats, RunResult, empty_spans
 from simstudy.backends.flowsim.engine import Engine, identical_ranks
 from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, NETMODELS, NetModel
@@ -22,8 +22,9 @@ from simstudy.backends.iterations import iteration_ends
 from simstudy.backends.network import Network
 from simstudy.backends.traffic_build import WorkloadInfo, span_kind, union_ns
 from simstudy.backends.traffic_out import TrafficSink, make_sink
-from simstudy.compile.attributes import NodeMeta
+from simstudy.compiler.attributes import NodeMeta
 from simstudy.table import OPS
+from simstudy.version import __version__
 
 __all__ = ["CONGESTION_MODES", "DEFAULT", "FULL", "FlowsimBackend", "Shortcuts"]
 

@@ -38,7 +38,7 @@ from simstudy.backends.patterns import (
 )
 from simstudy.backends.traffic_build import COLLECTIVE_KIND, WorkloadInfo
 from simstudy.chakra import CollectiveType, Node, NodeType
-from simstudy.compile.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, node_meta
+from simstudy.compiler.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, node_meta
 
 COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE)
 

@@ -31,7 +31,7 @@ from simstudy.backends.flowsim.netmodels import Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.patterns import PhaseSpec, chunking, collective_phases, phase_messages
 from simstudy.backends.traffic_build import WorkloadInfo
-from simstudy.compile.collectives import Pattern, algorithm
+from simstudy.compiler.collectives import Pattern, algorithm
 
 IntArray = NDArray[np.int64]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from simstudy import __version__, layout
+from simstudy import layout
 from simstudy.backends.base import BackendError, Progress, RunResult
 from simstudy.backends.flowsim import FlowsimBackend
 from simstudy.backends.flowsim.netmodels import NetModel
@@ -23,6 +23,7 @@ from simstudy.backends.network import Network
 from simstudy.backends.packets.fabric import MISSING, Fabric, available, host_address
 from simstudy.backends.packets.netmodel import Ns3Net
 from simstudy.backends.traffic_build import WorkloadInfo
+from simstudy.version import __version__
 
 __all__ = ["MISSING", "Ns3Backend", "available", "iteration_spans"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from simstudy.backends.base import BackendError
 from simstudy.backends.network import Network
 from simstudy.backends.packets.fabric import Fabric
-from simstudy.compile.topology_file import NetworkTopology
+from simstudy.compiler.topology_file import NetworkTopology
 
 
 def message_times(topology: NetworkTopology, src: int, dst: int, size: int, count: int,

@@ -1,0 +1,179 @@
+"""Scenario -> per-rank execution graph -> Chakra ET files + ASTRA-SIM configs (a bundle)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from simstudy.compiler.astra_config import system_json, write_config_files, write_configs, write_json
+from simstudy.compiler.atomic import atomic_directory
+from simstudy.compiler.bundle import Bundle, BundleError
+from simstudy.compiler.chakra_out import write_traces
+from simstudy.compiler.cluster import JobInfo, build_cluster_graph, job_scenario, read_jobs, write_jobs
+from simstudy.compiler.frameworks import compile_framework
+from simstudy.compiler.graph import Collective, ExecutionGraph, RankGraph, Task, TaskKind
+from simstudy.compiler.hybrid import compile_hybrid
+from simstudy.compiler.parameter_server import compile_parameter_server
+from simstudy.compiler.resolve import resolve
+from simstudy.compiler.tensor import megatron
+from simstudy.compiler.topology_file import scenario_topology, topology_of, write_topology
+from simstudy.layout import JOBS, SCENARIO, TOPOLOGY
+from simstudy.spec import AllReduce, Cluster, Scenario, SpecError, topology_dims
+
+__all__ = [
+    "Bundle",
+    "BundleError",
+    "Collective",
+    "CompileError",
+    "CompileResult",
+    "ExecutionGraph",
+    "JobInfo",
+    "RankGraph",
+    "Task",
+    "TaskKind",
+    "build_graph",
+    "check_fit",
+    "compile_any",
+    "compile_cluster",
+    "compile_scenario",
+    "job_scenario",
+    "read_jobs",
+    "resolve",
+    "resolve_cluster",
+]
+
+
+class CompileError(ValueError):
+    """A scenario that is valid as a spec but cannot be compiled (yet)."""
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """What `compile_scenario` (or `compile_cluster`) wrote."""
+
+    bundle: Bundle
+    scenario: Scenario | Cluster
+    et_bytes: int
+    seconds: float
+
+
+def check_fit(scenario: Scenario, source: str | Path | None = None) -> None:
+    """The checks that need the resolved model: the parallelism must fit its layers, heads and experts.
+    Errors name `source` (the spec file) and the parallelism field."""
+    p = scenario.parallelism
+    model = scenario.resolved_model
+    n = len(model.layers)
+    stages = p.pp * p.virtual_stages
+    if stages > n:
+        what = f"pp = {p.pp} pipeline stages" if p.virtual_stages == 1 else \
+            f"pp x virtual_stages = {p.pp} x {p.virtual_stages} = {stages} stages"
+        field = "parallelism.pp" if p.virtual_stages == 1 else "parallelism.virtual_stages"
+        raise SpecError(source, field, f"{what} need at least {stages} layers; model {model.name!r} has {n}")
+    split = megatron(model)
+    for name, on in (("cp", p.cp > 1), ("sp", p.sp), ("ep", p.ep > 1), ("virtual_stages", p.virtual_stages > 1)):
+        if on and not split:
+            raise SpecError(source, f"parallelism.{name}",
+                            f"model {model.name!r} is a {model.family} model; {name} splits transformer layers "
+                            "(sequences, experts, interleaved chunks of a Megatron model)")
+    if p.ep > 1:
+        moe = [layer for layer in model.layers if layer.kind == "moe"]
+        if not moe:
+            raise SpecError(source, "parallelism.ep", f"ep = {p.ep} shards experts, and model {model.name!r} has no "
+                                                      "mixture-of-experts layer (kind moe)")
+        for layer in moe:
+            if layer.experts is not None and layer.experts % p.ep:
+                raise SpecError(source, "parallelism.ep", f"ep = {p.ep} does not divide the {layer.experts} experts "
+                                                          f"of layer {layer.name!r} of model {model.name!r}")
+    if p.tp == 1:
+        return
+    if split:
+        for layer in model.layers:
+            if layer.heads is not None and layer.heads % p.tp:
+                raise SpecError(source, "parallelism.tp",
+                                f"tp = {p.tp} does not divide the {layer.heads} attention heads of layer "
+                                f"{layer.name!r} of model {model.name!r}; tensor parallelism splits heads evenly")
+    elif p.tp * p.pp > n:
+        raise SpecError(source, "parallelism.tp",
+                        f"model {model.name!r} is a {model.family} model, so tensor parallelism splits it "
+                        f"layer-wise: tp*pp = {p.tp}*{p.pp} = {p.tp * p.pp} ranks need at least that many "
+                        f"layers, and it has {n}")
+
+
+def build_graph(scenario: Scenario) -> ExecutionGraph:
+    """The per-rank execution graph of a resolved scenario."""
+    p = scenario.parallelism
+    check_fit(scenario)
+    if not isinstance(p.aggregation, AllReduce):
+        graph = compile_parameter_server(scenario)
+    elif p.is_plain_data_parallel:
+        graph = compile_framework(scenario)
+    else:
+        graph = compile_hybrid(scenario)
+    graph.check()
+    return graph
+
+
+def _check_target(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise CompileError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / SCENARIO).is_file():
+        raise CompileError(f"{out}: not empty and not a simstudy bundle; refusing to overwrite it")
+
+
+def compile_scenario(scenario: Scenario, out: str | Path, *, source: str | Path | None = None) -> CompileResult:
+    """Compile a scenario into a bundle directory `out` (written whole or not at all)."""
+    t0 = time.perf_counter()
+    resolved = resolve(scenario, source=source)
+    check_fit(resolved, source)
+    graph = build_graph(resolved)
+    out = Path(out)
+    _check_target(out)
+    with atomic_directory(out) as tmp:
+        et_bytes = write_traces(graph, tmp / resolved.name)
+        write_configs(resolved, graph.groups, tmp)
+        write_topology(tmp / TOPOLOGY, scenario_topology(resolved))
+        write_json(tmp / SCENARIO, resolved.model_dump(mode="json"))
+    return CompileResult(Bundle.from_dir(out), resolved, et_bytes, time.perf_counter() - t0)
+
+
+def resolve_cluster(cluster: Cluster, *, source: str | Path | None = None) -> Cluster:
+    """The cluster with every job's model explicit; errors name `source` and the job's field."""
+    jobs = []
+    for i, job in enumerate(cluster.jobs):
+        try:
+            scenario = resolve(job_scenario(cluster, i), source=source)
+            check_fit(scenario, source)
+        except SpecError as exc:
+            raise SpecError(exc.file, f"jobs.{i}.{exc.field}", exc.message) from None
+        jobs.append(job.model_copy(update={"model": scenario.model}))
+    return cluster.model_copy(update={"jobs": tuple(jobs)})
+
+
+def compile_cluster(cluster: Cluster, out: str | Path, *, source: str | Path | None = None) -> CompileResult:
+    """Compile a cluster (several jobs on one topology) into one bundle `out` (written whole or not
+    at all): see `compile.cluster`."""
+    t0 = time.perf_counter()
+    resolved = resolve_cluster(cluster, source=source)
+    graphs = [build_graph(job_scenario(resolved, i)) for i in range(len(resolved.jobs))]
+    graph = build_cluster_graph(resolved, graphs)
+    algorithms = {j.parallelism.aggregation.algorithm for j in resolved.jobs if isinstance(j.parallelism.aggregation,
+                                                                                           AllReduce)}
+    out = Path(out)
+    _check_target(out)
+    with atomic_directory(out) as tmp:
+        et_bytes = write_traces(graph, tmp / resolved.name)
+        system = system_json(resolved.system, len(topology_dims(resolved.topology)),
+                             algorithms.pop() if len(algorithms) == 1 else "ring")
+        write_config_files(topology_dims(resolved.topology), system, graph.groups, tmp)
+        write_topology(tmp / TOPOLOGY, topology_of(resolved.topology))
+        write_jobs(tmp / JOBS, resolved)
+        write_json(tmp / SCENARIO, resolved.model_dump(mode="json"))
+    return CompileResult(Bundle.from_dir(out), resolved, et_bytes, time.perf_counter() - t0)
+
+
+def compile_any(spec: Scenario | Cluster, out: str | Path, *, source: str | Path | None = None) -> CompileResult:
+    """Compile a scenario or a cluster."""
+    if isinstance(spec, Cluster):
+        return compile_cluster(spec, out, source=source)
+    return compile_scenario(spec, out, source=source)

@@ -1,0 +1,104 @@
+"""ASTRA-SIM configuration files: network.yml, system.json, remote_memory.json, comm_group.json.
+
+The one module that knows ASTRA-SIM's config vocabulary (see astra-sim-interface.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from simstudy import layout
+from simstudy.compiler.collectives import system_implementations
+from simstudy.spec import AllReduce, Dim, Scenario, System, topology_dims
+
+#: ASTRA-SIM's analytical network reads bandwidth in GB/s with GB = 2^30 bytes.
+GIB = 2**30
+
+ASTRA_DIM = {"ring": "Ring", "fully_connected": "FullyConnected", "switch": "Switch"}
+
+
+def gbps_to_astra(bandwidth_gbps: float) -> float:
+    """Gigabits per second (10^9 bit/s) to ASTRA-SIM's GiB/s."""
+    return bandwidth_gbps * 1e9 / 8 / GIB
+
+
+def astra_to_gbps(bandwidth: float) -> float:
+    """ASTRA-SIM's GiB/s to gigabits per second."""
+    return bandwidth * GIB * 8 / 1e9
+
+
+def _fmt(x: float) -> str:
+    return repr(float(x))
+
+
+def network_yaml(dims: tuple[Dim, ...]) -> str:
+    """The analytical network config for these dimensions."""
+    return (
+        f"topology: [ {', '.join(ASTRA_DIM[d.type] for d in dims)} ]\n"
+        f"npus_count: [ {', '.join(str(d.npus) for d in dims)} ]\n"
+        f"bandwidth: [ {', '.join(_fmt(gbps_to_astra(d.bandwidth_gbps)) for d in dims)} ]  # GiB/s\n"
+        f"latency: [ {', '.join(_fmt(d.latency_ns) for d in dims)} ]  # ns\n"
+    )
+
+
+def system_config(scenario: Scenario) -> dict[str, Any]:
+    """The system.json content."""
+    agg = scenario.parallelism.aggregation
+    return system_json(scenario.system, len(topology_dims(scenario.topology)),
+                       agg.algorithm if isinstance(agg, AllReduce) else "ring")
+
+
+def system_json(s: System, dims: int, algorithm: str) -> dict[str, Any]:
+    """The system.json content for `dims` network dimensions and the all-reduce `algorithm` (spec name)."""
+    n = dims
+    impl = system_implementations(algorithm)
+    return {
+        "scheduling-policy": s.scheduling_policy,
+        "endpoint-delay": s.endpoint_delay_ns,
+        "active-chunks-per-dimension": s.active_chunks_per_dimension,
+        "preferred-dataset-splits": s.collective_chunks,
+        "all-reduce-implementation": [impl["all_reduce"]] * n,
+        "all-gather-implementation": [impl["all_gather"]] * n,
+        "reduce-scatter-implementation": [impl["reduce_scatter"]] * n,
+        "all-to-all-implementation": [impl["all_to_all"]] * n,
+        "collective-optimization": s.collective_optimization,
+        "local-mem-bw": s.local_mem_bw_gbps,
+        "boost-mode": 0,
+        "roofline-enabled": 0,
+        "peak-perf": s.peak_tflops,
+        "trace-enabled": 0,
+    }
+
+
+REMOTE_MEMORY = {"memory-type": "NO_MEMORY_EXPANSION"}
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON with a trailing newline, atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def write_configs(scenario: Scenario, groups: dict[int, tuple[int, ...]], out: Path) -> dict[str, Path]:
+    """Write every config file into `out`; returns name -> path."""
+    return write_config_files(topology_dims(scenario.topology), system_config(scenario), groups, out)
+
+
+def write_config_files(dims: tuple[Dim, ...], system: dict[str, Any], groups: dict[int, tuple[int, ...]],
+                       out: Path) -> dict[str, Path]:
+    """Write network.yml (these dimensions), system.json, remote_memory.json and comm_group.json."""
+    paths = {
+        "network": out / layout.NETWORK,
+        "system": out / layout.SYSTEM,
+        "remote_memory": out / layout.REMOTE_MEMORY,
+    }
+    paths["network"].write_text(network_yaml(dims), encoding="utf-8")
+    write_json(paths["system"], system)
+    write_json(paths["remote_memory"], REMOTE_MEMORY)
+    if groups:
+        paths["comm_group"] = out / layout.COMM_GROUP
+        write_json(paths["comm_group"], {str(k): list(v) for k, v in sorted(groups.items())})
+    return paths
