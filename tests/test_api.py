@@ -12,12 +12,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from tests.sweeps.test_sweep import dask_scheduler  # noqa: F401  (a real scheduler and workers on loopback)
 
 import simstudy as s
 from simstudy.traffic.features import analyze as analyze_table
 from simstudy.traffic.sources import load_traffic
 from simstudy.validation import payload_view
+from tests.sweeps.test_sweep import dask_scheduler  # noqa: F401  (a real scheduler and workers on loopback)
 
 REPO = Path(__file__).resolve().parents[1]
 #: The scenario of the golden capture tests/data/captures/ring4_allreduce (tests/data/make_golden_captures.py).

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tests.sweeps.test_sweep import _finished
 
 from simstudy import layout
 from simstudy.spec import load_study
 from simstudy.sweeps import LocalExecutor, SlurmExecutor, SlurmOptions, read_record, run_study
+from tests.sweeps.test_sweep import _finished
 
 pytestmark = pytest.mark.slurm
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from tests.report.dashboard.conftest import REPO, cli
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install '.[dev]')")

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from tests.report.dashboard.conftest import cli
 
 from simstudy.report.dashboard import DashboardError, detect, load
 from simstudy.report.dashboard.data import COARSEST_BINS, FINEST_BIN_S, RunData, StudyData, TraceData, pyramid
 from simstudy.report.findings import study_findings
 from simstudy.table import read_table
+from tests.report.dashboard.conftest import cli
 
 
 def test_each_directory_is_recognised(dirs: dict[str, Path], tmp_path: Path) -> None:
