@@ -163,6 +163,6 @@ def test_a_kind_the_captured_framework_does_not_run_is_refused(tmp_path: Path, f
     path = tmp_path / "bad.yaml"
     path.write_text(f"name: bad\nmodel: small_cnn\nframework: {framework}\n"
                     "parallelism: {dp: 2, aggregation: {servers: 1}}\n")
-    with pytest.raises(SpecError, match="parallelism.aggregation") as err:
+    with pytest.raises(SpecError, match=r"parallelism\.aggregation") as err:
         load_spec(CaptureSpec, path)
     assert expected in str(err.value)
