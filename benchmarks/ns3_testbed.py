@@ -41,8 +41,7 @@ from simstudy import layout
 from simstudy.backends.packets import iteration_spans
 from simstudy.backends.traffic_build import WorkloadInfo
 from simstudy.compiler import Bundle
-from simstudy.compiler.parameter_server import server_rank
-from simstudy.spec import BackendSpec, ParameterServer, Scenario
+from simstudy.spec import BackendSpec, Scenario
 from simstudy.traffic.compare import JOB, TRANSPORT, ValidationReport
 from simstudy.traffic.meta import read_meta
 
@@ -63,9 +62,8 @@ def sim_iterations(run: Path) -> list[float]:
     bundle = Bundle.from_dir(run / layout.BUNDLE_DIR)
     info = WorkloadInfo.from_bundle(bundle)
     scenario = Scenario.model_validate_json(bundle.scenario.read_text()) if bundle.scenario else None
-    agg = scenario.parallelism.aggregation if scenario else None
-    servers = {server_rank(agg, scenario.parallelism.dp, s) for s in range(agg.servers)} \
-        if scenario is not None and isinstance(agg, ParameterServer) else set()
+    p = scenario.parallelism if scenario is not None else None
+    servers = set(p.aggregation.server_hosts(p.dp)) if p is not None else set()
     spans = iteration_spans(info, pd.read_parquet(run / layout.SPANS))
     return [(b - a) / 1e9 for r, v in spans.items() if r not in servers for a, b in v[1:]]
 

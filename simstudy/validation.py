@@ -24,9 +24,8 @@ from pydantic import ValidationError
 
 from simstudy import layout
 from simstudy.backends import RunResult, simulate
-from simstudy.compiler.parameter_server import server_rank
 from simstudy.linktable import read_links
-from simstudy.spec import BackendSpec, ParameterServer, Scenario, SpecError, load_scenario, spec_error
+from simstudy.spec import BackendSpec, Scenario, SpecError, load_scenario, spec_error
 from simstudy.traffic.compare import DEFAULT_TOLERANCES, JOB, ValidationReport, compare
 from simstudy.traffic.counter_features import CounterFeatures, analyze_counters, compare_counters
 from simstudy.traffic.counters import Counters, counters_from_frame, export_links, load_counters
@@ -184,8 +183,7 @@ def scenario_roles(scenario: Scenario, table: pd.DataFrame) -> Roles:
     """The roles the scenario gives its ranks: dedicated parameter servers after the workers."""
     agg = scenario.parallelism.aggregation
     dp = scenario.parallelism.dp
-    servers = ([server_rank(agg, dp, s) for s in range(agg.servers)]
-               if isinstance(agg, ParameterServer) and agg.placement == "dedicated" else [])
+    servers = [r for r in agg.server_hosts(dp) if r >= dp]  # ranks that only serve
     return given("the scenario", {r: [] for r in range(scenario.npus)}, servers, [], table)
 
 

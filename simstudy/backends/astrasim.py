@@ -32,6 +32,7 @@ from simstudy.backends.traffic_build import (
 )
 from simstudy.backends.traffic_out import TrafficOutput, make_sink
 from simstudy.compiler import Bundle
+from simstudy.compiler.aggregation import astra_sim_refusal
 
 _FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles(?:, exposed communication (\d+) cycles)?")
 _STAT = re.compile(r"sys\[(\d+)\], (Wall time|Comm time|GPU time|Total compute-communication overlap): (\d+)")
@@ -129,6 +130,9 @@ class AstraSimBackend:
         return path
 
     def run(self, bundle: Bundle, workdir: Path, *, timeout_s: float | None = None) -> RunResult:
+        refusal = astra_sim_refusal(bundle)
+        if refusal is not None:
+            raise BackendError(f"astrasim: {refusal}")
         binary = self.binary()
         bundle.check()
         npus = bundle.npus

@@ -28,7 +28,7 @@ from simstudy.capturing.testbed import CaptureError, Host, Testbed, is_root, req
 from simstudy.compiler.atomic import recover_directory, replace_directory, temp_name
 from simstudy.compiler.costs import DDP_DEFAULT_BUCKET_BYTES, ddp_buckets, layer_costs
 from simstudy.compiler.frameworks import messages
-from simstudy.compiler.parameter_server import pieces, server_rank
+from simstudy.compiler.parameter_server import pieces
 from simstudy.compiler.resolve import resolve
 from simstudy.spec import ParameterServer, Scenario
 from simstudy.spec.capture import CaptureSpec
@@ -73,8 +73,9 @@ def ps_plan(scenario: Scenario) -> dict[str, Any]:
     costs = layer_costs(scenario, model)
     buckets = ddp_buckets(costs, p.bucket_size_bytes)
     dtype = scenario.training.dtype_bytes
+    hosts = agg.server_hosts(p.dp)
     out_pieces = [{"bucket": pc.bucket, "server": pc.server, "lo": pc.offset_bytes // dtype,
-                   "hi": (pc.offset_bytes + pc.size_bytes) // dtype, "host": server_rank(agg, p.dp, pc.server)}
+                   "hi": (pc.offset_bytes + pc.size_bytes) // dtype, "host": hosts[pc.server]}
                   for pc in pieces(costs, buckets, agg.servers)]
     return {
         "servers": agg.servers,
@@ -82,10 +83,18 @@ def ps_plan(scenario: Scenario) -> dict[str, Any]:
         "overlap": p.overlap,
         "pull_with_push": not agg.rendezvous,
         "workers": list(range(p.dp)),
-        "server_of": {str(server_rank(agg, p.dp, s)): s for s in range(agg.servers)},
+        "server_of": {str(host): s for s, host in enumerate(hosts)},
         "buckets": [{"index": b.index, "layers": [costs[i].name for i in b.layers]} for b in buckets],
         "pieces": out_pieces,
     }
+
+
+#: an aggregation kind's capture strategy (`AggregationKind.capture_strategy`) -> the plan its
+#: workers get in their config (`ps`), None for none
+WORKER_PLANS: dict[str, Callable[[Scenario], dict[str, Any] | None]] = {
+    "ddp": lambda scenario: None,
+    "ps": ps_plan,
+}
 
 
 def _start_tcpdump(host: Host, path: Path, spec: CaptureSpec, one_host: bool, *,
@@ -352,8 +361,11 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
                     (tmp / layout.ANY_DIR).mkdir(exist_ok=True)
                     files.append(tmp / layout.ANY_DIR / name)
                     anys.append((host, _start_tcpdump(host, files[-1], spec, one_host, interface="any")))
-            strategy = "ps" if isinstance(scenario.parallelism.aggregation, ParameterServer) else "ddp"
-            plan = ps_plan(scenario) if strategy == "ps" else None
+            agg = scenario.parallelism.aggregation
+            strategy = agg.capture_strategy
+            if strategy is None:  # the capture spec refuses such a kind; a worker plan needs a strategy
+                raise CaptureError(f"aggregation kind {agg.kind} cannot be captured")
+            plan = WORKER_PLANS[strategy](scenario)
             zoo = spec.model.model_dump(mode="json")
             env = {**os.environ, "PYTHONPATH": _pythonpath(), "OMP_NUM_THREADS": str(c.threads)}
             fw = framework_of(spec)
@@ -374,7 +386,7 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
                 logs.append(log)
                 procs.append(subprocess.Popen(host.wrap([sys.executable, "-m", fw.worker, str(cfg_path)]),
                                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-            how = "parameter servers" if strategy == "ps" else f"all-reduce ({spec.parallelism.framework.name} preset)"
+            how = f"{agg.noun} ({spec.parallelism.framework.name} preset)"
             _say(progress, f"training: {spec.framework}, {how}, {c.iterations} recorded iterations")
             _wait(procs, work, c.timeout_s)
             _say(progress, "collecting the packets")
@@ -459,10 +471,9 @@ def _meta(spec: CaptureSpec, scenario: Scenario, hosts: list[Host], results: lis
     if loaded is not None:
         shaping = {**shaping, "goodput_with": "the job's own transfers while in flight (loaded_goodput)"}
     agg = scenario.parallelism.aggregation
-    synchronous = not isinstance(agg, ParameterServer) or agg.mode == "sync"
-    measured = measured_compute(workers, servers, synchronous=synchronous)
+    measured = measured_compute(workers, servers, synchronous=agg.synchronous)
     if where != "namespaces":
-        measured = loaded_compute(measured, workers, slowest=isinstance(agg, ParameterServer) and synchronous)
+        measured = loaded_compute(measured, workers, slowest=agg.synchronous and not agg.lockstep_backward)
     sim = spec.scenario_dict(bandwidth_gbps=round(goodput / 1e9, 6), latency_ns=round(probe["rtt_s"] / 2 * 1e9, 1),
                              measured=measured)
     Scenario.model_validate(sim)  # it must be a valid scenario for `validate`
@@ -488,7 +499,7 @@ def _meta(spec: CaptureSpec, scenario: Scenario, hosts: list[Host], results: lis
         "link": {**shaping, "probe": probe, "goodput_bps": goodput},
         "wire": {"mss": mss, "header_bytes": IP_TCP_HEADER} if mss else None,
         "tcpdump": stats,
-        "buckets": None if scenario.parallelism.aggregation.kind != "allreduce" else [
+        "buckets": None if agg.all_reduce_algorithm is None else [
             b.size_bytes for b in messages(resolve(Scenario.model_validate(sim)))],
         "ddp_buckets": {r["rank"]: r["ddp_buckets"] for r in workers if "ddp_buckets" in r},
         "strategy": "ps" if servers else "ddp",

@@ -6,20 +6,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from simstudy.compiler.aggregation import compile_aggregation
 from simstudy.compiler.astra_config import system_json, write_config_files, write_configs, write_json
 from simstudy.compiler.atomic import atomic_directory
 from simstudy.compiler.bundle import Bundle, BundleError
 from simstudy.compiler.chakra_out import write_traces
 from simstudy.compiler.cluster import JobInfo, build_cluster_graph, job_scenario, read_jobs, write_jobs
-from simstudy.compiler.frameworks import compile_framework
 from simstudy.compiler.graph import Collective, ExecutionGraph, RankGraph, Task, TaskKind
-from simstudy.compiler.hybrid import compile_hybrid
-from simstudy.compiler.parameter_server import compile_parameter_server
 from simstudy.compiler.resolve import resolve
 from simstudy.compiler.tensor import megatron
 from simstudy.compiler.topology_file import scenario_topology, topology_of, write_topology
 from simstudy.layout import JOBS, SCENARIO, TOPOLOGY
-from simstudy.spec import AllReduce, Cluster, Scenario, SpecError, topology_dims
+from simstudy.spec import Cluster, Scenario, SpecError, topology_dims
 
 __all__ = [
     "Bundle",
@@ -102,14 +100,8 @@ def check_fit(scenario: Scenario, source: str | Path | None = None) -> None:
 
 def build_graph(scenario: Scenario) -> ExecutionGraph:
     """The per-rank execution graph of a resolved scenario."""
-    p = scenario.parallelism
     check_fit(scenario)
-    if not isinstance(p.aggregation, AllReduce):
-        graph = compile_parameter_server(scenario)
-    elif p.is_plain_data_parallel:
-        graph = compile_framework(scenario)
-    else:
-        graph = compile_hybrid(scenario)
+    graph = compile_aggregation(scenario)
     graph.check()
     return graph
 
@@ -157,8 +149,7 @@ def compile_cluster(cluster: Cluster, out: str | Path, *, source: str | Path | N
     resolved = resolve_cluster(cluster, source=source)
     graphs = [build_graph(job_scenario(resolved, i)) for i in range(len(resolved.jobs))]
     graph = build_cluster_graph(resolved, graphs)
-    algorithms = {j.parallelism.aggregation.algorithm for j in resolved.jobs if isinstance(j.parallelism.aggregation,
-                                                                                           AllReduce)}
+    algorithms = {a for j in resolved.jobs if (a := j.parallelism.aggregation.all_reduce_algorithm) is not None}
     out = Path(out)
     _check_target(out)
     with atomic_directory(out) as tmp:

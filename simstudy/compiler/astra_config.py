@@ -11,7 +11,7 @@ from typing import Any
 
 from simstudy import layout
 from simstudy.compiler.collectives import system_implementations
-from simstudy.spec import AllReduce, Dim, Scenario, System, topology_dims
+from simstudy.spec import Dim, Scenario, System, topology_dims
 
 #: ASTRA-SIM's analytical network reads bandwidth in GB/s with GB = 2^30 bytes.
 GIB = 2**30
@@ -45,9 +45,8 @@ def network_yaml(dims: tuple[Dim, ...]) -> str:
 
 def system_config(scenario: Scenario) -> dict[str, Any]:
     """The system.json content."""
-    agg = scenario.parallelism.aggregation
-    return system_json(scenario.system, len(topology_dims(scenario.topology)),
-                       agg.algorithm if isinstance(agg, AllReduce) else "ring")
+    algorithm = scenario.parallelism.aggregation.all_reduce_algorithm
+    return system_json(scenario.system, len(topology_dims(scenario.topology)), algorithm or "ring")
 
 
 def system_json(s: System, dims: int, algorithm: str) -> dict[str, Any]:

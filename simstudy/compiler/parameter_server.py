@@ -65,11 +65,6 @@ class Piece:
     offset_bytes: int = 0  # where the piece starts in the flat gradient (layers in order)
 
 
-def server_rank(agg: ParameterServer, dp: int, server: int) -> int:
-    """The rank that hosts server shard `server`."""
-    return server if agg.placement == "colocated" else dp + server
-
-
 def pieces(costs: list[LayerCost], buckets: list[Bucket], servers: int) -> list[Piece]:
     """Split every bucket by the server shards its bytes fall in."""
     offsets: list[int] = []
@@ -115,7 +110,7 @@ def compile_parameter_server(scenario: Scenario) -> ExecutionGraph:
     dtype = scenario.training.dtype_bytes
     workers = p.dp
     graphs = [RankGraph(rank=r) for r in range(p.total_ranks)]
-    hosts = [server_rank(agg, workers, s) for s in range(agg.servers)]
+    hosts = agg.server_hosts(workers)
 
     def tag(it: int, piece: Piece, direction: int, part: int = 0) -> int:
         return tag_number(it, piece.bucket, piece.server, len(buckets), agg.servers, direction, part)

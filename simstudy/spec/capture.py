@@ -8,9 +8,9 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from simstudy.spec.base import FieldError, Spec
-from simstudy.spec.framework import CAPTURED
+from simstudy.spec.framework import CAPTURED, PRESETS
 from simstudy.spec.model import ModelSpec
-from simstudy.spec.parallelism import AllReduce, Parallelism, ParameterServer
+from simstudy.spec.parallelism import Parallelism
 from simstudy.spec.scenario import tag_model
 from simstudy.spec.training import Training
 
@@ -108,29 +108,19 @@ class CaptureSpec(Spec):
         p = self.parallelism
         if p.tp != 1 or p.pp != 1 or p.sharding != "none" or p.cp != 1 or p.ep != 1 or p.grad_accumulation_steps != 1:
             raise ValueError("a capture runs data parallelism only: tp = 1, pp = 1, sharding none")
-        if p.dp < 2 and not isinstance(p.aggregation, ParameterServer):
-            raise ValueError("an all-reduce capture needs dp >= 2 workers")
         agg = p.aggregation
-        if p.framework.name != PRESET_OF[self.framework]:
+        preset = p.framework
+        if preset.name != PRESET_OF[self.framework]:
             raise FieldError("parallelism.framework", f"a {self.framework} job is simulated with the "
-                             f"{PRESET_OF[self.framework]} preset, not {p.framework.name}")
-        if isinstance(agg, AllReduce) and agg.algorithm != "ring":
-            what = "gloo's all-reduce" if self.framework == "pytorch" else "TensorFlow's CPU all-reduce (RingReduce)"
-            raise FieldError("parallelism.aggregation.algorithm",
-                             f"{what} is a ring: set parallelism.aggregation.algorithm to ring, "
-                             f"not {agg.algorithm}")
-        if self.framework == "horovod" and isinstance(agg, ParameterServer):
-            raise FieldError("parallelism.aggregation", "Horovod has no parameter server; capture one with "
-                             "framework: pytorch")
-        if self.framework == "tensorflow":
-            if isinstance(agg, ParameterServer):
-                raise FieldError("parallelism.aggregation", "a tensorflow capture runs MultiWorkerMirroredStrategy "
-                                 "(collective all-reduce); parameter servers are captured with framework: pytorch")
-            if self.model.kind == "zoo" and self.model.zoo not in KERAS_MODELS:
-                raise FieldError("model", f"{self.model.zoo!r} has no Keras version for a tensorflow capture; "
-                                 f"expected one of {', '.join(KERAS_MODELS)}")
-        if isinstance(agg, ParameterServer) and agg.placement != "dedicated":
-            raise ValueError("a capture runs parameter servers as ranks of their own: use placement: dedicated")
+                             f"{PRESET_OF[self.framework]} preset, not {preset.name}")
+        if agg.kind not in preset.captured_aggregations:
+            who = [m.captured_by for m in PRESETS.values() if agg.kind in m.captured_aggregations]
+            raise FieldError("parallelism.aggregation", f"a {self.framework} capture runs {preset.captured_as}; "
+                             f"{agg.noun}s are captured with framework: {' or '.join(map(str, who)) or 'none'}")
+        agg.check_capture(p.dp, preset)
+        if self.framework == "tensorflow" and self.model.kind == "zoo" and self.model.zoo not in KERAS_MODELS:
+            raise FieldError("model", f"{self.model.zoo!r} has no Keras version for a tensorflow capture; "
+                             f"expected one of {', '.join(KERAS_MODELS)}")
         if self.training.precision != "fp32":
             raise ValueError("a capture trains in fp32: training.precision must be fp32")
         if "iterations" in self.training.model_fields_set:

@@ -27,7 +27,7 @@ from pydantic import Field, model_validator
 
 from simstudy.spec.base import FieldError, Spec
 from simstudy.spec.model import ModelSpec
-from simstudy.spec.parallelism import Parallelism
+from simstudy.spec.parallelism import Parallelism, dp_auto, fill_dp
 from simstudy.spec.scenario import tag_model
 from simstudy.spec.system import System
 from simstudy.spec.topology import BinaryTreeStar, FatTree, Topology, Tree, _Tiered
@@ -102,20 +102,10 @@ class Job(Spec):
             return data
         if "model" in data:
             data = {**data, "model": tag_model(data["model"])}
-        par = data.get("parallelism") or {}
+        par = data.get("parallelism")
         gpus = data.get("gpus")
-        if isinstance(par, dict) and par.get("dp", "auto") == "auto" and isinstance(gpus, int):
-            par = {k: v for k, v in par.items() if k != "dp"}
-            tp, pp = par.get("tp", 1), par.get("pp", 1)
-            agg = par.get("aggregation")
-            servers = 0
-            if isinstance(agg, dict) and agg.get("kind") == "parameter_server" and agg.get("placement") != "colocated":
-                servers = agg.get("servers", 1) if isinstance(agg.get("servers", 1), int) else 0
-            if isinstance(tp, int) and isinstance(pp, int) and tp > 0 and pp > 0:
-                rest = gpus - servers
-                if rest > 0 and rest % (tp * pp) == 0:
-                    par["dp"] = rest // (tp * pp)
-            data = {**data, "parallelism": par}
+        if dp_auto(par) and isinstance(gpus, int):
+            data = {**data, "parallelism": fill_dp(par, gpus)}
         return data
 
     @model_validator(mode="after")

@@ -37,7 +37,11 @@ class Preset(Spec):
       on the receiver's own connection (TensorFlow's gRPC RecvBuf), which `validate` adds to the
       simulated table before comparing connections;
     * `hybrids`: the preset compiles tensor, pipeline and sharded parallelism, not only data parallel;
-    * `parameter_server`: the preset has a parameter-server mode;
+    * `aggregations`: the aggregation kinds it compiles (`parallelism.aggregation.kind`; None: every
+      kind, its all-reduce as the preset says and any other kind as that kind's compile step does);
+    * `captured_aggregations`: the aggregation kinds its captured framework's workers run;
+    * `captured_as`, `captured_all_reduce`: what its captured framework runs and its all-reduce, in
+      messages;
     * `ring_only`: why the preset's all-reduce is a ring whatever `aggregation.algorithm` says (None:
       any algorithm);
     * `worker_options(port)`: what a captured job's workers get of the preset's knobs, under the key
@@ -47,7 +51,10 @@ class Preset(Spec):
     captured_by: ClassVar[str | None] = None
     pull_requests: ClassVar[bool] = False
     hybrids: ClassVar[bool] = False
-    parameter_server: ClassVar[bool] = False
+    aggregations: ClassVar[tuple[str, ...] | None] = ("allreduce",)
+    captured_aggregations: ClassVar[tuple[str, ...]] = ("allreduce",)
+    captured_as: ClassVar[str] = ""
+    captured_all_reduce: ClassVar[str] = ""
     ring_only: ClassVar[str | None] = None
     #: the knob that sizes gradient messages is `parallelism.bucket_size_mib` (DDP's), not one of the preset's
     ddp_buckets: ClassVar[bool] = False
@@ -56,25 +63,27 @@ class Preset(Spec):
         """Options of a captured job's worker, from this preset's knobs ({} when it has none)."""
         return {}
 
+    @classmethod
+    def compiles(cls, kind: str) -> bool:
+        """The preset compiles aggregation kind `kind`."""
+        return cls.aggregations is None or kind in cls.aggregations
+
     def check(self, parallelism: Parallelism) -> None:
         """What this preset needs of the rest of the parallelism (a `FieldError` when it is not met)."""
         if not self.hybrids and not parallelism.is_plain_data_parallel:
             raise FieldError("framework", f"the {self.name} preset models data parallelism only (tp = pp = 1, "
                                           "sharding none, one microbatch); use framework: pytorch_ddp for hybrids")
-        from simstudy.spec.parallelism import ParameterServer
-
         agg = parallelism.aggregation
-        if isinstance(agg, ParameterServer):
-            if not self.parameter_server:
-                raise FieldError("aggregation", f"{self.name} has no parameter server; use aggregation kind "
-                                                "allreduce (parameter servers: pytorch_ddp or tensorflow_mwms, "
-                                                "for TensorFlow's ParameterServerStrategy)")
-            return
-        if not self.ddp_buckets and "bucket_size_mib" in parallelism.model_fields_set:
+        if not self.compiles(agg.kind):
+            others = " or ".join(n for n, m in PRESETS.items() if m.compiles(agg.kind))
+            raise FieldError("aggregation", f"{self.name} has no {agg.noun}; use aggregation kind "
+                                            f"{' or '.join(self.aggregations or ())} ({agg.noun}: {others})")
+        if not self.ddp_buckets and not agg.ddp_buckets and "bucket_size_mib" in parallelism.model_fields_set:
             raise FieldError("bucket_size_mib", f"bucket_size_mib is PyTorch DDP's bucket cap; it does not apply "
                                                 f"to framework {self.name} (see its knobs under framework)")
-        if self.ring_only is not None and agg.algorithm != "ring":
-            raise FieldError("aggregation.algorithm", self.ring_only.format(algorithm=agg.algorithm, preset=self))
+        algorithm = agg.all_reduce_algorithm
+        if self.ring_only is not None and algorithm not in (None, "ring"):
+            raise FieldError("aggregation.algorithm", self.ring_only.format(algorithm=algorithm, preset=self))
 
     name: str
 
@@ -85,8 +94,11 @@ class PyTorchDDP(Preset):
     each bucket all-reduced as soon as its last gradient is ready (overlapped with backward)."""
 
     captured_by: ClassVar[str | None] = "pytorch"
+    captured_aggregations: ClassVar[tuple[str, ...]] = ("allreduce", "parameter_server")
+    captured_as: ClassVar[str] = "torch.distributed over gloo (DDP or parameter servers)"
+    captured_all_reduce: ClassVar[str] = "gloo's all-reduce"
     hybrids: ClassVar[bool] = True
-    parameter_server: ClassVar[bool] = True
+    aggregations: ClassVar[tuple[str, ...] | None] = None
     ddp_buckets: ClassVar[bool] = True
 
     name: Literal["pytorch_ddp"] = Field(description="the preset (required, so that it is always written out)")
@@ -97,6 +109,8 @@ class Horovod(Preset):
     became ready into buffers of at most `fusion_buffer_mib` and all-reduces each (ring)."""
 
     captured_by: ClassVar[str | None] = "horovod"
+    captured_as: ClassVar[str] = "Horovod's all-reduce over Gloo"
+    captured_all_reduce: ClassVar[str] = "Horovod's Gloo all-reduce"
 
     def worker_options(self, port: int) -> dict[str, Any]:
         """Horovod's environment knobs (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME) and its
@@ -123,8 +137,10 @@ class TensorFlowMWMS(Preset):
     with RingReduce once all of its gradients are ready."""
 
     captured_by: ClassVar[str | None] = "tensorflow"
+    captured_as: ClassVar[str] = "MultiWorkerMirroredStrategy (collective all-reduce)"
+    captured_all_reduce: ClassVar[str] = "TensorFlow's CPU all-reduce (RingReduce)"
     pull_requests: ClassVar[bool] = True
-    parameter_server: ClassVar[bool] = True  # TensorFlow's ParameterServerStrategy
+    aggregations: ClassVar[tuple[str, ...] | None] = ("allreduce", "parameter_server")  # TF's ParameterServerStrategy
     ring_only: ClassVar[str | None] = ("TensorFlow's CPU all-reduce is RingReduce (implementation "
                                        "{preset.implementation}): use ring, not {algorithm}")
 
@@ -172,9 +188,9 @@ class KungFu(Preset):
 
 FrameworkSpec = Annotated[PyTorchDDP | Horovod | TensorFlowMWMS | KungFu, Field(discriminator="name")]
 
-#: name -> preset model: the one table of framework presets in the spec.
+#: name -> preset model, in the union's order: the one table of framework presets in the spec.
 PRESETS: dict[str, type[Preset]] = {get_args(m.model_fields["name"].annotation)[0]: m
-                                    for m in (PyTorchDDP, Horovod, TensorFlowMWMS, KungFu)}
+                                    for m in get_args(get_args(FrameworkSpec)[0])}
 #: capture framework -> the preset that simulates its jobs
 CAPTURED: dict[str, str] = {m.captured_by: name for name, m in PRESETS.items() if m.captured_by is not None}
 

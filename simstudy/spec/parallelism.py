@@ -2,56 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
+from simstudy.spec.aggregation import (
+    AGGREGATIONS,
+    Aggregation,
+    AggregationKind,
+    AllReduce,
+    AllReduceAlgorithm,
+    ParameterServer,
+    extra_ranks_of,
+    tag_aggregation,
+)
 from simstudy.spec.base import FieldError, Spec
 from simstudy.spec.framework import FrameworkSpec, PyTorchDDP, framework_value
 
-AllReduceAlgorithm = Literal["ring", "direct", "halving_doubling", "double_binary_tree"]
-
-
-class AllReduce(Spec):
-    """Gradients are summed with an all-reduce collective among the data-parallel ranks."""
-
-    kind: Literal["allreduce"] = "allreduce"
-    algorithm: AllReduceAlgorithm = Field(
-        default="ring",
-        description="collective algorithm: ring, direct, halving_doubling or double_binary_tree, for "
-        "collectives of every rank; a smaller group's collectives (with tp or pp > 1) always run as a "
-        "ring over the group, as ASTRA-SIM runs communicator groups",
-    )
-
-
-class ParameterServer(Spec):
-    """Workers push gradients to parameter servers and pull updated parameters back.
-
-    Parameters are sharded evenly over the servers. `colocated` servers run on the first
-    `servers` worker ranks; `dedicated` servers are extra ranks after the workers.
-    """
-
-    kind: Literal["parameter_server"] = "parameter_server"
-    servers: int = Field(default=1, ge=1, description="number of parameter-server shards")
-    placement: Literal["colocated", "dedicated"] = Field(
-        default="dedicated",
-        description="colocated: servers share the first worker ranks; dedicated: extra ranks",
-    )
-    mode: Literal["sync", "async"] = Field(
-        default="sync",
-        description="sync: servers wait for every worker each iteration; async: they do not",
-    )
-    rendezvous: bool = Field(
-        default=True,
-        description="true: a send moves its bytes only once the receiver has posted the matching receive (gloo's "
-        "send and recv, which a captured PyTorch job uses), and a worker posts its pulls once its whole "
-        "backward is done, so every reply waits for the end of the workers' backward; false: each reply leaves "
-        "as soon as the server has updated (an eager transport, as BytePS and ps-lite use)",
-    )
-
-
-Aggregation = Annotated[AllReduce | ParameterServer, Field(discriminator="kind")]
-
+__all__ = [
+    "AGGREGATIONS",
+    "NEW_DEFAULTS",
+    "Aggregation",
+    "AggregationKind",
+    "AllReduce",
+    "AllReduceAlgorithm",
+    "Parallelism",
+    "ParameterServer",
+    "Zero",
+    "dp_auto",
+    "fill_dp",
+]
 
 class Zero(Spec):
     """How a ZeRO-1 distributed optimizer (`sharding: zero1`) buckets its messages, as Megatron-LM's
@@ -183,7 +163,7 @@ class Parallelism(Spec):
                     del data[key]
             if data.get("framework") == {"name": "pytorch_ddp"}:
                 del data["framework"]
-            elif isinstance(self.aggregation, AllReduce):
+            elif not self.aggregation.ddp_buckets:
                 data.pop("bucket_size_mib", None)  # DDP's knob: another preset's dump leaves it out
         return data
 
@@ -197,12 +177,10 @@ class Parallelism(Spec):
     @model_validator(mode="before")
     @classmethod
     def _aggregation_kind(cls, data: Any) -> Any:
-        """`aggregation` without `kind`: a parameter server if it names servers, placement or mode,
-        else an all-reduce (so `{algorithm: direct}` works)."""
-        agg = data.get("aggregation") if isinstance(data, dict) else None
-        if isinstance(agg, dict) and "kind" not in agg:
-            ps = any(k in agg for k in ("servers", "placement", "mode"))
-            data = {**data, "aggregation": {"kind": "parameter_server" if ps else "allreduce", **agg}}
+        """`aggregation` without `kind`: the kind its keys imply (`{servers: 2}`: a parameter server),
+        else an all-reduce (so `{algorithm: direct}` works); see `tag_aggregation`."""
+        if isinstance(data, dict) and isinstance(data.get("aggregation"), dict):
+            data = {**data, "aggregation": tag_aggregation(data["aggregation"])}
         return data
 
     @property
@@ -223,11 +201,8 @@ class Parallelism(Spec):
 
     @property
     def server_ranks(self) -> int:
-        """Extra ranks used only as parameter servers (dedicated placement)."""
-        agg = self.aggregation
-        if isinstance(agg, ParameterServer) and agg.placement == "dedicated":
-            return agg.servers
-        return 0
+        """Extra ranks used only as servers (a parameter server's dedicated placement)."""
+        return self.aggregation.extra_ranks
 
     @property
     def total_ranks(self) -> int:
@@ -277,23 +252,7 @@ class Parallelism(Spec):
 
     @model_validator(mode="after")
     def _check(self) -> Parallelism:
-        agg = self.aggregation
-        if isinstance(agg, ParameterServer):
-            if self.tp != 1 or self.pp != 1:
-                field = "tp" if self.tp != 1 else "pp"
-                raise FieldError(field, f"a parameter server needs tp = 1 and pp = 1 (pure data parallel), "
-                                        f"got {field} = {getattr(self, field)}")
-            if agg.placement == "colocated" and agg.servers > self.dp:
-                raise ValueError(
-                    f"{agg.servers} colocated servers do not fit on dp = {self.dp} workers; "
-                    "use placement: dedicated or fewer servers"
-                )
-            if self.sharding != "none":
-                raise FieldError("sharding", f"sharding ({self.sharding!r}) applies to all-reduce data "
-                                             "parallelism, not a parameter server; use sharding: none")
-            if self.microbatches != 1:
-                raise FieldError("microbatches", "a parameter server trains one batch per iteration; "
-                                                 f"microbatches must be 1, got {self.microbatches}")
+        self.aggregation.check(self)
         self._check_framework()
         self._check_llm()
         if self.schedule == "1f1b" and self.pp > 1 and self.microbatches < self.pp:
@@ -303,3 +262,25 @@ class Parallelism(Spec):
                 f"(pp = {self.pp}), got {self.microbatches}; raise microbatches or use schedule: gpipe",
             )
         return self
+
+
+def dp_auto(parallelism: Any) -> bool:
+    """A parallelism as given (a dict or None) leaves `dp` to `fill_dp`: it is left out or `auto`."""
+    return parallelism is None or (isinstance(parallelism, dict) and parallelism.get("dp", "auto") == "auto")
+
+
+def fill_dp(parallelism: Any, ranks: int) -> Any:
+    """A parallelism (as given, before validation) whose `dp` is left out or `auto` takes the
+    `ranks` left after the aggregation's extra ranks (dedicated servers), divided by tp x pp x cp:
+    the one rule of `dp: auto`, for a scenario's topology and a cluster job's `gpus`. Anything
+    else is returned as it is; when the ranks do not divide, dp stays out (and its error says why)."""
+    if not dp_auto(parallelism):
+        return parallelism
+    par = {k: v for k, v in (parallelism or {}).items() if k != "dp"}
+    split = [par.get(name, 1) for name in ("tp", "pp", "cp")]
+    if all(isinstance(n, int) and n > 0 for n in split):
+        model = split[0] * split[1] * split[2]
+        rest = ranks - extra_ranks_of(par.get("aggregation"))
+        if rest > 0 and rest % model == 0:
+            par["dp"] = rest // model
+    return par

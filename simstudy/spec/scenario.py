@@ -9,7 +9,7 @@ from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from simstudy.spec.base import FieldError, Spec
 from simstudy.spec.model import Model, ModelSpec, ZooModel
-from simstudy.spec.parallelism import AllReduce, Parallelism
+from simstudy.spec.parallelism import AllReduce, Parallelism, dp_auto, fill_dp
 from simstudy.spec.system import System
 from simstudy.spec.topology import Topology
 from simstudy.spec.training import Training
@@ -19,29 +19,17 @@ _TOPOLOGY: TypeAdapter[Topology] = TypeAdapter(Topology)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-def fill_dp(data: dict[str, Any]) -> dict[str, Any]:
-    """`parallelism.dp` left out (or `auto`) takes the NPUs the topology has left after tp, pp and
-    dedicated servers, so that sweeping `topology.npus` scales the data-parallel degree with it."""
+def fill_topology_dp(data: dict[str, Any]) -> dict[str, Any]:
+    """`parallelism.dp` left out (or `auto`) takes the NPUs the topology has left (`fill_dp`), so
+    that sweeping `topology.npus` scales the data-parallel degree with it."""
     par = data.get("parallelism", {})
-    if par is None:
-        par = {}
-    if not isinstance(par, dict) or par.get("dp", "auto") != "auto":
+    if not dp_auto(par):
         return data
-    par = {k: v for k, v in par.items() if k != "dp"}
     try:
         npus = _TOPOLOGY.validate_python(data.get("topology")).total_npus
     except ValidationError:
-        return {**data, "parallelism": par}  # the topology's own error is reported by validation
-    agg = par.get("aggregation")
-    servers = 0
-    if isinstance(agg, dict) and agg.get("kind") == "parameter_server" and agg.get("placement") != "colocated":
-        servers = agg.get("servers", 1) if isinstance(agg.get("servers", 1), int) else 0
-    tp, pp, cp = par.get("tp", 1), par.get("pp", 1), par.get("cp", 1)
-    if isinstance(tp, int) and isinstance(pp, int) and isinstance(cp, int) and tp > 0 and pp > 0 and cp > 0:
-        rest = npus - servers
-        if rest > 0 and rest % (tp * pp * cp) == 0:
-            par["dp"] = rest // (tp * pp * cp)
-    return {**data, "parallelism": par}
+        npus = 0  # dp stays out: the topology's own error is reported by validation
+    return {**data, "parallelism": fill_dp(par, npus)}
 
 
 def tag_model(value: Any) -> Any:
@@ -78,7 +66,7 @@ class Scenario(Spec):
         if isinstance(data, dict) and "model" in data:
             data = {**data, "model": tag_model(data["model"])}
         if isinstance(data, dict) and "topology" in data:
-            data = fill_dp(data)
+            data = fill_topology_dp(data)
         return data
 
     @model_validator(mode="after")

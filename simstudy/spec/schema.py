@@ -56,7 +56,7 @@ SHORT_FORMS: dict[tuple[str | None, str], list[dict[str, Any]]] = {
     ("Job", "model"): [{"type": "string", "description": "a zoo model name (`simstudy models`)"}],
     # Parallelism._framework_name: a preset's name alone
     ("Parallelism", "framework"): [{"enum": list(PRESETS), "description": "a framework preset at its defaults"}],
-    # fill_dp and Job._short_forms: dp left out or `auto` fills the topology's (or the job's) NPUs
+    # fill_dp (simstudy/spec/parallelism.py): dp left out or `auto` fills the topology's (or the job's) NPUs
     ("Parallelism", "dp"): [{"const": "auto", "description": "fill the NPUs left after tp, pp and servers"}],
     # Placement._short: a policy name, or explicit NPUs
     ("Job", "placement"): [

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 
 from simstudy.capturing import testbed
-from simstudy.capturing.run import ps_plan
+from simstudy.capturing.run import WORKER_PLANS, ps_plan
 from simstudy.compiler.resolve import resolve
 from simstudy.spec import Scenario, SpecError
+from simstudy.spec.aggregation import AGGREGATIONS
 from simstudy.spec.capture import CaptureSpec, Link
+from simstudy.spec.framework import PRESETS
 from simstudy.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,3 +142,27 @@ def test_capture_of_a_framework_that_is_not_installed_exits_2(tmp_path: Path) ->
     assert str(spec) in errors[0] and "framework: horovod needs horovod.torch" in errors[0]
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_every_captured_kind_has_a_worker_strategy() -> None:
+    """A preset whose captured framework runs an aggregation kind: the kind names the strategy its
+    workers run, and the capture has a plan for it; a kind no preset captures is refused."""
+    captured = {k for m in PRESETS.values() if m.captured_by for k in m.captured_aggregations}
+    assert captured == {"allreduce", "parameter_server"}
+    strategies = {AGGREGATIONS[k].capture_strategy for k in captured}
+    assert strategies == set(WORKER_PLANS) == {"ddp", "ps"}
+
+
+@pytest.mark.parametrize(("framework", "expected"), [
+    ("horovod", "horovod has no parameter server"),  # the preset compiles none
+    ("tensorflow", "a tensorflow capture runs MultiWorkerMirroredStrategy (collective all-reduce); parameter "
+                   "servers are captured with framework: pytorch"),  # the preset does, its capture does not
+])
+def test_a_kind_the_captured_framework_does_not_run_is_refused(tmp_path: Path, framework: str,
+                                                               expected: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"name: bad\nmodel: small_cnn\nframework: {framework}\n"
+                    "parallelism: {dp: 2, aggregation: {servers: 1}}\n")
+    with pytest.raises(SpecError, match=r"parallelism\.aggregation") as err:
+        load_spec(CaptureSpec, path)
+    assert expected in str(err.value)

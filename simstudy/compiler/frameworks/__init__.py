@@ -1,8 +1,9 @@
 """Framework presets (`parallelism.framework`) compiled into the messages each framework sends.
 
-One table, `PRESETS`: a preset's name -> its compiler (scenario -> per-rank execution graph)
-and its message rule (scenario -> the all-reduce messages of one iteration, in issue order), one
-module each:
+One table, `PRESETS`, checked complete against the spec's presets (`simstudy.spec.framework.PRESETS`)
+on import: a preset's name -> its message rule (scenario -> the all-reduce messages of one iteration,
+in issue order) and its compiler (scenario -> per-rank execution graph; by default one all-reduce
+per message), one module each:
 
 * `pytorch_ddp`: DDP's gradient buckets (`simstudy.compiler.data_parallel`);
 * `horovod`: tensor fusion per background cycle (`horovod.py`);
@@ -10,9 +11,9 @@ module each:
 * `kungfu`: per-tensor all-reduce as point-to-point reduce and broadcast messages along a graph
   (`kungfu.py`).
 
-The collective presets share one graph builder (`allreduce.compile_messages`): forward, backward,
-one all-reduce per message issued when its last gradient is ready (or after the whole backward
-without `overlap`), the optimizer step after every all-reduce.
+The collective presets share one graph builder (`simstudy.compiler.data_parallel.compile_messages`):
+forward, backward, one all-reduce per message issued when its last gradient is ready (or after the
+whole backward without `overlap`), the optimizer step after every all-reduce.
 """
 
 from __future__ import annotations
@@ -20,38 +21,43 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simstudy.compiler.costs import Bucket, ddp_buckets, layer_costs
-from simstudy.compiler.data_parallel import compile_data_parallel
-from simstudy.compiler.frameworks.allreduce import compile_messages
+from simstudy.compiler.costs import Bucket
+from simstudy.compiler.data_parallel import compile_messages, ddp_messages
 from simstudy.compiler.frameworks.horovod import horovod_messages
 from simstudy.compiler.frameworks.kungfu import compile_kungfu, kungfu_messages
 from simstudy.compiler.frameworks.tensorflow_mwms import mwms_packs
 from simstudy.compiler.graph import ExecutionGraph
+from simstudy.compiler.registry import require_complete
 from simstudy.spec import Scenario
+from simstudy.spec.framework import PRESETS as SPEC_PRESETS
 
 __all__ = ["PRESETS", "Preset", "compile_framework", "messages"]
 
 
 @dataclass(frozen=True)
 class Preset:
-    """A framework preset: its messages of one iteration and its execution graph."""
+    """A framework preset: its messages of one iteration and its execution graph (by default one
+    all-reduce per message, named `allreduce.<label><index>.it<iteration>`)."""
 
-    name: str
     messages: Callable[[Scenario], list[Bucket]]
-    compile: Callable[[Scenario], ExecutionGraph]
+    label: str = "bucket"
+    compile_graph: Callable[[Scenario], ExecutionGraph] | None = None
 
-
-def _ddp_messages(scenario: Scenario) -> list[Bucket]:
-    p = scenario.parallelism
-    return ddp_buckets(layer_costs(scenario, scenario.resolved_model), p.bucket_size_bytes)
+    def compile(self, scenario: Scenario) -> ExecutionGraph:
+        if self.compile_graph is not None:
+            return self.compile_graph(scenario)
+        return compile_messages(scenario, self.messages(scenario), self.label)
 
 
 PRESETS: dict[str, Preset] = {
-    "pytorch_ddp": Preset("pytorch_ddp", _ddp_messages, compile_data_parallel),
-    "horovod": Preset("horovod", horovod_messages, lambda s: compile_messages(s, horovod_messages(s), "fused")),
-    "tensorflow_mwms": Preset("tensorflow_mwms", mwms_packs, lambda s: compile_messages(s, mwms_packs(s), "pack")),
-    "kungfu": Preset("kungfu", kungfu_messages, compile_kungfu),
+    "pytorch_ddp": Preset(ddp_messages, "bucket"),
+    "horovod": Preset(horovod_messages, "fused"),
+    "tensorflow_mwms": Preset(mwms_packs, "pack"),
+    "kungfu": Preset(kungfu_messages, compile_graph=compile_kungfu),
 }
+
+
+require_complete(PRESETS, SPEC_PRESETS, "simstudy.compiler.frameworks.PRESETS")
 
 
 def messages(scenario: Scenario) -> list[Bucket]:
