@@ -41,10 +41,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
-from scipy import fft as sfft
-from scipy.signal import find_peaks
 
 from simstudy.traffic.iterations import Candidate, Iterations, find_iterations, interquartile_mean
+from simstudy.traffic.period import acf_period, psd_period, whole_periods
 from simstudy.traffic.registry import JOB, TRANSPORT, Analysis, Context, Metric
 from simstudy.traffic.roles import Roles, classify, with_iterations
 from simstudy.traffic.timeline import Timeline, link_timeline, throughput_timeline
@@ -95,13 +94,6 @@ ON_THRESHOLD = 0.01
 MIN_ON_BYTES = 0.5
 #: An autocorrelation peak at least this high is a clear period (preferred to the periodogram).
 ACF_CLEAR_PEAK = 0.2
-#: Autocorrelation peaks less prominent than this are noise.
-ACF_MIN_PROMINENCE = 0.05
-#: The first autocorrelation peak at least this fraction of the highest is the period (the
-#: later ones are its multiples).
-ACF_HARMONIC_RATIO = 0.8
-#: The period is refined on the peak at up to this many periods (sub-bin precision).
-ACF_REFINE_PERIODS = 10
 #: Phase bins of the folded cycle used to place iteration boundaries in the quietest phase.
 PHASE_BINS = 64
 #: Hurst estimate: needs this many bins; aggregation levels m go from 1 to n / HURST_MIN_BLOCKS
@@ -148,15 +140,6 @@ class _ValueEq:
         return type(self) is type(other) and _same(self, other)
 
     __hash__ = None  # type: ignore[assignment]
-
-
-def _num(x: float) -> float | None:
-    """A float for JSON: NaN and infinities become None."""
-    return float(x) if math.isfinite(x) else None
-
-
-def _unnum(x: float | None) -> float:
-    return math.nan if x is None else float(x)
 
 
 def _floats(a: ArrayLike) -> FloatArray:
@@ -461,69 +444,6 @@ def traffic_matrix(table: pd.DataFrame) -> TrafficMatrix:
 # --- periodicity -----------------------------------------------------------------------------
 
 
-def _parabolic(y: FloatArray, i: int) -> float:
-    """Sub-sample position of the extremum at `i` (parabola through i-1, i, i+1)."""
-    if i <= 0 or i >= len(y) - 1:
-        return float(i)
-    a, b, c = float(y[i - 1]), float(y[i]), float(y[i + 1])
-    den = a - 2 * b + c
-    return float(i) if den == 0 else i + 0.5 * (a - c) / den
-
-
-def _acf_period(x: FloatArray, bin_s: float) -> tuple[float, float]:
-    """(period, peak height) from the first significant autocorrelation peak after lag 0."""
-    n = len(x)
-    if n < 8:
-        return math.nan, 0.0
-    y = x - x.mean()
-    if not np.any(y):
-        return math.nan, 0.0
-    nfft = sfft.next_fast_len(2 * n, real=True)
-    spec = sfft.rfft(y, nfft)
-    acf = sfft.irfft(spec.real ** 2 + spec.imag ** 2, nfft)[: n // 2 + 1]
-    acf = acf / acf[0] * n / (n - np.arange(len(acf)))  # unbiased, normalised to 1 at lag 0
-    peaks, _ = find_peaks(acf, prominence=ACF_MIN_PROMINENCE)
-    peaks = peaks[(peaks >= 2) & (acf[peaks] > 0)]
-    if len(peaks) == 0:
-        return math.nan, 0.0
-    first = int(peaks[np.argmax(acf[peaks] >= ACF_HARMONIC_RATIO * acf[peaks].max())])
-    height = float(acf[first])
-    lag = _parabolic(acf, first)
-    m = min(ACF_REFINE_PERIODS, int((len(acf) - 2) // lag))
-    if m >= 2:
-        half = max(1, int(lag / 4))
-        lo = max(1, round(m * lag) - half)
-        hi = min(len(acf) - 1, round(m * lag) + half + 1)
-        j = lo + int(np.argmax(acf[lo:hi]))
-        if acf[j] >= 0.5 * height:
-            lag = _parabolic(acf, j) / m
-    return lag * bin_s, min(1.0, height)
-
-
-def _psd_period(x: FloatArray, bin_s: float) -> tuple[float, float]:
-    """(period, power fraction) of the periodogram peak, periods from 2 bins to half the trace."""
-    n = len(x)
-    if n < 8:
-        return math.nan, 0.0
-    y = x - x.mean()
-    if not np.any(y):
-        return math.nan, 0.0
-    pad = max(1, min(4, (1 << 22) // n))
-    nfft = sfft.next_fast_len(pad * n, real=True)
-    spec = sfft.rfft(y, nfft)
-    power = spec.real ** 2 + spec.imag ** 2
-    freqs = sfft.rfftfreq(nfft, bin_s)
-    valid = np.flatnonzero((freqs >= 2.0 / (n * bin_s)) & (freqs <= 0.5 / bin_s))
-    total = float(power[1:].sum())
-    if len(valid) == 0 or total <= 0:
-        return math.nan, 0.0
-    k = int(valid[np.argmax(power[valid])])
-    f = _parabolic(power, k) * (freqs[1] - freqs[0])
-    lobe = max(1, round(nfft / n))
-    strength = float(power[max(1, k - lobe): k + lobe + 1].sum()) / total
-    return (float(1.0 / f) if f > 0 else math.nan), min(1.0, strength)
-
-
 def _boundary_runs(boundaries: Boundaries) -> list[tuple[FloatArray, FloatArray]]:
     """Normalise boundaries to (iteration numbers, start times) per worker."""
     if isinstance(boundaries, Mapping):
@@ -562,8 +482,9 @@ def _period_from_starts(runs: list[tuple[FloatArray, FloatArray]]) -> tuple[floa
 
 def _period(rates: FloatArray, bin_s: float, runs: list[tuple[FloatArray, FloatArray]] | None,
             runs_method: str, found: Iterations | None = None, window: tuple[float, float] | None = None) -> Period:
-    acf_p, acf_s = _acf_period(rates, bin_s)
-    psd_p, psd_s = _psd_period(rates, bin_s)
+    acf_p, acf_height = acf_period(rates, bin_s)
+    acf_s = min(1.0, acf_height)
+    psd_p, psd_s = psd_period(rates, bin_s)
     it_p, it_s = _period_from_starts(runs) if runs else (math.nan, 0.0)
     starts = np.sort(np.concatenate([s for _, s in runs])) if runs else np.zeros(0)
     candidates: tuple[Candidate, ...] = found.candidates if found is not None else ()
@@ -666,7 +587,7 @@ def _iterations_in(rates: FloatArray, bin_s: float, period_s: float) -> int:
     k = np.floor(cycles - shift).astype(np.int64)
     per_window = np.bincount(k - k.min(), weights=w)
     typical = float(per_window[1:-1].mean() if len(per_window) >= 3 else per_window.max())
-    return max(1, round(float(w.sum()) / typical)) if typical > 0 else 1
+    return max(1, int(whole_periods(float(w.sum()), typical)[0])) if typical > 0 else 1
 
 
 def _bytes_per_iteration(rows: pd.DataFrame, groups: pd.DataFrame | None, rates: FloatArray, bin_s: float,
