@@ -37,9 +37,9 @@ from numpy.typing import NDArray
 
 from simstudy.traffic.compare import MetricComparison, ValidationReport, relative_error, wasserstein_relative
 from simstudy.traffic.counters import Counters
-from simstudy.traffic.features import Distribution
 from simstudy.traffic.period import acf_period
 from simstudy.traffic.registry import JOB, decode, encode
+from simstudy.traffic.results import Distribution
 
 __all__ = [
     "COUNTER_TOLERANCES",
