@@ -47,7 +47,6 @@ __all__ = [
 ]
 
 FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 
 #: A series shorter than this (bins) holds no period.
 MIN_BINS = 8
@@ -92,7 +91,7 @@ def autocorrelation(y: FloatArray, *, direct_below: int = 0) -> FloatArray:
 
 
 def acf_peaks(acf: FloatArray, longest: int, *, prominence: float | None = MIN_PROMINENCE,
-              positive: bool = True) -> IntArray:
+              positive: bool = True) -> NDArray[np.int64]:
     """Lags of the peaks of `acf` from 2 to `longest`: those at least `prominence` above their
     surroundings (None: every local maximum), and only those above 0 when `positive`."""
     peaks, _ = find_peaks(acf[: longest + 1], prominence=prominence)
@@ -160,7 +159,7 @@ def psd_period(x: FloatArray, bin_s: float) -> tuple[float, float]:
     return (float(1.0 / f) if f > 0 else math.nan), min(1.0, strength)
 
 
-def whole_periods(amount: ArrayLike, per_period: ArrayLike) -> tuple[IntArray, FloatArray]:
+def whole_periods(amount: ArrayLike, per_period: ArrayLike) -> tuple[NDArray[np.int64], FloatArray]:
     """How many periods' worth `amount` holds at `per_period` each (elementwise): the nearest whole
     number (halves to even) and how far `amount` is from it, in periods. The number of iterations
     a stretch of traffic holds is its bytes counted so, by the iteration finder and by the bytes
