@@ -16,8 +16,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from simstudy.addresses import rank_address
 from simstudy.traffic import read_table
-from simstudy.traffic.pcap_write import rank_ip, write_pcap
+from simstudy.traffic.pcap_write import write_pcap
 
 SPEC = {
     "name": "small",
@@ -44,7 +45,7 @@ def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cap.mkdir()
     packets = write_pcap(read_table(root / "run" / "traffic.parquet"), cap / "all.pcap")
     assert packets > 10_000
-    meta = {"scenario": SPEC, "ranks": {str(r): f"{rank_ip(r)}" for r in range(4)}}
+    meta = {"scenario": SPEC, "ranks": {str(r): f"{rank_address(r)}" for r in range(4)}}
     (cap / "meta.json").write_text(json.dumps(meta))
     return root
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from simstudy import chakra
 from simstudy.backends.base import BackendError, empty_spans, make_spans
@@ -97,7 +96,8 @@ class WorkloadInfo:
     @classmethod
     def from_bundle(cls, bundle: Bundle) -> WorkloadInfo:
         bundle.check()
-        dims = read_network(bundle.network)
+        net = bundle.network_config()
+        dims = [NativeDim(*d) for d in zip(net.topology, net.npus_count, net.bandwidth, net.latency, strict=True)]
         npus = int(np.prod([d.npus for d in dims]))
         system = _read_json(bundle.system)
         if not isinstance(system, dict):
@@ -136,25 +136,6 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise BackendError(f"{path}: cannot read JSON: {exc}") from None
-
-
-def read_network(path: Path) -> list[NativeDim]:
-    """The dimensions of an ASTRA-SIM analytical network.yml."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise BackendError(f"{path}: cannot read network config: {exc}") from None
-    try:
-        topo, counts, bws, lats = (list(data[k]) for k in ("topology", "npus_count", "bandwidth", "latency"))
-    except (KeyError, TypeError) as exc:
-        raise BackendError(f"{path}: expected topology, npus_count, bandwidth and latency lists ({exc})") from None
-    if not (len(topo) == len(counts) == len(bws) == len(lats)) or not topo:
-        raise BackendError(f"{path}: topology, npus_count, bandwidth and latency must have the same length")
-    known = {"Ring", "FullyConnected", "Switch"}
-    for t in topo:
-        if t not in known:
-            raise BackendError(f"{path}: topology: unknown dimension {t!r}; expected one of {sorted(known)}")
-    return [NativeDim(t, int(n), float(b), float(lat)) for t, n, b, lat in zip(topo, counts, bws, lats, strict=True)]
 
 
 @dataclass(frozen=True)

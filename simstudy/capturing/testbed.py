@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from simstudy.addresses import rank_address
 from simstudy.spec.capture import Link
 
 PREFIX = "ss"
@@ -32,11 +33,6 @@ _OURS = re.compile(rf"^{PREFIX}(\d+)-(br|\d+)$")
 
 class CaptureError(RuntimeError):
     """The machine cannot run this capture (not root, a tool or kernel feature missing, a failed job)."""
-
-
-def rank_ip(rank: int) -> str:
-    """The address of a rank's namespace: 10.0.<rank // 250>.<rank % 250 + 1> (as pcap_write uses)."""
-    return f"10.0.{rank // 250}.{rank % 250 + 1}"
 
 
 @dataclass(frozen=True)
@@ -174,11 +170,11 @@ class Testbed:
                          ["-n", bridge_ns, "link", "set", port, "master", "br0"],
                          ["-n", bridge_ns, "link", "set", port, "up"],
                          ["-n", ns, "link", "set", "eth0", "mtu", str(self.mtu)],
-                         ["-n", ns, "addr", "add", f"{rank_ip(r)}/16", "dev", "eth0"],
+                         ["-n", ns, "addr", "add", f"{rank_address(r)}/16", "dev", "eth0"],
                          ["-n", ns, "link", "set", "eth0", "up"],
                          ["-n", ns, "link", "set", "lo", "up"]):
                 _run(["ip", *args], "veth")
-            host = Host(r, ns, rank_ip(r), "eth0")
+            host = Host(r, ns, rank_address(r), "eth0")
             self.hosts.append(host)
             if self.hostnames:
                 (NETNS_ETC / ns).mkdir(parents=True, exist_ok=True)
@@ -197,13 +193,13 @@ class Testbed:
         ns = f"{PREFIX}{os.getpid()}-0"
         self._netns(ns)
         for args in (["link", "add", "eth0", "type", "veth", "peer", "name", "eth1"],
-                     ["addr", "add", f"{rank_ip(0)}/16", "dev", "eth0"], ["link", "set", "eth0", "up"],
+                     ["addr", "add", f"{rank_address(0)}/16", "dev", "eth0"], ["link", "set", "eth0", "up"],
                      ["link", "set", "eth1", "up"], ["link", "set", "lo", "up"]):
             _run(["ip", "-n", ns, *args], "namespace")
-        self.hosts = [Host(r, ns, rank_ip(0), "eth0") for r in range(self.ranks)]
+        self.hosts = [Host(r, ns, rank_address(0), "eth0") for r in range(self.ranks)]
         if self.hostnames:
             (NETNS_ETC / ns).mkdir(parents=True, exist_ok=True)
-            (NETNS_ETC / ns / "hosts").write_text(f"127.0.0.1 localhost\n{rank_ip(0)} {socket.gethostname()}\n")
+            (NETNS_ETC / ns / "hosts").write_text(f"127.0.0.1 localhost\n{rank_address(0)} {socket.gethostname()}\n")
 
     def _netns(self, name: str) -> None:
         _run(["ip", "netns", "add", name], "namespace")

@@ -34,12 +34,12 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
-from scipy.signal import find_peaks
 
 from simstudy.traffic.compare import MetricComparison, ValidationReport, relative_error, wasserstein_relative
 from simstudy.traffic.counters import Counters
-from simstudy.traffic.features import Distribution
+from simstudy.traffic.period import acf_period
 from simstudy.traffic.registry import JOB, decode, encode
+from simstudy.traffic.results import Distribution
 
 __all__ = [
     "COUNTER_TOLERANCES",
@@ -62,6 +62,8 @@ HOLES: Final = 0.1
 MULTIPLE_SHARE: Final = 0.9
 #: An autocorrelation peak below this is no period.
 MIN_STRENGTH: Final = 0.2
+#: Series shorter than this (samples) have their autocorrelation summed directly, longer ones by FFT.
+DIRECT_SAMPLES: Final = 4096
 #: Ports shown as the hottest, and in the timeline.
 HOTTEST: Final = 10
 #: Tolerances of `compare_counters`, by the metric's last part.
@@ -185,27 +187,13 @@ def _merge(samples: list[FloatArray]) -> int:
 
 
 def _period(x: FloatArray, step: float) -> tuple[float, float]:
-    """(period, strength): the shortest autocorrelation peak at lags 2 .. n/3 as high as the highest
-    (`MULTIPLE_SHARE`), refined by a parabola through its neighbours (NaN and its height when
-    below `MIN_STRENGTH`; NaN, 0 when there is none)."""
-    n = len(x)
-    if n < 8 or not np.any(x - x.mean()):
-        return math.nan, 0.0
-    y = x - x.mean()
-    acf = np.correlate(y, y, "full")[n - 1:] if n < 4096 else np.fft.irfft(np.abs(np.fft.rfft(y, 2 * n)) ** 2)[:n]
-    acf = acf / acf[0] * n / (n - np.arange(n))
-    top = max(3, n // 3)
-    peaks, _ = find_peaks(acf[: top + 1])
-    peaks = peaks[peaks >= 2]
-    if len(peaks) == 0:
-        return math.nan, 0.0
-    top_height = float(acf[peaks].max())
-    best = int(peaks[np.flatnonzero(acf[peaks] >= MULTIPLE_SHARE * top_height)[0]])  # not a multiple of it
-    strength = float(acf[best])
-    a, b, c = acf[best - 1], acf[best], acf[best + 1] if best + 1 < n else acf[best]
-    den = a - 2 * b + c
-    lag = best + (0.5 * (a - c) / den if den != 0 else 0.0)
-    return (lag * step if strength >= MIN_STRENGTH else math.nan), strength
+    """(period, strength): the shortest autocorrelation peak (`simstudy.traffic.period.acf_period`)
+    at lags 2 .. n/3, of any prominence, as high as the highest (`MULTIPLE_SHARE`), refined by a
+    parabola through its neighbours only; NaN and its height when below `MIN_STRENGTH`, NaN, 0 when
+    there is none. The autocorrelation is summed directly below `DIRECT_SAMPLES` samples."""
+    period, strength = acf_period(x, step, longest=max(3, len(x) // 3), prominence=None, positive=False,
+                                  share=MULTIPLE_SHARE, refine=0, direct_below=DIRECT_SAMPLES)
+    return (period if strength >= MIN_STRENGTH else math.nan), strength
 
 
 # ---------------------------------------------------------------------------------------------

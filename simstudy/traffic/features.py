@@ -31,9 +31,8 @@ Conventions, stated once:
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -41,11 +40,30 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
-from scipy import fft as sfft
-from scipy.signal import find_peaks
 
-from simstudy.traffic.iterations import Candidate, Iterations, find_iterations, interquartile_mean
+from simstudy.traffic.iterations import Iterations, find_iterations
+from simstudy.traffic.per_iteration import (
+    Boundaries,
+    BytesPerIteration,
+    Period,
+    Runs,
+    bytes_per_iteration,
+    iteration_groups,
+    iteration_period,
+    marked_runs,
+    per_iteration_bytes,
+    period_from,
+)
 from simstudy.traffic.registry import JOB, TRANSPORT, Analysis, Context, Metric
+from simstudy.traffic.results import (
+    CONTROL_OP,
+    MAX_VALUES,
+    ON_THRESHOLD,
+    QUANTILE_LEVELS,
+    Distribution,
+    ValueEq,
+    training_rows,
+)
 from simstudy.traffic.roles import Roles, classify, with_iterations
 from simstudy.traffic.timeline import Timeline, link_timeline, throughput_timeline
 
@@ -80,30 +98,9 @@ __all__ = [
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
-#: The `op` of rows that are not training traffic (excluded from every metric).
-CONTROL_OP = "control"
-#: Quantile levels kept for every distribution: 0, 5, ..., 100 %.
-QUANTILE_LEVELS: FloatArray = np.linspace(0.0, 1.0, 21)
-#: Most values a distribution (or a timeline series in JSON) keeps.
-MAX_VALUES = 2000
-#: Default on/off threshold: a bin is "on" when its throughput exceeds this fraction of the
-#: peak 1 ms bin. 1 % keeps stray ACKs and keep-alives of a packet capture out of the bursts;
-#: 0 makes any bin with bytes "on".
-ON_THRESHOLD = 0.01
 #: A bin with fewer bytes than this is never on, whatever the threshold (what is left of
 #: rounding when transfers are spread over bins).
 MIN_ON_BYTES = 0.5
-#: An autocorrelation peak at least this high is a clear period (preferred to the periodogram).
-ACF_CLEAR_PEAK = 0.2
-#: Autocorrelation peaks less prominent than this are noise.
-ACF_MIN_PROMINENCE = 0.05
-#: The first autocorrelation peak at least this fraction of the highest is the period (the
-#: later ones are its multiples).
-ACF_HARMONIC_RATIO = 0.8
-#: The period is refined on the peak at up to this many periods (sub-bin precision).
-ACF_REFINE_PERIODS = 10
-#: Phase bins of the folded cycle used to place iteration boundaries in the quietest phase.
-PHASE_BINS = 64
 #: Hurst estimate: needs this many bins; aggregation levels m go from 1 to n / HURST_MIN_BLOCKS
 #: (at least that many blocks per level), HURST_LEVELS of them, log-spaced.
 HURST_MIN_BINS = 100
@@ -116,90 +113,17 @@ ITERATION_ON = 0.1
 #: `Features.to_json` format tag.
 FORMAT = "simstudy.features/2"
 
-#: Iteration start times: one list, one list per worker, or a mapping worker -> list.
-Boundaries = Sequence[float] | Sequence[Sequence[float]] | Mapping[int, Sequence[float]]
-
 
 # ---------------------------------------------------------------------------------------------
-# equality and JSON helpers
-
-
-def _same(a: object, b: object) -> bool:
-    """Deep equality with numpy arrays compared by value and NaN equal to NaN."""
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape
-                and a.dtype.kind == b.dtype.kind and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f")))
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
-        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if dataclasses.is_dataclass(a) and dataclasses.is_dataclass(b):
-        return type(a) is type(b) and all(
-            _same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
-    return a == b
-
-
-class _ValueEq:
-    """Equality by field values (numpy arrays by content, NaN == NaN)."""
-
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and _same(self, other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-def _num(x: float) -> float | None:
-    """A float for JSON: NaN and infinities become None."""
-    return float(x) if math.isfinite(x) else None
-
-
-def _unnum(x: float | None) -> float:
-    return math.nan if x is None else float(x)
+# result types (`Distribution`, `Period` and `BytesPerIteration` are defined beside their analyses)
 
 
 def _floats(a: ArrayLike) -> FloatArray:
     return np.asarray(a, dtype=np.float64)
 
 
-# ---------------------------------------------------------------------------------------------
-# result types
-
-
 @dataclass(frozen=True, eq=False)
-class Distribution(_ValueEq):
-    """A distribution of observations, summarised (see the module docstring)."""
-
-    count: int
-    """Number of observations."""
-    mean: float
-    """Mean of all observations (NaN when there are none)."""
-    quantiles: FloatArray
-    """Quantiles at `QUANTILE_LEVELS` of all observations (empty when there are none)."""
-    values: FloatArray
-    """Sorted values for distances: every observation, or `MAX_VALUES` evenly spaced quantiles."""
-
-    @classmethod
-    def of(cls, x: ArrayLike) -> Distribution:
-        v = np.asarray(x, dtype=np.float64).ravel()
-        if v.size == 0:
-            return cls(0, math.nan, np.zeros(0), np.zeros(0))
-        s = np.sort(v)
-        values = s if s.size <= MAX_VALUES else np.quantile(s, np.linspace(0.0, 1.0, MAX_VALUES))
-        return cls(int(s.size), float(s.mean()), np.quantile(s, QUANTILE_LEVELS), values)
-
-    def quantile(self, q: float) -> float:
-        """Quantile `q` (0..1): exact up to `MAX_VALUES` observations, interpolated beyond."""
-        return float(np.quantile(self.values, q)) if self.count else math.nan
-
-    @property
-    def median(self) -> float:
-        return float(self.quantiles[10]) if self.count else math.nan
-
-
-@dataclass(frozen=True, eq=False)
-class TrafficMatrix(_ValueEq):
+class TrafficMatrix(ValueEq):
     """Bytes sent between ranks: `bytes[i, j]` from `ranks[i]` to `ranks[j]`."""
 
     ranks: tuple[int, ...]
@@ -225,71 +149,7 @@ class TrafficMatrix(_ValueEq):
 
 
 @dataclass(frozen=True, eq=False)
-class Period(_ValueEq):
-    """The iteration period, how it was found, and where the iterations are.
-
-    `method`: "boundaries" (given iteration start times) or "iterations" (the table's
-    `iteration` column) when they give at least two iterations: the interquartile mean (the
-    mean of the middle half, `interquartile_mean`) of (start difference / iteration-number
-    difference) over consecutive iterations of every worker;
-    else "traffic": the period whose cycles repeat the same bytes, chosen among candidates at
-    1, 10 and 100 ms (`simstudy.traffic.iterations`); when no candidate does, the 1 ms
-    "autocorrelation" when its peak is clear (height >= `ACF_CLEAR_PEAK`), else the
-    "periodogram"; "none" (NaN) when the series is flat or too short.
-    """
-
-    period_s: float
-    method: str
-    strength: float
-    """Confidence in the chosen estimate, 0..1: for iteration starts 1 - IQR/median of the
-    iteration durations; from the traffic 1 - the variation of bytes per cycle; else the
-    strength of the chosen method below."""
-    reason: str
-    """Why this period, in words."""
-    candidates: tuple[Candidate, ...]
-    """Every period considered from the traffic, with its verdict (empty with iteration marks)."""
-    starts_s: FloatArray
-    """Start of every whole iteration found (iteration marks: every marked start)."""
-    window_s: tuple[float, float]
-    """Whole iterations of steady training found in the traffic (table time; NaN, NaN with
-    iteration marks, where the table holds only marked iterations, or when none was found): the
-    other analyses look only there."""
-    acf_period_s: float
-    """Lag of the first significant autocorrelation peak of the 1 ms total after lag 0 (NaN when none)."""
-    acf_strength: float
-    """Autocorrelation at that peak (0 when none)."""
-    psd_period_s: float
-    """1 / frequency of the periodogram peak of the 1 ms total (NaN when none)."""
-    psd_strength: float
-    """Fraction of the non-DC power in that peak's main lobe."""
-    iterations_period_s: float
-    """Median difference of consecutive iteration starts (NaN when not available)."""
-    bin_s: float
-
-
-@dataclass(frozen=True, eq=False)
-class BytesPerIteration(_ValueEq):
-    """Bytes each worker sends per iteration, their mean over workers, and the total of all
-    training endpoints (workers and parameter servers), over whole iterations only."""
-
-    ranks: tuple[int, ...]
-    """The workers (`Roles.workers`; every sender when the roles name none)."""
-    per_worker: FloatArray
-    mean: float
-    """Mean of `per_worker`."""
-    total: float
-    """Bytes per iteration of every training endpoint together."""
-    iterations: int
-    """Whole iterations counted (iteration column: the most any rank has)."""
-    method: str
-    """"iteration_column": a rank's bytes / its number of distinct iterations; "traffic": bytes
-    of the whole steady iterations found (`Period.window_s`) / their number; "period": no
-    iteration was found, bytes / iterations estimated from the period (see
-    `bytes_per_iteration`); "none"."""
-
-
-@dataclass(frozen=True, eq=False)
-class OnOff(_ValueEq):
+class OnOff(ValueEq):
     """Bursts: maximal runs of bins whose throughput exceeds `threshold_bytes_per_s`.
 
     Idle periods are the gaps between bursts (so one fewer than bursts). The duty cycle is
@@ -317,7 +177,7 @@ class OnOff(_ValueEq):
 
 
 @dataclass(frozen=True, eq=False)
-class FlowStats(_ValueEq):
+class FlowStats(ValueEq):
     """Flows (one per (`flow`, `src`, `dst`)): count, sizes, durations, flows per rank pair."""
 
     count: int
@@ -355,7 +215,7 @@ def _timeline_from_json(d: Mapping[str, Any]) -> Timeline:
 
 
 @dataclass(frozen=True, eq=False)
-class Features(_ValueEq):
+class Features(ValueEq):
     """Everything `analyze` measures on one table (training rows only)."""
 
     roles: Roles
@@ -414,18 +274,8 @@ class Features(_ValueEq):
 
 
 # ---------------------------------------------------------------------------------------------
-# the analyses
-
-
-def training_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """The rows that are training traffic: all but `op == "control"` and rows to or from an
-    endpoint without a rank (-1: a host a capture's roles or metadata do not count as a worker
-    or server); the table itself when there are none to drop."""
-    if len(table) == 0:
-        return table
-    drop = ((table["op"] == CONTROL_OP).to_numpy() | (table["src"].to_numpy() < 0)
-            | (table["dst"].to_numpy() < 0))
-    return table[~drop] if drop.any() else table
+# the analyses (`training_rows`: `simstudy.traffic.results`; the period and the bytes per iteration:
+# `simstudy.traffic.per_iteration`)
 
 
 def _rank_index(src: NDArray[Any], dst: NDArray[Any]) -> tuple[IntArray, IntArray, IntArray]:
@@ -456,263 +306,6 @@ def traffic_matrix(table: pd.DataFrame) -> TrafficMatrix:
     rows = training_rows(table)
     ranks, si, di = _rank_index(rows["src"].to_numpy(), rows["dst"].to_numpy())
     return _matrix(ranks, si, di, rows["bytes"].to_numpy())
-
-
-# --- periodicity -----------------------------------------------------------------------------
-
-
-def _parabolic(y: FloatArray, i: int) -> float:
-    """Sub-sample position of the extremum at `i` (parabola through i-1, i, i+1)."""
-    if i <= 0 or i >= len(y) - 1:
-        return float(i)
-    a, b, c = float(y[i - 1]), float(y[i]), float(y[i + 1])
-    den = a - 2 * b + c
-    return float(i) if den == 0 else i + 0.5 * (a - c) / den
-
-
-def _acf_period(x: FloatArray, bin_s: float) -> tuple[float, float]:
-    """(period, peak height) from the first significant autocorrelation peak after lag 0."""
-    n = len(x)
-    if n < 8:
-        return math.nan, 0.0
-    y = x - x.mean()
-    if not np.any(y):
-        return math.nan, 0.0
-    nfft = sfft.next_fast_len(2 * n, real=True)
-    spec = sfft.rfft(y, nfft)
-    acf = sfft.irfft(spec.real ** 2 + spec.imag ** 2, nfft)[: n // 2 + 1]
-    acf = acf / acf[0] * n / (n - np.arange(len(acf)))  # unbiased, normalised to 1 at lag 0
-    peaks, _ = find_peaks(acf, prominence=ACF_MIN_PROMINENCE)
-    peaks = peaks[(peaks >= 2) & (acf[peaks] > 0)]
-    if len(peaks) == 0:
-        return math.nan, 0.0
-    first = int(peaks[np.argmax(acf[peaks] >= ACF_HARMONIC_RATIO * acf[peaks].max())])
-    height = float(acf[first])
-    lag = _parabolic(acf, first)
-    m = min(ACF_REFINE_PERIODS, int((len(acf) - 2) // lag))
-    if m >= 2:
-        half = max(1, int(lag / 4))
-        lo = max(1, round(m * lag) - half)
-        hi = min(len(acf) - 1, round(m * lag) + half + 1)
-        j = lo + int(np.argmax(acf[lo:hi]))
-        if acf[j] >= 0.5 * height:
-            lag = _parabolic(acf, j) / m
-    return lag * bin_s, min(1.0, height)
-
-
-def _psd_period(x: FloatArray, bin_s: float) -> tuple[float, float]:
-    """(period, power fraction) of the periodogram peak, periods from 2 bins to half the trace."""
-    n = len(x)
-    if n < 8:
-        return math.nan, 0.0
-    y = x - x.mean()
-    if not np.any(y):
-        return math.nan, 0.0
-    pad = max(1, min(4, (1 << 22) // n))
-    nfft = sfft.next_fast_len(pad * n, real=True)
-    spec = sfft.rfft(y, nfft)
-    power = spec.real ** 2 + spec.imag ** 2
-    freqs = sfft.rfftfreq(nfft, bin_s)
-    valid = np.flatnonzero((freqs >= 2.0 / (n * bin_s)) & (freqs <= 0.5 / bin_s))
-    total = float(power[1:].sum())
-    if len(valid) == 0 or total <= 0:
-        return math.nan, 0.0
-    k = int(valid[np.argmax(power[valid])])
-    f = _parabolic(power, k) * (freqs[1] - freqs[0])
-    lobe = max(1, round(nfft / n))
-    strength = float(power[max(1, k - lobe): k + lobe + 1].sum()) / total
-    return (float(1.0 / f) if f > 0 else math.nan), min(1.0, strength)
-
-
-def _boundary_runs(boundaries: Boundaries) -> list[tuple[FloatArray, FloatArray]]:
-    """Normalise boundaries to (iteration numbers, start times) per worker."""
-    if isinstance(boundaries, Mapping):
-        lists: list[Sequence[float]] = list(boundaries.values())
-    elif len(boundaries) and np.ndim(boundaries[0]) > 0:
-        lists = list(boundaries)  # type: ignore[arg-type]
-    else:
-        lists = [boundaries]  # type: ignore[list-item]
-    out = []
-    for b in lists:
-        t = np.sort(np.asarray(b, dtype=np.float64))
-        out.append((np.arange(len(t), dtype=np.float64), t))
-    return out
-
-
-def _iteration_runs(groups: pd.DataFrame) -> list[tuple[FloatArray, FloatArray]]:
-    """(iteration numbers, first start) per worker from the (src, iteration) groups."""
-    out = []
-    for _, g in groups.groupby("src", sort=True):
-        g = g.sort_values("iteration")
-        out.append((g["iteration"].to_numpy(np.float64), g["start"].to_numpy(np.float64)))
-    return out
-
-
-def _period_from_starts(runs: list[tuple[FloatArray, FloatArray]]) -> tuple[float, float]:
-    """(typical duration of an iteration, 1 - IQR/median) from per-worker iteration starts: the
-    interquartile mean of the durations (`interquartile_mean`), as the traffic finds it."""
-    per = [np.diff(t) / np.diff(k) for k, t in runs if len(t) >= 2]
-    d = np.concatenate(per) if per else np.zeros(0)
-    d = d[np.isfinite(d) & (d > 0)]
-    if len(d) == 0:
-        return math.nan, 0.0
-    q1, med, q3 = np.quantile(d, [0.25, 0.5, 0.75])
-    return interquartile_mean(d), float(np.clip(1.0 - (q3 - q1) / med, 0.0, 1.0))
-
-
-def _period(rates: FloatArray, bin_s: float, runs: list[tuple[FloatArray, FloatArray]] | None,
-            runs_method: str, found: Iterations | None = None, window: tuple[float, float] | None = None) -> Period:
-    acf_p, acf_s = _acf_period(rates, bin_s)
-    psd_p, psd_s = _psd_period(rates, bin_s)
-    it_p, it_s = _period_from_starts(runs) if runs else (math.nan, 0.0)
-    starts = np.sort(np.concatenate([s for _, s in runs])) if runs else np.zeros(0)
-    candidates: tuple[Candidate, ...] = found.candidates if found is not None else ()
-    win = window if window is not None else (math.nan, math.nan)
-    if math.isfinite(it_p):
-        chosen = (it_p, runs_method, it_s,
-                  f"typical time between the {len(starts)} marked iteration starts (interquartile mean)")
-    elif found is not None and found.count:
-        starts, win = found.starts_s, found.window_s
-        cv = next(c.volume_cv for c in found.candidates if c.verdict.startswith("chosen"))
-        chosen = (found.period_s, "traffic", float(np.clip(1.0 - cv, 0.0, 1.0)), found.reason)
-    elif math.isfinite(acf_p) and acf_s >= ACF_CLEAR_PEAK:
-        chosen = (acf_p, "autocorrelation", acf_s, _fallback(found, "the first clear 1 ms autocorrelation peak"))
-    elif math.isfinite(psd_p):
-        chosen = (psd_p, "periodogram", psd_s, _fallback(found, "the 1 ms periodogram peak"))
-    elif math.isfinite(acf_p):
-        chosen = (acf_p, "autocorrelation", acf_s, _fallback(found, "the first 1 ms autocorrelation peak"))
-    else:
-        chosen = (math.nan, "none", 0.0, "the traffic is flat or too short for a period")
-    return Period(chosen[0], chosen[1], chosen[2], chosen[3], candidates, starts, win, acf_p, acf_s, psd_p, psd_s,
-                  it_p, bin_s)
-
-
-def _fallback(found: Iterations | None, what: str) -> str:
-    why = f"{found.reason}; " if found is not None else ""
-    return f"{why}{what} (not checked against the bytes per cycle)"
-
-
-def _iteration_groups(rows: pd.DataFrame) -> pd.DataFrame | None:
-    """One row per (src, iteration): bytes and first start; None without an iteration column."""
-    if "iteration" not in rows.columns or len(rows) == 0:
-        return None
-    src = rows["src"].to_numpy().astype(np.int64)
-    it = rows["iteration"].to_numpy().astype(np.int64)
-    key = (src << 32) + (it - np.iinfo(np.int32).min)
-    order = np.argsort(key, kind="stable")
-    ks = key[order]
-    first = np.flatnonzero(np.concatenate([[True], ks[1:] != ks[:-1]]))
-    k = ks[first]
-    return pd.DataFrame({
-        "bytes": np.add.reduceat(rows["bytes"].to_numpy()[order], first),
-        "start": np.minimum.reduceat(rows["t_start_s"].to_numpy()[order], first),
-        "src": k >> 32,
-        "iteration": (k & 0xFFFFFFFF) + np.iinfo(np.int32).min,
-    })
-
-
-def iteration_period(table: pd.DataFrame, *, bin_s: float = 1e-3, boundaries: Boundaries | None = None) -> Period:
-    """The iteration period of the training traffic (see `Period` for how it is chosen).
-
-    The autocorrelation and periodogram estimates come from the total throughput in `bin_s`
-    bins. `boundaries` (iteration start times) or else the table's `iteration` column, when they
-    give at least two iterations, decide the period: the interquartile mean of (start difference /
-    iteration-number difference) over consecutive iterations of every worker.
-    """
-    rows = training_rows(table)
-    rates = throughput_timeline(rows, bin_s, pairs=0).total
-    runs, method = _starts(rows, boundaries, _iteration_groups(rows))
-    return _period(rates, bin_s, runs, method, None if runs else find_iterations(rows))
-
-
-def _starts(rows: pd.DataFrame, boundaries: Boundaries | None,
-            groups: pd.DataFrame | None) -> tuple[list[tuple[FloatArray, FloatArray]] | None, str]:
-    if boundaries is not None:
-        return _boundary_runs(boundaries), "boundaries"
-    if groups is not None:
-        return _iteration_runs(groups), "iterations"
-    return None, "none"
-
-
-# --- bytes per iteration ---------------------------------------------------------------------
-
-
-def _quiet_phase(hist: FloatArray) -> float:
-    """Phase (0..1) in the middle of the longest quiet run of a circular histogram."""
-    p = len(hist)
-    quiet = hist <= ON_THRESHOLD * hist.max()
-    if not quiet.any():
-        return (int(np.argmin(hist)) + 0.5) / p
-    e = np.concatenate([[0], quiet, quiet, [0]]).astype(np.int8)
-    d = np.diff(e)
-    starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
-    lengths = np.minimum(ends - starts, p)
-    i = int(np.argmax(lengths))
-    return float((starts[i] + lengths[i] / 2) / p) % 1.0
-
-
-def _iterations_in(rates: FloatArray, bin_s: float, period_s: float) -> int:
-    """How many iterations' worth of bytes a throughput series holds: its bytes / the mean bytes
-    of the period-long windows between the first and the last, rounded, at least 1. Windows
-    start in the quietest phase of the cycle, so the ones in the middle hold whole iterations
-    and partial ones at the ends count for their share."""
-    n = len(rates)
-    if n == 0 or not (math.isfinite(period_s) and period_s > 0) or n * bin_s < period_s:
-        return 1
-    cycles = (np.arange(n) + 0.5) * (bin_s / period_s)
-    w = rates * bin_s
-    phase_bin = np.minimum(((cycles % 1.0) * PHASE_BINS).astype(np.int64), PHASE_BINS - 1)
-    shift = _quiet_phase(np.bincount(phase_bin, weights=w, minlength=PHASE_BINS).astype(np.float64))
-    k = np.floor(cycles - shift).astype(np.int64)
-    per_window = np.bincount(k - k.min(), weights=w)
-    typical = float(per_window[1:-1].mean() if len(per_window) >= 3 else per_window.max())
-    return max(1, round(float(w.sum()) / typical)) if typical > 0 else 1
-
-
-def _bytes_per_iteration(rows: pd.DataFrame, groups: pd.DataFrame | None, rates: FloatArray, bin_s: float,
-                         period_s: float, workers: Sequence[int] = (), found: Iterations | None = None
-                         ) -> BytesPerIteration:
-    if len(rows) == 0:
-        return BytesPerIteration((), np.zeros(0), math.nan, math.nan, 0, "none")
-    if groups is not None:
-        uniq, inv = np.unique(groups["src"].to_numpy(), return_inverse=True)
-        counts = np.bincount(inv)
-        values = np.bincount(inv, weights=groups["bytes"].to_numpy(np.float64)) / counts
-        ranks, method, n = [int(r) for r in uniq], "iteration_column", int(counts.max())
-        total = float(groups["bytes"].sum()) / n
-    elif found is not None and found.count:
-        ranks, values, n, method = list(found.senders), found.per_iteration, found.count, "traffic"
-        total = float(values.sum())
-    else:
-        n = _iterations_in(rates, bin_s, period_s)
-        src = rows["src"].to_numpy().astype(np.int64)
-        lo = int(src.min())
-        sent = np.bincount(src - lo, weights=rows["bytes"].to_numpy().astype(np.float64))
-        has = np.flatnonzero(np.bincount(src - lo))
-        ranks, values, method = [int(r) + lo for r in has], sent[has] / n, "period"
-        total = float(values.sum())
-    keep = [i for i, r in enumerate(ranks) if r in set(workers)] if workers else list(range(len(ranks)))
-    per = np.asarray(values, dtype=np.float64)[keep]
-    return BytesPerIteration(tuple(ranks[i] for i in keep), per, float(per.mean()) if len(per) else math.nan,
-                             total, n, method)
-
-
-def bytes_per_iteration(table: pd.DataFrame, *, period: Period | float) -> BytesPerIteration:
-    """Bytes each worker (`src` rank) sends per iteration, and the mean over workers.
-
-    With an `iteration` column: a worker's bytes / the number of distinct iterations it sent
-    in. Without: a worker's bytes / the number of iterations in the trace, estimated as the
-    trace's bytes / the mean bytes of a `period`-long window (the first and last windows left
-    out, as they may be partial), rounded, at least 1. This is
-    trace duration / period corrected for partial iterations at either end: windows start in
-    the quietest phase of the cycle, so a trace that starts or stops mid-cycle, or ends right
-    after its last burst, is not off by one.
-    """
-    rows = training_rows(table)
-    period_s = period.period_s if isinstance(period, Period) else float(period)
-    groups = _iteration_groups(rows)
-    rates = throughput_timeline(rows, 1e-3, pairs=0).total if groups is None else np.zeros(0)
-    return _bytes_per_iteration(rows, groups, rates, 1e-3, period_s)
 
 
 # --- on/off ----------------------------------------------------------------------------------
@@ -840,11 +433,11 @@ class _Shared(Context):
 
     @cached_property
     def groups(self) -> pd.DataFrame | None:
-        return _iteration_groups(self.rows)
+        return iteration_groups(self.rows)
 
     @cached_property
-    def runs(self) -> tuple[list[tuple[FloatArray, FloatArray]] | None, str]:
-        return _starts(self.rows, self.boundaries, self.groups)
+    def runs(self) -> tuple[Runs | None, str]:
+        return marked_runs(self.rows, self.boundaries, self.groups)
 
     @cached_property
     def found(self) -> Iterations | None:
@@ -928,11 +521,11 @@ ANALYSES: tuple[Analysis[Any], ...] = (
                "talks with whom is judged on the undirected matrix"),
         Metric("traffic_matrix:jensen_shannon_undirected", 0.10, JOB, "who talks with whom, either direction"),
     )),
-    Analysis("period", lambda c: _period(c.timeline.total, 1e-3, c.runs[0], c.runs[1], c.found), Period,
+    Analysis("period", lambda c: period_from(c.timeline.total, 1e-3, c.runs[0], c.runs[1], c.found), Period,
              scalars=lambda p: {"period_s": p.period_s, "period_strength": p.strength},
              metrics=(Metric("period_s", 0.10, JOB, "the iteration time"),)),
     Analysis("bytes_per_iteration",
-             lambda c: _bytes_per_iteration(c.rows, c.groups, c.timeline.total, 1e-3, c.get("period").period_s,
+             lambda c: per_iteration_bytes(c.rows, c.groups, c.timeline.total, 1e-3, c.get("period").period_s,
                                             c.get("roles").workers, c.found),
              BytesPerIteration, scalars=lambda b: {"iterations": b.iterations, "bytes_per_iter_mean": b.mean,
                                                    "bytes_per_iter_total": b.total},
@@ -979,7 +572,7 @@ _BY_NAME: dict[str, Analysis[Any]] = {a.name: a for a in ANALYSES}
 
 
 @dataclass(frozen=True, eq=False)
-class IterationProfile(_ValueEq):
+class IterationProfile(ValueEq):
     """Throughput through each whole iteration, aligned at its start: what a person compares when
     two traces of the same job are laid over each other one iteration at a time."""
 

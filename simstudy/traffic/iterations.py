@@ -117,6 +117,7 @@ from numpy.typing import NDArray
 from scipy import fft as sfft
 from scipy.signal import find_peaks
 
+from simstudy.traffic.period import acf_peaks, autocorrelation, centred, parabolic, periodogram, whole_periods
 from simstudy.traffic.timeline import sender_bytes
 
 __all__ = [
@@ -140,8 +141,6 @@ IntArray = NDArray[np.int64]
 SCALES_S = (1e-3, 1e-2, 1e-1)
 #: Peaks kept per method, series and scale (highest first).
 PEAKS_PER_SERIES = 6
-#: Autocorrelation peaks less prominent than this are noise.
-ACF_MIN_PROMINENCE = 0.05
 #: Candidates closer than this (relative) are the same candidate.
 MERGE_TOLERANCE = 0.04
 #: A boundary is searched within +- this fraction of a period around its predicted place.
@@ -328,46 +327,23 @@ def interquartile_mean(x: FloatArray) -> float:
 # candidates
 
 
-def _acf(x: FloatArray) -> FloatArray:
-    """Unbiased autocorrelation, 1 at lag 0, up to lag n // 2."""
-    n = len(x)
-    y = x - x.mean()
-    nfft = sfft.next_fast_len(2 * n, real=True)
-    spec = sfft.rfft(y, nfft)
-    acf = sfft.irfft(spec.real ** 2 + spec.imag ** 2, nfft)[: n // 2 + 1]
-    return np.asarray(acf / acf[0] * n / (n - np.arange(len(acf))), dtype=np.float64)
-
-
-def _parabolic(y: FloatArray, i: int) -> float:
-    if i <= 0 or i >= len(y) - 1:
-        return float(i)
-    a, b, c = float(y[i - 1]), float(y[i]), float(y[i + 1])
-    den = a - 2 * b + c
-    return float(i) if den == 0 else i + 0.5 * (a - c) / den
-
-
 def _peaks(x: FloatArray, bin_s: float, label: str) -> list[tuple[float, str, float]]:
     """(period, source, acf height) of the strongest autocorrelation and periodogram peaks, from
     2 bins to a third of the series."""
-    n = len(x)
-    if n < 8 or not np.any(x - x.mean()):
+    y = centred(x)
+    if y is None:
         return []
+    n = len(y)
     out: list[tuple[float, str, float]] = []
-    acf = _acf(x)
-    top = max(2, n // 3)
-    peaks, _ = find_peaks(acf[: top + 1], prominence=ACF_MIN_PROMINENCE)
-    peaks = peaks[(peaks >= 2) & (acf[peaks] > 0)]
+    acf = autocorrelation(y)
+    peaks = acf_peaks(acf, max(2, n // 3))
     for p in peaks[np.argsort(-acf[peaks])][:PEAKS_PER_SERIES]:
-        out.append((_parabolic(acf, int(p)) * bin_s, f"acf {label}", float(acf[p])))
-    y = x - x.mean()
-    nfft = sfft.next_fast_len(max(4 * n, 64), real=True)
-    spec = sfft.rfft(y, nfft)
-    power = spec.real ** 2 + spec.imag ** 2
-    freqs = sfft.rfftfreq(nfft, bin_s)
+        out.append((parabolic(acf, int(p)) * bin_s, f"acf {label}", float(acf[p])))
+    power, freqs = periodogram(y, bin_s, sfft.next_fast_len(max(4 * n, 64), real=True))
     ok = (freqs >= 3.0 / (n * bin_s)) & (freqs <= 0.5 / bin_s)
     peaks, _ = find_peaks(np.where(ok, power, 0.0))
     for k in peaks[np.argsort(-power[peaks])][:PEAKS_PER_SERIES]:
-        f = _parabolic(power, int(k)) * (freqs[1] - freqs[0])
+        f = parabolic(power, int(k)) * (freqs[1] - freqs[0])
         if f > 0:
             out.append((1.0 / f, f"psd {label}", 0.0))
     return out
@@ -1140,11 +1116,13 @@ def _crossing_period(volume: FloatArray, per: FloatArray, lo: int, hi: int, coun
     for e in range(volume.shape[1]):
         b = float(per[e])
         v = volume[lo:hi, e]
-        sent = float(v.sum())
-        if b <= 0 or abs(sent / b - round(sent / b)) > STRETCH_TOLERANCE or round(sent / b) < MIN_CYCLES + 1:
+        if b <= 0:
+            continue
+        n, off = whole_periods(float(v.sum()), b)
+        if off > STRETCH_TOLERANCE or n < MIN_CYCLES + 1:
             continue
         cum = np.cumsum(v)
-        levels = b * np.arange(1, round(sent / b) + 1) - STRETCH_TOLERANCE * b
+        levels = b * np.arange(1, int(n) + 1) - STRETCH_TOLERANCE * b
         i = np.minimum(np.searchsorted(cum, levels, side="left"), len(v) - 1)
         before = np.where(i > 0, cum[np.maximum(i - 1, 0)], 0.0)
         at = i + (levels - before) / np.where(v[i] > 0, v[i], 1.0)  # within the bin, as if spread evenly
@@ -1195,9 +1173,9 @@ def _whole_cycles(stretch: FloatArray, cycle: FloatArray) -> int:
     the fewest hold at least `STRETCH_CLEAN_SHARE` of the bytes; 0 otherwise. A sender that
     never pauses (a parameter server's saturated link) has no clean cut; its neighbours decide."""
     sent = cycle > 0
-    each = stretch[sent] / cycle[sent]
-    clean = np.abs(each - np.round(each)) <= STRETCH_TOLERANCE
-    counts = np.round(each[clean]).astype(np.int64)
+    counts, off = whole_periods(stretch[sent], cycle[sent])
+    clean = off <= STRETCH_TOLERANCE
+    counts = counts[clean]
     if not len(counts) or counts.max() - counts.min() > SETUP_CYCLES:
         return 0
     n = int(counts.min())

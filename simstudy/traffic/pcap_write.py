@@ -2,7 +2,7 @@
 
 Each transfer becomes IPv4/TCP packets of at most `mtu` bytes (IP total length) spread evenly
 over the transfer's time span, so the IP bytes of the packets sum exactly to the transfer's
-bytes. Rank r has the address `10.0.<r // 250>.<r % 250 + 1>`. Packets are stored headers only
+bytes. Rank r has its address (`simstudy.addresses`: 10.0.<r // 250>.<r % 250 + 1>). Packets are stored headers only
 (Ethernet + IP + TCP, 54 bytes captured), as captures with a short snap length are, so pcap
 tools (and simstudy's own reader) count the IP total length, not the captured length.
 """
@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simstudy.addresses import rank_addresses
 from simstudy.table import check_table
 
 HEADERS = 14 + 20 + 20
@@ -27,16 +28,6 @@ _RECORD = np.dtype([
 ])
 _GLOBAL = np.array([0xA1B23C4D, 2, 4, 0, 0, 65535, 1], dtype="<u4")  # nanosecond pcap, Ethernet
 _GLOBAL_HEADER = _GLOBAL[:1].tobytes() + np.array([2, 4], "<u2").tobytes() + _GLOBAL[3:].tobytes()
-
-
-def rank_ip(rank: int) -> str:
-    """The IPv4 address of a rank in written captures."""
-    return f"10.0.{rank // 250}.{rank % 250 + 1}"
-
-
-def _ip_int(ranks: np.ndarray) -> np.ndarray:
-    r = ranks.astype(np.uint32)
-    return np.uint32(10 << 24) + (r // 250) * np.uint32(256) + (r % 250) + np.uint32(1)
 
 
 def _sequence_numbers(src: np.ndarray, dst: np.ndarray, payload: np.ndarray) -> np.ndarray:
@@ -86,8 +77,8 @@ def write_pcap(table: pd.DataFrame, path: str | Path, *, epoch_s: float = 1.7e9,
     rec["ip_len"] = size
     rec["ttl"] = 64
     rec["proto"] = 6
-    rec["ip_src"] = _ip_int(src[row])
-    rec["ip_dst"] = _ip_int(dst[row])
+    rec["ip_src"] = rank_addresses(src[row])
+    rec["ip_dst"] = rank_addresses(dst[row])
     rec["sport"] = 40000 + (dst[row] % 20000)
     rec["dport"] = 29500
     rec["seq"] = _sequence_numbers(src[row].astype(np.int64), dst[row].astype(np.int64), size - 40)

@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simstudy.addresses import rank_address
 from simstudy.traffic import make_table, write_table
 from simstudy.traffic.pcap import read_pcap
-from simstudy.traffic.pcap_write import rank_ip, write_pcap
+from simstudy.traffic.pcap_write import write_pcap
 from simstudy.traffic.sources import SourceError, load_traffic
 
 EPOCH = 1.7e9
@@ -30,7 +31,7 @@ def test_written_packets_carry_exactly_the_transfer_bytes(tmp_path: Path) -> Non
     p = r.packets
     assert len(p) == n and int(p["ip_bytes"].sum()) == 10_000 + 41 + 3_000_000
     assert (p["ip_bytes"] <= 1500).all() and (p["payload_bytes"] == p["ip_bytes"] - 40).all()
-    assert set(p["src_ip"].astype(str)) == {rank_ip(0), rank_ip(1), rank_ip(2)}
+    assert set(p["src_ip"].astype(str)) == {rank_address(0), rank_address(1), rank_address(2)}
     t = p["time"].to_numpy() - EPOCH
     # float64 epoch seconds resolve ~0.24 us at 1.7e9 s
     assert t.min() == pytest.approx(0.001 / 7, abs=1e-6) and t.max() == pytest.approx(0.004, abs=1e-6)
@@ -43,8 +44,8 @@ def test_capture_ranks_control_and_iteration_alignment(tmp_path: Path) -> None:
     cap = tmp_path / "cap"
     cap.mkdir()
     write_pcap(table, cap / "w.pcap", epoch_s=EPOCH)  # type: ignore[arg-type]
-    meta = {"ranks": {"0": rank_ip(1), "1": {"ip": rank_ip(0)}},  # swapped on purpose
-            "control": [f"{rank_ip(2)}:40000"],
+    meta = {"ranks": {"0": rank_address(1), "1": {"ip": rank_address(0)}},  # swapped on purpose
+            "control": [f"{rank_address(2)}:40000"],
             "iterations": {"0": [[EPOCH + 0.9, EPOCH + 1.4], [EPOCH + 1.4, EPOCH + 2.1]],
                            "1": [[EPOCH + 0.95, EPOCH + 1.45]]}}
     (cap / "meta.json").write_text(json.dumps(meta))
@@ -73,7 +74,7 @@ def test_control_connection_is_labelled(tmp_path: Path) -> None:
     cap = tmp_path / "cap"
     cap.mkdir()
     write_pcap(table, cap / "w.pcap", epoch_s=EPOCH)  # type: ignore[arg-type]
-    (cap / "meta.json").write_text(json.dumps({"control": [f"{rank_ip(2)}:40000"]}))
+    (cap / "meta.json").write_text(json.dumps({"control": [f"{rank_address(2)}:40000"]}))
     t = load_traffic(cap).table
     assert set(t[t["op"] == "control"]["bytes"]) == {500}
     assert 700 not in set(t["bytes"])  # before the first training packet (the time origin): dropped

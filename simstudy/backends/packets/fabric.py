@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from simstudy.addresses import rank_address
 from simstudy.backends.base import BackendError
 from simstudy.backends.network import Network
 from simstudy.backends.packets.cpp import SOURCE
@@ -46,7 +47,7 @@ def available() -> bool:
 def host_address(rank: int) -> str:
     """A rank's address in the packet network: 10.0.<rank // 250>.<rank % 250 + 1>, as the capture
     testbed numbers its namespaces (`Fabric.HostAddress` in the C++ part)."""
-    return f"10.0.{rank // 250}.{rank % 250 + 1}"
+    return rank_address(rank)
 
 
 MISSING = "the packet network needs ns-3's Python wheel: pip install 'simstudy[ns3]' (the ns3 package)"

@@ -63,14 +63,7 @@ def _classic_header(path: Path, buf: Buf) -> _ClassicHeader:
     return _ClassicHeader(order, nano, rec_hdr, snaplen, link)
 
 
-
 _DAY: Final = 86400
-
-
-def _record_dtype(fmt: str) -> np.dtype[Any]:
-    """A classic pcap record header as one 16-byte item."""
-    return np.dtype({"names": ["sec", "frac", "incl", "orig"], "formats": [fmt] * 4, "offsets": [0, 4, 8, 12],
-                     "itemsize": 16})
 
 
 def classic_probe(frac_limit: int, fmt: str) -> Callable[[Buf, I64, int], tuple[I64, Mask]]:

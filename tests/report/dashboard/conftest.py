@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from simstudy.addresses import rank_address
 from simstudy.table import read_table
-from simstudy.traffic.pcap_write import rank_ip, write_pcap
+from simstudy.traffic.pcap_write import write_pcap
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -59,7 +60,7 @@ def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     cap = root / "cap"
     cap.mkdir()
     write_pcap(read_table(root / "run" / "traffic.parquet"), cap / "all.pcap")
-    (cap / "meta.json").write_text(json.dumps({"scenario": JOB, "ranks": {str(r): rank_ip(r) for r in range(4)}}))
+    (cap / "meta.json").write_text(json.dumps({"scenario": JOB, "ranks": {str(r): rank_address(r) for r in range(4)}}))
     proc = cli("validate", "--real", "cap", "-o", "val", "--count", "ip", "--quiet", cwd=root)
     # the simulator's own traffic, written as packets: every judged metric agrees
     assert proc.returncode == 0 and "**PASS**" in proc.stdout, proc.stdout + proc.stderr
