@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from simstudy import layout
-from simstudy.compiler.collectives import system_implementations
 from simstudy.spec import AllReduce, Dim, Scenario, System, topology_dims
+from simstudy.spec.collectives import FALLBACK, system_implementations
 
 #: ASTRA-SIM's analytical network reads bandwidth in GB/s with GB = 2^30 bytes.
 GIB = 2**30
@@ -47,7 +47,7 @@ def system_config(scenario: Scenario) -> dict[str, Any]:
     """The system.json content."""
     agg = scenario.parallelism.aggregation
     return system_json(scenario.system, len(topology_dims(scenario.topology)),
-                       agg.algorithm if isinstance(agg, AllReduce) else "ring")
+                       agg.algorithm if isinstance(agg, AllReduce) else FALLBACK.name)
 
 
 def system_json(s: System, dims: int, algorithm: str) -> dict[str, Any]:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from simstudy.spec.base import FieldError, Spec
+from simstudy.spec.collectives import FALLBACK, NAMES, names_text
 from simstudy.spec.framework import FrameworkSpec, PyTorchDDP, framework_value
 
-AllReduceAlgorithm = Literal["ring", "direct", "halving_doubling", "double_binary_tree"]
+if TYPE_CHECKING:
+    AllReduceAlgorithm = str
+else:  # the registry's names (simstudy.spec.collectives), in its order
+    AllReduceAlgorithm = Literal[NAMES]
 
 
 class AllReduce(Spec):
@@ -17,8 +21,8 @@ class AllReduce(Spec):
 
     kind: Literal["allreduce"] = "allreduce"
     algorithm: AllReduceAlgorithm = Field(
-        default="ring",
-        description="collective algorithm: ring, direct, halving_doubling or double_binary_tree, for "
+        default=FALLBACK.name,
+        description=f"collective algorithm: {names_text()}, for "
         "collectives of every rank; a smaller group's collectives (with tp or pp > 1) always run as a "
         "ring over the group, as ASTRA-SIM runs communicator groups",
     )
