@@ -13,7 +13,7 @@ the data each rank holds; for all-gather it is each rank's contribution (`msg_si
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -269,17 +269,20 @@ class Algorithm(CollectiveAlgorithm):
         return self.symmetry
 
 
-def _registered() -> dict[str, Algorithm]:
-    unmatched = set(ENTRIES) ^ set(PATTERNS)
+def registered(entries: Mapping[str, CollectiveAlgorithm],
+               patterns: Mapping[str, tuple[Build, Process]]) -> dict[str, Algorithm]:
+    """Every entry with its transfers; RuntimeError naming an entry without transfers or transfers
+    without an entry."""
+    unmatched = set(entries) ^ set(patterns)
     if unmatched:
         raise RuntimeError(f"collective algorithms without both a registry entry (simstudy.spec.collectives) "
                            f"and transfers (PATTERNS): {', '.join(sorted(unmatched))}")
-    return {name: Algorithm(**vars(entry), build=PATTERNS[name][0], process=PATTERNS[name][1])
-            for name, entry in ENTRIES.items()}
+    return {name: Algorithm(**vars(entry), build=patterns[name][0], process=patterns[name][1])
+            for name, entry in entries.items()}
 
 
 #: Every algorithm of the registry with its transfers, by spec name.
-ALGORITHMS: dict[str, Algorithm] = _registered()
+ALGORITHMS: dict[str, Algorithm] = registered(ENTRIES, PATTERNS)
 
 
 def algorithm(name: str) -> Algorithm:
