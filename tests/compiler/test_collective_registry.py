@@ -21,9 +21,9 @@ def test_every_entry_has_its_transfers() -> None:
         for kind in sorted(algo.kinds):
             p = algo.pattern(kind, np.arange(8), 8192)
             assert p.steps > 0 and p.total_bytes > 0 and set(p.src.tolist()) == set(range(8))
-    with pytest.raises(RuntimeError, match="without both a registry entry .* and transfers .*: spiral"):
+    with pytest.raises(RuntimeError, match=r"without both a registry entry .* and transfers .*: spiral"):
         registered({**ENTRIES, "spiral": CollectiveAlgorithm("spiral", "spiral")}, PATTERNS)
-    with pytest.raises(RuntimeError, match=": direct$"):
+    with pytest.raises(RuntimeError, match=r": direct$"):
         registered(ENTRIES, {k: v for k, v in PATTERNS.items() if k != "direct"})
 
 

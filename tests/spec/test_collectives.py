@@ -46,7 +46,7 @@ def test_the_spec_offers_the_registry_names_in_order() -> None:
     assert get_args(AllReduceAlgorithm) == NAMES == tuple(ALGORITHMS)
     assert AllReduce().algorithm == FALLBACK.name
     assert all(name in (AllReduce.model_fields["algorithm"].description or "") for name in NAMES)
-    with pytest.raises(ValueError, match="unknown collective algorithm 'spiral'; known: .*halvingDoubling"):
+    with pytest.raises(ValueError, match=r"unknown collective algorithm 'spiral'; known: .*halvingDoubling"):
         collective_algorithm("spiral")
     for algo in ALGORITHMS.values():
         assert all(collective_algorithm(n) is algo for n in (algo.name, algo.astra, *algo.variants))
