@@ -20,6 +20,7 @@ import numpy as np
 
 from simstudy.backends.base import BackendError
 from simstudy.compiler.collectives import Pattern, algorithm, collective_pattern, empty_pattern
+from simstudy.spec.collectives import FALLBACK, KINDS
 
 __all__ = ["GROUP_DELAY_NS", "CollectiveConfig", "Pattern", "Phase", "PhaseSpec", "TreeTurns", "broadcast_messages",
            "broadcast_root", "chunk_messages", "chunking", "collective_pattern", "collective_phases",
@@ -102,8 +103,8 @@ class CollectiveConfig:
     @classmethod
     def from_system(cls, system: Mapping[str, Any], dim_sizes: Sequence[int]) -> CollectiveConfig:
         impl: dict[str, tuple[str, ...]] = {}
-        for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
-            raw = system.get(f"{kind.replace('_', '-')}-implementation") or ["ring"]
+        for kind in KINDS:
+            raw = system.get(f"{kind.replace('_', '-')}-implementation") or [FALLBACK.astra]
             impl[kind] = tuple(str(a) for a in raw) if isinstance(raw, list) else (str(raw),)
         return cls(tuple(int(n) for n in dim_sizes), impl, str(system.get("collective-optimization", "baseline")),
                    max(1, int(system.get("preferred-dataset-splits", 1))),
@@ -115,7 +116,7 @@ class CollectiveConfig:
 
     def algorithms(self, kind: str) -> tuple[str, ...]:
         """The configured algorithm of each network dimension."""
-        return self.implementations.get(kind) or ("ring",)
+        return self.implementations.get(kind) or (FALLBACK.astra,)
 
     def algorithm(self, kind: str) -> str:
         """The algorithm of a collective that runs in one phase (the first dimension's)."""
@@ -149,7 +150,7 @@ def collective_phases(cfg: CollectiveConfig, kind: str, members: Sequence[int], 
     smaller than the job, which ASTRA-SIM runs as one ring in the group file's order, whatever
     the configured algorithm, with the group's 10 ns MemBus delay)."""
     if group:
-        return [PhaseSpec(kind, -1, chunk_bytes, "ring", 0, False, GROUP_DELAY_NS)]
+        return [PhaseSpec(kind, -1, chunk_bytes, FALLBACK.name, 0, False, GROUP_DELAY_NS)]
     if not cfg.by_dimension(kind, members):
         return [PhaseSpec(kind, -1, chunk_bytes, _implementing(cfg.algorithm(kind), kind), 0, False,
                           cfg.endpoint_delay_ns)]
@@ -220,9 +221,9 @@ def chunk_messages(cfg: CollectiveConfig, kind: str, members: Sequence[int], chu
 
 
 def uses_trees(cfg: CollectiveConfig, kind: str, members: Sequence[int], group: bool) -> bool:
-    """Whether a collective runs ASTRA-SIM's double binary tree (whose two trees take turns)."""
-    return any(algorithm(s.algorithm).name == "double_binary_tree"
-               for s in collective_phases(cfg, kind, members, 1 << 20, group))
+    """Whether a collective runs an algorithm whose chunks take two patterns in turn (`alternates`:
+    ASTRA-SIM's double binary tree, whose two trees take turns)."""
+    return any(algorithm(s.algorithm).alternates for s in collective_phases(cfg, kind, members, 1 << 20, group))
 
 
 def broadcast_root(members: Sequence[int], comm_src: int | None) -> int:

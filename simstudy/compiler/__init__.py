@@ -18,6 +18,7 @@ from simstudy.compiler.tensor import megatron
 from simstudy.compiler.topology_file import scenario_topology, topology_of, write_topology
 from simstudy.layout import JOBS, SCENARIO, TOPOLOGY
 from simstudy.spec import Cluster, Scenario, SpecError, topology_dims
+from simstudy.spec.collectives import FALLBACK
 
 __all__ = [
     "Bundle",
@@ -155,7 +156,7 @@ def compile_cluster(cluster: Cluster, out: str | Path, *, source: str | Path | N
     with atomic_directory(out) as tmp:
         et_bytes = write_traces(graph, tmp / resolved.name)
         system = system_json(resolved.system, len(topology_dims(resolved.topology)),
-                             algorithms.pop() if len(algorithms) == 1 else "ring")
+                             algorithms.pop() if len(algorithms) == 1 else FALLBACK.name)
         write_config_files(topology_dims(resolved.topology), system, graph.groups, tmp)
         write_topology(tmp / TOPOLOGY, topology_of(resolved.topology))
         write_jobs(tmp / JOBS, resolved)

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from simstudy import layout
-from simstudy.compiler.collectives import system_implementations
 from simstudy.spec import Dim, Scenario, System, topology_dims
+from simstudy.spec.collectives import FALLBACK, system_implementations
 
 #: ASTRA-SIM's analytical network reads bandwidth in GB/s with GB = 2^30 bytes.
 GIB = 2**30
@@ -46,7 +46,7 @@ def network_yaml(dims: tuple[Dim, ...]) -> str:
 def system_config(scenario: Scenario) -> dict[str, Any]:
     """The system.json content."""
     algorithm = scenario.parallelism.aggregation.all_reduce_algorithm
-    return system_json(scenario.system, len(topology_dims(scenario.topology)), algorithm or "ring")
+    return system_json(scenario.system, len(topology_dims(scenario.topology)), algorithm or FALLBACK.name)
 
 
 def system_json(s: System, dims: int, algorithm: str) -> dict[str, Any]:

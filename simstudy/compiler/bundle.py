@@ -12,8 +12,8 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from simstudy import layout
-from simstudy.compiler.collectives import algorithm
 from simstudy.spec import spec_error
+from simstudy.spec.collectives import DEFAULT_FOR, collective_algorithm
 
 
 class BundleError(ValueError):
@@ -60,7 +60,7 @@ IMPLEMENTATIONS = ("all-reduce-implementation", "all-gather-implementation", "re
 
 
 def _known(name: str) -> str:
-    algorithm(name)  # ValueError naming the known ones
+    collective_algorithm(name)  # ValueError naming the known ones
     return name
 
 
@@ -77,10 +77,14 @@ class SystemConfig(BaseModel):
     endpoint_delay: float = Field(default=10, ge=0, allow_inf_nan=False, alias="endpoint-delay")
     active_chunks: int = Field(default=1, ge=1, alias="active-chunks-per-dimension")
     splits: int = Field(default=1, ge=1, alias="preferred-dataset-splits")
-    all_reduce: list[Algorithm] = Field(default=["ring"], min_length=1, alias="all-reduce-implementation")
-    all_gather: list[Algorithm] = Field(default=["ring"], min_length=1, alias="all-gather-implementation")
-    reduce_scatter: list[Algorithm] = Field(default=["ring"], min_length=1, alias="reduce-scatter-implementation")
-    all_to_all: list[Algorithm] = Field(default=["direct"], min_length=1, alias="all-to-all-implementation")
+    all_reduce: list[Algorithm] = Field(default=[DEFAULT_FOR["all_reduce"].astra], min_length=1,
+                                        alias="all-reduce-implementation")
+    all_gather: list[Algorithm] = Field(default=[DEFAULT_FOR["all_gather"].astra], min_length=1,
+                                        alias="all-gather-implementation")
+    reduce_scatter: list[Algorithm] = Field(default=[DEFAULT_FOR["reduce_scatter"].astra], min_length=1,
+                                            alias="reduce-scatter-implementation")
+    all_to_all: list[Algorithm] = Field(default=[DEFAULT_FOR["all_to_all"].astra], min_length=1,
+                                        alias="all-to-all-implementation")
     optimization: Literal["baseline", "localBWAware"] = Field(default="baseline", alias="collective-optimization")
     local_mem_bw: float = Field(default=1600, gt=0, allow_inf_nan=False, alias="local-mem-bw")
     peak_perf: float = Field(default=1, gt=0, allow_inf_nan=False, alias="peak-perf")
@@ -134,7 +138,7 @@ class Bundle:
         for alias, names in system.implementations().items():
             for d, name in enumerate(names):
                 n = dims[min(d, len(dims) - 1)]
-                if algorithm(name).name == "double_binary_tree" and n & (n - 1):
+                if not collective_algorithm(name).fits_dimension(n):
                     raise BundleError(f"{self.system}: {alias}.{d}: {name} needs a power-of-two dimension; "
                                       f"{self.network} npus_count.{d} is {n}")
         return system

@@ -1,11 +1,10 @@
-"""The collective algorithms: one registry entry each, with its pattern, reduction steps and names.
+"""The transfers and reduction steps of every collective algorithm of the registry.
 
-An entry says everything simstudy knows about an algorithm: its spec name (`aggregation.algorithm`),
-the name ASTRA-SIM's system.json gives it (and the variants that run the same pattern), the
-collectives it implements, which transfers one chunk makes (step by step, rank to rank, byte for
-byte), and which of its steps reduce what they receive. The compiler writes system.json from it;
-both backends turn collectives into transfers with it; flowsim charges the reduction cost on its
-reduction steps.
+`simstudy.spec.collectives` holds each algorithm's entry (names, constraints, properties); this
+module gives every entry, under its name in `PATTERNS`, which transfers one chunk makes (step by
+step, rank to rank, byte for byte) and which of its steps reduce what they receive, and checks at
+import that no entry lacks them. Both backends turn collectives into transfers with it; flowsim
+charges the reduction cost on its reduction steps.
 
 Sizes follow ASTRA-SIM's system layer: for all-reduce, reduce-scatter and all-to-all the size is
 the data each rank holds; for all-gather it is each rank's contribution (`msg_size = data_size`).
@@ -14,16 +13,16 @@ the data each rank holds; for all-gather it is each rank's contribution (`msg_si
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
-IntArray = NDArray[np.int64]
+from simstudy.spec.collectives import ALGORITHMS as ENTRIES
+from simstudy.spec.collectives import CollectiveAlgorithm, collective_algorithm
 
-#: The collectives ASTRA-SIM's system layer simulates, by simstudy's kind name.
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+IntArray = NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -166,7 +165,7 @@ def _ring_msg(kind: str, n: int, size: int) -> int:
     return size if kind == "all_gather" else max(size // n, 1)
 
 
-def _ring_pattern(kind: str, m: IntArray, size: int, only: int | None, reverse: bool) -> Pattern:
+def _ring_pattern(kind: str, m: IntArray, size: int, only: int | None, reverse: bool, variant: int) -> Pattern:
     n = len(m)
     if kind == "all_to_all":
         # ASTRA-SIM's ring all-to-all relays every block around the ring: N(N-1)/2 steps.
@@ -183,7 +182,7 @@ def _ring_processing(kind: str, n: int, size: int) -> dict[int, int]:
     return dict.fromkeys(range(n - 1), _ring_msg(kind, n, size))
 
 
-def _direct_pattern(kind: str, m: IntArray, size: int, only: int | None, reverse: bool) -> Pattern:
+def _direct_pattern(kind: str, m: IntArray, size: int, only: int | None, reverse: bool, variant: int) -> Pattern:
     n = len(m)
     if kind == "all_reduce":
         return _direct(m, 2, max(size // n, 1), only, reverse)
@@ -194,7 +193,7 @@ def _direct_processing(kind: str, n: int, size: int) -> dict[int, int]:
     return {0: max(size // n, 1)} if kind in ("all_reduce", "reduce_scatter") else {}
 
 
-def _hd_pattern(kind: str, m: IntArray, size: int, only: int | None, reverse: bool) -> Pattern:
+def _hd_pattern(kind: str, m: IntArray, size: int, only: int | None, reverse: bool, variant: int) -> Pattern:
     if kind == "all_gather":
         return _halving_doubling(m, size * len(m), reduce=False, gather=True, only=only)
     return _halving_doubling(m, size, reduce=True, gather=kind == "all_reduce", only=only)
@@ -208,7 +207,7 @@ def _hd_processing(kind: str, n: int, size: int) -> dict[int, int]:
     return {s: max(size >> (s + 2), 1) for s in range(int(math.log2(n)) - 1)}
 
 
-def _dbt_pattern(kind: str, m: IntArray, size: int, only: int | None, reverse: bool, variant: int = 0) -> Pattern:
+def _dbt_pattern(kind: str, m: IntArray, size: int, only: int | None, reverse: bool, variant: int) -> Pattern:
     p = _binary_tree(m, size, variant)
     if only is None:
         return p
@@ -223,42 +222,41 @@ def _dbt_processing(kind: str, n: int, size: int) -> dict[int, int]:
     return dict.fromkeys(range(2 * h - 1), max(size, 1))
 
 
+#: What builds one chunk's transfers: (kind, members, chunk bytes, only the member at this index
+#: or None, a ring backwards, the chunk's turn for an algorithm that `alternates`).
+Build = Callable[[str, IntArray, int, int | None, bool, int], Pattern]
+#: Step -> bytes a rank reduces after receiving that step: (kind, members, chunk bytes).
+Process = Callable[[str, int, int], dict[int, int]]
+
+#: Every registry entry's transfers and reduction steps, under the entry's name.
+PATTERNS: dict[str, tuple[Build, Process]] = {
+    "ring": (_ring_pattern, _ring_processing),
+    "direct": (_direct_pattern, _direct_processing),
+    "halving_doubling": (_hd_pattern, _hd_processing),
+    "double_binary_tree": (_dbt_pattern, _dbt_processing),
+}
+
+
 @dataclass(frozen=True)
-class Algorithm:
-    """One collective algorithm.
+class Algorithm(CollectiveAlgorithm):
+    """A registry entry with its transfers: `pattern(kind, members, chunk_bytes)` gives one chunk's
+    transfers, `processing(kind, n, chunk_bytes)` what a rank reduces after receiving each step,
+    as step -> bytes (ASTRA-SIM charges 3 x bytes / local memory bandwidth: one write, two reads)."""
 
-    `name` is the spec name, `astra` the system.json name, `variants` other system.json names
-    that run the same transfers (ASTRA-SIM's one-dimension `oneRing`...). `kinds` are the
-    collectives it implements; `configured` the ones the compiler configures it for in
-    system.json when a scenario picks it (the others run `ring`; all-to-all always runs
-    `direct`). `pattern(kind, members, chunk_bytes)` gives one chunk's transfers,
-    `processing(kind, n, chunk_bytes)` what a rank reduces after receiving each step, as
-    step -> bytes (ASTRA-SIM charges 3 x bytes / local memory bandwidth: one write, two reads).
-    `symmetry` says how ranks map onto each other in its pattern: `rotate` (rank r does what
-    rank 0 does, shifted by r) or `xor` (shifted by XOR with r); None when ranks differ.
-    """
-
-    name: str
-    astra: str
-    variants: tuple[str, ...]
-    kinds: frozenset[str]
-    configured: frozenset[str]
-    build: Callable[..., Pattern]
-    process: Callable[[str, int, int], dict[int, int]]
-    symmetry: str | None
+    build: Build = field(kw_only=True)
+    process: Process = field(kw_only=True)
 
     def pattern(self, kind: str, members: list[int] | IntArray, size: int, *, only: int | None = None,
                 reverse: bool = False, variant: int = 0) -> Pattern:
         """The transfers of one chunk of `size` bytes of collective `kind` over `members`: of every
-        member, or only of the member at index `only`; a ring runs backwards when `reverse`."""
+        member, or only of the member at index `only`; a ring runs backwards when `reverse`;
+        `variant` is the chunk's turn when the algorithm `alternates`."""
         m = np.asarray(members, dtype=np.int64)
         if len(m) < 2:
             return empty_pattern()
         if kind not in self.kinds:
             raise ValueError(f"{self.astra} implements {', '.join(sorted(self.kinds))}, not {kind}")
-        if self.name == "double_binary_tree":
-            return self.build(kind, m, size, only, reverse, variant)
-        return self.build(kind, m, size, only, reverse)
+        return self.build(kind, m, size, only, reverse, variant)
 
     def processing(self, kind: str, n: int, size: int) -> dict[int, int]:
         """Step -> bytes a rank reduces after receiving that step (one chunk of `size` bytes)."""
@@ -271,47 +269,30 @@ class Algorithm:
         return self.symmetry
 
 
-_ALL = frozenset(KINDS)
-ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
-    Algorithm("ring", "ring", ("oneRing",), _ALL, frozenset({"all_reduce", "all_gather", "reduce_scatter"}),
-              _ring_pattern, _ring_processing, "rotate"),
-    Algorithm("direct", "direct", ("oneDirect",), _ALL, frozenset({"all_reduce", "all_gather", "reduce_scatter"}),
-              _direct_pattern, _direct_processing, "rotate"),
-    # ASTRA-SIM runs no all-to-all with halving-doubling (its ranks never finish).
-    Algorithm("halving_doubling", "halvingDoubling", ("oneHalvingDoubling",),
-              frozenset({"all_reduce", "all_gather", "reduce_scatter"}), frozenset({"all_reduce"}),
-              _hd_pattern, _hd_processing, "xor"),
-    # Two trees used in turn, chunk after chunk (variant = the chunk's turn). ASTRA-SIM runs an
-    # all-to-all configured with it as the same tree all-reduce (`DoubleBinaryTreeAllReduce`).
-    Algorithm("double_binary_tree", "doubleBinaryTree", (), frozenset({"all_reduce", "all_to_all"}),
-              frozenset({"all_reduce"}), _dbt_pattern, _dbt_processing, None),
-)}
-_BY_ASTRA: dict[str, Algorithm] = {n: a for a in ALGORITHMS.values() for n in (a.astra, *a.variants)}
-#: What all-to-all runs on every dimension (the compiler's choice; ASTRA-SIM's ring all-to-all relays).
-ALL_TO_ALL = "direct"
+def registered(entries: Mapping[str, CollectiveAlgorithm],
+               patterns: Mapping[str, tuple[Build, Process]]) -> dict[str, Algorithm]:
+    """Every entry with its transfers; RuntimeError naming an entry without transfers or transfers
+    without an entry."""
+    unmatched = set(entries) ^ set(patterns)
+    if unmatched:
+        raise RuntimeError(f"collective algorithms without both a registry entry (simstudy.spec.collectives) "
+                           f"and transfers (PATTERNS): {', '.join(sorted(unmatched))}")
+    return {name: Algorithm(**vars(entry), build=patterns[name][0], process=patterns[name][1])
+            for name, entry in entries.items()}
+
+
+#: Every algorithm of the registry with its transfers, by spec name.
+ALGORITHMS: dict[str, Algorithm] = registered(ENTRIES, PATTERNS)
 
 
 def algorithm(name: str) -> Algorithm:
     """An algorithm by its spec name (`ring`, `halving_doubling`...) or its ASTRA-SIM name."""
-    found = ALGORITHMS.get(name) or _BY_ASTRA.get(name)
-    if found is None:
-        raise ValueError(f"unknown collective algorithm {name!r}; known: "
-                         + ", ".join(sorted({*ALGORITHMS, *_BY_ASTRA})))
-    return found
-
-
-def system_implementations(name: str) -> dict[str, str]:
-    """The ASTRA-SIM algorithm of every collective when a scenario picks algorithm `name`."""
-    chosen = algorithm(name)
-    ring = ALGORITHMS["ring"]
-    out = {kind: (chosen if kind in chosen.configured else ring).astra for kind in KINDS}
-    out["all_to_all"] = algorithm(ALL_TO_ALL).astra
-    return out
+    return ALGORITHMS[collective_algorithm(name).name]
 
 
 def collective_pattern(kind: str, algorithm_name: str, members: list[int] | IntArray, size: int, *,
                        variant: int = 0) -> Pattern:
     """The transfers of one chunk of `size` bytes of collective `kind` over `members` with the
-    algorithm of that (spec or ASTRA-SIM) name (`variant`: which of the double binary tree's two
-    trees the chunk uses)."""
+    algorithm of that (spec or ASTRA-SIM) name (`variant`: the chunk's turn, for an algorithm
+    that `alternates`)."""
     return algorithm(algorithm_name).pattern(kind, members, size, variant=variant)

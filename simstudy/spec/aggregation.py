@@ -13,12 +13,16 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 from pydantic import Field, ValidationError
 
 from simstudy.spec.base import FieldError, Spec
+from simstudy.spec.collectives import FALLBACK, NAMES, names_text
 
 if TYPE_CHECKING:
     from simstudy.spec.framework import Preset
     from simstudy.spec.parallelism import Parallelism
 
-AllReduceAlgorithm = Literal["ring", "direct", "halving_doubling", "double_binary_tree"]
+if TYPE_CHECKING:
+    AllReduceAlgorithm = str
+else:  # the registry's names (simstudy.spec.collectives), in its order
+    AllReduceAlgorithm = Literal[NAMES]
 
 
 class AggregationKind(Spec):
@@ -86,8 +90,8 @@ class AllReduce(AggregationKind):
 
     kind: Literal["allreduce"] = "allreduce"
     algorithm: AllReduceAlgorithm = Field(
-        default="ring",
-        description="collective algorithm: ring, direct, halving_doubling or double_binary_tree, for "
+        default=FALLBACK.name,
+        description=f"collective algorithm: {names_text()}, for "
         "collectives of every rank; a smaller group's collectives (with tp or pp > 1) always run as a "
         "ring over the group, as ASTRA-SIM runs communicator groups",
     )

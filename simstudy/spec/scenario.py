@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from simstudy.spec.base import FieldError, Spec
+from simstudy.spec.collectives import collective_algorithm
 from simstudy.spec.model import Model, ModelSpec, ZooModel
 from simstudy.spec.parallelism import AllReduce, Parallelism, dp_auto, fill_dp
 from simstudy.spec.system import System
@@ -88,15 +89,11 @@ class Scenario(Spec):
                                             f"({detail}); {what} must equal the topology's NPUs")
         agg = self.parallelism.aggregation
         dp = self.parallelism.dp
-        if isinstance(agg, AllReduce) and agg.algorithm == "halving_doubling" and dp & (dp - 1):
-            raise FieldError("parallelism.aggregation.algorithm",
-                             f"halving_doubling all-reduce needs a power-of-two number of data-parallel ranks, "
-                             f"not dp = {dp}")
         p = self.parallelism
-        if isinstance(agg, AllReduce) and agg.algorithm == "double_binary_tree" and p.tp == p.pp == 1 and dp & (dp - 1):
-            raise FieldError("parallelism.aggregation.algorithm",
-                             f"double_binary_tree all-reduce over every rank needs a power-of-two number of ranks "
-                             f"(ASTRA-SIM's two trees span 2^k ranks), not dp = {dp}")
+        problem = collective_algorithm(agg.algorithm).scenario_error(dp, p.tp == p.pp == 1) if isinstance(
+            agg, AllReduce) else None
+        if problem:
+            raise FieldError("parallelism.aggregation.algorithm", problem)
         m = self.parallelism.microbatches
         gas = self.parallelism.grad_accumulation_steps
         batch = self.training.batch_size_per_worker

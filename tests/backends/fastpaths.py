@@ -20,8 +20,8 @@ from simstudy.backends.flowsim import DEFAULT, FULL, Shortcuts
 from simstudy.backends.patterns import CollectiveConfig, chunk_messages
 from simstudy.chakra import Node, NodeType
 from simstudy.compiler import Bundle
-from simstudy.compiler.collectives import KINDS
 from simstudy.compiler.topology_file import NativeDim, native_topology
+from simstudy.spec.collectives import ALGORITHMS, KINDS
 from tests.backends.bundles import collective_node, write_bundle
 
 #: The paths compared: `full` (no shortcut) first, then every shortcut alone and all of them.
@@ -167,13 +167,8 @@ class Case:
 
 
 TOPOLOGIES = ("Ring", "Switch", "FullyConnected")
-#: algorithm -> the collectives flowsim (as ASTRA-SIM) runs with it, and whether it needs 2^k ranks
-ALGORITHMS: dict[str, tuple[tuple[str, ...], bool]] = {
-    "ring": (("all_reduce", "all_gather", "reduce_scatter", "all_to_all"), False),
-    "direct": (("all_reduce", "all_gather", "reduce_scatter", "all_to_all"), False),
-    "halvingDoubling": (("all_reduce", "all_gather", "reduce_scatter"), True),
-    "doubleBinaryTree": (("all_reduce", "all_to_all"), True),
-}
+#: every algorithm of the registry, by its ASTRA-SIM name -> whether it needs 2^k ranks
+POW2: dict[str, bool] = {a.astra: a.power_of_two is not None for a in ALGORITHMS.values()}
 
 
 def _pow2(n: int) -> bool:
@@ -200,7 +195,7 @@ def _algorithms_for(draw: st.DrawFn, dims: Sequence[tuple[str, int, float, float
     """One algorithm per dimension; halving-doubling and the tree only where the ranks are 2^k."""
     out = []
     for _, n, _, _ in dims:
-        names = [a for a, (_, pow2) in ALGORITHMS.items() if not pow2 or _pow2(n)]
+        names = [a for a, pow2 in POW2.items() if not pow2 or _pow2(n)]
         out.append(draw(st.sampled_from(names)))
     return out
 

@@ -12,11 +12,12 @@ from simstudy import chakra
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compiler import BundleError, compile_scenario
 from simstudy.compiler.attributes import node_meta
-from simstudy.compiler.collectives import ALGORITHMS, algorithm, system_implementations
+from simstudy.compiler.collectives import ALGORITHMS, algorithm
 from simstudy.compiler.parameter_server import READY_BYTES
 from simstudy.compiler.topology_file import NetworkTopology, read_topology, scenario_topology
 from simstudy.layout import TOPOLOGY
 from simstudy.spec import Scenario
+from simstudy.spec.collectives import system_implementations
 
 
 def _ps_bundle(tmp: Path) -> tuple[Scenario, list[list[Node]]]:

@@ -194,7 +194,7 @@ class Planner:
         lane = self.lanes and not group and self.symmetric(kind, members, size)
         phases = self._programs(spec, members, lane, turn)
         odd = self._programs(spec, members, lane, turn + 1) if any(
-            algorithm(ph.algorithm).name == "double_binary_tree" for ph in spec) else None
+            algorithm(ph.algorithm).alternates for ph in spec) else None
         return CollectivePlan(kind, members, chunks, chunk_bytes, self.active, phases, lane, size, group, odd)
 
     def _programs(self, spec: list[PhaseSpec], members: tuple[int, ...], lane: bool,
@@ -214,7 +214,7 @@ class Planner:
             if steps == 0:
                 continue
             symmetry = algo.symmetry_of(ph.kind) if lane else None
-            gated = ph.kind == "all_reduce" and algo.name == "direct" and steps == 2
+            gated = ph.kind in algo.gated and steps == 2
             phases.append(_program(pattern, sim, local, len(sim), kind=ph.kind, queue=ph.queue, delay=ph.delay_ns,
                                    proc=algo.processing(ph.kind, n, ph.size), mem_bw=self.mem_bw, offset=offset,
                                    symmetry=symmetry, dim=ph.dim, steps=steps, gated=gated))
