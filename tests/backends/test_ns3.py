@@ -17,7 +17,7 @@ import yaml
 
 from simstudy import layout
 from simstudy.backends import simulate
-from simstudy.backends.packets import probe
+from simstudy.backends.ns3 import probe
 from simstudy.cli import main
 from simstudy.compiler.topology_file import topology_of
 from simstudy.spec import BackendSpec, Scenario, Star
@@ -41,7 +41,7 @@ def scenario(**over: Any) -> Scenario:
 
 def test_without_the_wheel_ns3_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr("simstudy.backends.packets.available", lambda: False)
+    monkeypatch.setattr("simstudy.backends.ns3.available", lambda: False)
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump(scenario().model_dump(mode="json")))
     assert main(["run", str(spec), "--backend", "ns3", "-o", str(tmp_path / "r"), "--quiet"]) == 2

@@ -20,8 +20,8 @@ from simstudy.backends.flowsim.netmodels import NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.iterations import iteration_spans
 from simstudy.backends.network import Network
-from simstudy.backends.packets.fabric import MISSING, Fabric, available, host_address
-from simstudy.backends.packets.netmodel import Ns3Net
+from simstudy.backends.ns3.fabric import MISSING, Fabric, available, host_address
+from simstudy.backends.ns3.netmodel import Ns3Net
 from simstudy.backends.traffic_build import WorkloadInfo
 from simstudy.version import __version__
 

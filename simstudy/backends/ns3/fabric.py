@@ -17,7 +17,7 @@ from typing import Any
 
 from simstudy.backends.base import BackendError
 from simstudy.backends.network import Network
-from simstudy.backends.packets.cpp import SOURCE
+from simstudy.backends.ns3.cpp import SOURCE
 from simstudy.spec.transport import Transport
 
 #: The ns-3 congestion control of each Linux name.
