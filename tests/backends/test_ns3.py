@@ -66,6 +66,7 @@ def test_one_flow_per_link_agrees_with_fluid(ns3: None, tmp_path: Path) -> None:
     assert 1.0 <= ratio < 1.05, ratio
     assert packets.output.total_bytes == fluid.output.total_bytes
     assert packets.details["ns3"]["packets_lost"] == 0 and packets.details["ns3"]["timeouts"] == 0
+    assert packets.details["congestion"] == "ns3"  # one name from the CLI to run.json
 
 
 @pytest.mark.parametrize("framework", ["pytorch_ddp", "tensorflow_mwms"])

@@ -40,7 +40,7 @@ class Ns3Backend(FlowsimBackend):
             raise BackendError(MISSING)
         super().__init__(traffic="rows" if traffic == "pcap" else traffic, traffic_bin_s=traffic_bin_s,
                          progress=progress)
-        self.congestion = "packets"
+        self.congestion = self.name  # run.json's details.congestion: the network model is ns-3's own
         self.pcap = traffic == "pcap"
         self.fabric: Fabric | None = None
         self.pcap_dir: Path | None = None
