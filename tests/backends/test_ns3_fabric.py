@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from simstudy.backends.base import BackendError
 from simstudy.backends.network import Network
 from simstudy.backends.ns3 import fabric
 from simstudy.compiler.topology_file import topology_of
@@ -65,3 +66,12 @@ def test_hosts_have_the_addresses_python_gives(ns3: None) -> None:
         assert done[0] == 7 and done[1] > fab.t0_ns
     finally:
         fab.close()
+
+
+def test_a_compile_error_names_file_line_and_error(ns3: None, tmp_path: Path) -> None:
+    """C++ that does not compile is a BackendError with the compiler's own words."""
+    ns = fabric.load()
+    broken = tmp_path / "broken.cpp"
+    broken.write_text("namespace simstudy_broken {\nint f() { return not_declared_anywhere; }\n}\n")
+    with pytest.raises(BackendError, match=r"(?s)did not compile.*broken\.cpp:2:.*not_declared_anywhere"):
+        fabric.compile_cpp(ns, broken)

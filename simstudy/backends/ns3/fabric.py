@@ -88,14 +88,19 @@ def load() -> Any:
         text = " ".join(line for line in "".join(said).splitlines() if "materialize" not in line)
         raise BackendError(f"ns-3's wheel did not load ({text.strip() or exc!r}); is a file named ns3.py "
                            "shadowing the ns3 package?") from None
-    try:
-        with _quiet_stderr() as said:
-            ns.cppyy.include(str(CPP_SOURCE))
-    except ImportError:  # cppyy's word for a file that does not compile; the compiler's is on stderr
-        raise BackendError(f"the packet network's C++ ({CPP_SOURCE.name}) did not compile:\n"
-                           + "".join(said).strip()) from None
+    compile_cpp(ns, CPP_SOURCE)
     _loaded = ns
     return ns
+
+
+def compile_cpp(ns: Any, source: Path) -> None:
+    """Compile a C++ file (and what it includes) into the process's ns-3 with the wheel's cppyy;
+    BackendError with the compiler's errors when it does not compile."""
+    try:
+        with _quiet_stderr():
+            ns.cppyy.include(str(source))
+    except ImportError as exc:  # cppyy's word for a file that does not compile, with the compiler's errors
+        raise BackendError(f"the packet network's C++ did not compile: {exc}") from None
 
 
 def configure_tcp(ns: Any, transport: Transport) -> None:
