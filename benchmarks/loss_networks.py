@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from simstudy.backends.packets import available
+from simstudy.backends.ns3 import available
 from simstudy.report.findings import findings, network_differences
 from simstudy.spec import load_study
 from simstudy.sweeps import LocalExecutor, run_study

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from simstudy.backends import BackendError, simulate
-from simstudy.backends.packets import available
+from simstudy.backends.ns3 import available
 from simstudy.spec import BackendSpec, Scenario, load_runnable
 
 REPO = Path(__file__).resolve().parents[1]

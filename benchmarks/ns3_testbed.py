@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity import MODELS, case_spec
 
 from simstudy import layout
-from simstudy.backends.packets import iteration_spans
+from simstudy.backends.ns3 import iteration_spans
 from simstudy.backends.traffic_build import WorkloadInfo
 from simstudy.compiler import Bundle
 from simstudy.spec import BackendSpec, Scenario

@@ -28,8 +28,8 @@ from typing import Any
 
 from simstudy.backends.flowsim.tcp import TcpPaths
 from simstudy.backends.network import Network
-from simstudy.backends.packets import available
-from simstudy.backends.packets.probe import message_times
+from simstudy.backends.ns3 import available
+from simstudy.backends.ns3.probe import message_times
 from simstudy.compiler.topology_file import topology_of
 from simstudy.spec import Star
 

@@ -2,7 +2,7 @@
 
 Rank r has the address 10.0.<r // 250>.<r % 250 + 1>: the capture testbed gives it to the
 rank's network namespace (`simstudy.capturing.testbed`), the packet network to the rank's host
-(`simstudy.backends.packets`; its C++ part, `Fabric.HostAddress`, numbers hosts the same way),
+(`simstudy.backends.ns3`, whose C++ part is handed each host's address from there),
 and a simulated table written as a pcap to the rank's packets (`simstudy.traffic.pcap_write`).
 """
 

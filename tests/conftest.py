@@ -105,7 +105,7 @@ def aware_bin() -> Path:
 def require_ns3() -> None:
     """Skip a test that needs ns-3's Python wheel when it is not installed, with the reason; under
     CI (CI=true), where .ci/run installs it, fail instead."""
-    from simstudy.backends.packets import available
+    from simstudy.backends.ns3 import available
 
     if available():
         return

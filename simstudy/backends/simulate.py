@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from simstudy.backends import packets
+from simstudy.backends import ns3 as packets
 from simstudy.backends.astrasim import AstraSimBackend
 from simstudy.backends.base import Backend, BackendError, Progress, RunResult
 from simstudy.backends.flowsim import FlowsimBackend

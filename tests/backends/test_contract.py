@@ -56,7 +56,7 @@ def backend(name: str, astra: Path | None) -> Backend:
         return FlowsimBackend()
     if name == "ns3":
         require_ns3()
-        from simstudy.backends.packets import Ns3Backend
+        from simstudy.backends.ns3 import Ns3Backend
 
         return Ns3Backend()
     if astra is None:

@@ -17,7 +17,7 @@ import yaml
 
 from simstudy import layout
 from simstudy.backends import simulate
-from simstudy.backends.packets import probe
+from simstudy.backends.ns3 import probe
 from simstudy.cli import main
 from simstudy.compiler.topology_file import topology_of
 from simstudy.spec import BackendSpec, Scenario, Star
@@ -41,7 +41,7 @@ def scenario(**over: Any) -> Scenario:
 
 def test_without_the_wheel_ns3_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr("simstudy.backends.packets.available", lambda: False)
+    monkeypatch.setattr("simstudy.backends.ns3.available", lambda: False)
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump(scenario().model_dump(mode="json")))
     assert main(["run", str(spec), "--backend", "ns3", "-o", str(tmp_path / "r"), "--quiet"]) == 2
@@ -66,6 +66,7 @@ def test_one_flow_per_link_agrees_with_fluid(ns3: None, tmp_path: Path) -> None:
     assert 1.0 <= ratio < 1.05, ratio
     assert packets.output.total_bytes == fluid.output.total_bytes
     assert packets.details["ns3"]["packets_lost"] == 0 and packets.details["ns3"]["timeouts"] == 0
+    assert packets.details["congestion"] == "ns3"  # one name from the CLI to run.json
 
 
 @pytest.mark.parametrize("framework", ["pytorch_ddp", "tensorflow_mwms"])

@@ -331,7 +331,9 @@ def run_data(run: Path) -> RunData:
     table = read_table(run / layout.TRAFFIC) if (run / layout.TRAFFIC).is_file() else None
     details = info.get("details")
     congestion = details.get("congestion") if isinstance(details, dict) else None
-    backend = str(info.get("backend", "?")) + (f" ({congestion})" if isinstance(congestion, str) else "")
+    backend = str(info.get("backend", "?"))
+    if isinstance(congestion, str) and congestion != backend:  # ns3's network model is ns-3's own: no "ns3 (ns3)"
+        backend += f" ({congestion})"
     facts = {"backend": backend, "finish": f"{finish_s * 1e3:.3f} ms",
              "ranks": str(len(info.get("ranks", []))), "transfers": f"{int(info.get('transfers', 0)):,}",
              "bytes": f"{float(info.get('bytes', 0)) / 1e9:.3f} GB", "kept": str(info.get("traffic", "rows"))}

@@ -20,8 +20,8 @@ from simstudy.backends.flowsim.netmodels import NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.iterations import iteration_spans
 from simstudy.backends.network import Network
-from simstudy.backends.packets.fabric import MISSING, Fabric, available, host_address
-from simstudy.backends.packets.netmodel import Ns3Net
+from simstudy.backends.ns3.fabric import MISSING, Fabric, available, host_address
+from simstudy.backends.ns3.netmodel import Ns3Net
 from simstudy.backends.traffic_build import WorkloadInfo
 from simstudy.version import __version__
 
@@ -40,7 +40,7 @@ class Ns3Backend(FlowsimBackend):
             raise BackendError(MISSING)
         super().__init__(traffic="rows" if traffic == "pcap" else traffic, traffic_bin_s=traffic_bin_s,
                          progress=progress)
-        self.congestion = "packets"
+        self.congestion = self.name  # run.json's details.congestion: the network model is ns-3's own
         self.pcap = traffic == "pcap"
         self.fabric: Fabric | None = None
         self.pcap_dir: Path | None = None

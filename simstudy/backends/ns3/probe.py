@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from simstudy.backends.base import BackendError
 from simstudy.backends.network import Network
-from simstudy.backends.packets.fabric import Fabric
+from simstudy.backends.ns3.fabric import Fabric
 from simstudy.compiler.topology_file import NetworkTopology
 
 

@@ -1,7 +1,9 @@
 """ns-3 from Python: loading the wheel, configuring TCP, and building a topology's packet network.
 
 ns-3 is one simulator per process (its clock and node list are global), so a `Fabric` is built,
-run and destroyed before the next one. The C++ part (`cpp.SOURCE`) is compiled once per process.
+run and destroyed before the next one. The C++ part (`fabric.h` and `fabric.cpp` beside this
+module, shipped as package data) is compiled by cppyy, ns-3's wheel's C++ interpreter, once per
+process.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from typing import Any
 from simstudy.addresses import rank_address
 from simstudy.backends.base import BackendError
 from simstudy.backends.network import Network
-from simstudy.backends.packets.cpp import SOURCE
 from simstudy.spec.transport import Transport
 
 #: The ns-3 congestion control of each Linux name.
@@ -34,6 +35,8 @@ PCAP_SNAPLEN = 128
 FULL_MESH_RANKS = 32
 #: Where ns-3 time starts the job: after the connections are up, on a whole millisecond.
 SETUP_STEP_NS = 1_000_000
+#: The C++ part: `Fabric` and its routing (fabric.h), what runs per packet (fabric.cpp, which includes fabric.h).
+CPP_SOURCE = Path(__file__).with_name("fabric.cpp")
 
 _loaded: Any = None
 
@@ -46,7 +49,7 @@ def available() -> bool:
 
 def host_address(rank: int) -> str:
     """A rank's address in the packet network: 10.0.<rank // 250>.<rank % 250 + 1>, as the capture
-    testbed numbers its namespaces (`Fabric.HostAddress` in the C++ part)."""
+    testbed numbers its namespaces (the C++ part gets every host's address from here)."""
     return rank_address(rank)
 
 
@@ -82,14 +85,23 @@ def load() -> Any:
     try:
         with _quiet_stderr() as said:
             from ns import ns
-
-            ns.cppyy.cppdef(SOURCE)
     except (SystemExit, ImportError) as exc:  # the wheel's `ns` exits when its bindings do not import
         text = " ".join(line for line in "".join(said).splitlines() if "materialize" not in line)
         raise BackendError(f"ns-3's wheel did not load ({text.strip() or exc!r}); is a file named ns3.py "
                            "shadowing the ns3 package?") from None
+    compile_cpp(ns, CPP_SOURCE)
     _loaded = ns
     return ns
+
+
+def compile_cpp(ns: Any, source: Path) -> None:
+    """Compile a C++ file (and what it includes) into the process's ns-3 with the wheel's cppyy;
+    BackendError with the compiler's errors when it does not compile."""
+    try:
+        with _quiet_stderr():
+            ns.cppyy.include(str(source))
+    except ImportError as exc:  # cppyy's word for a file that does not compile, with the compiler's errors
+        raise BackendError(f"the packet network's C++ did not compile: {exc}") from None
 
 
 def configure_tcp(ns: Any, transport: Transport) -> None:
@@ -136,7 +148,7 @@ class Fabric:
         node = {f"h{i}": i for i in range(hosts)}
         for k, name in enumerate(topo.switches):
             node[name] = hosts + k
-        cpp.Build(hosts, len(topo.switches))
+        cpp.Build(hosts, len(topo.switches), [host_address(h) for h in range(hosts)])
         self.link_of: dict[int, int] = {}  # topology link id -> ns-3 directed link id
         done: set[int] = set()
         queue = topo.queue

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.netmodels import Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
-from simstudy.backends.packets.fabric import Fabric
+from simstudy.backends.ns3.fabric import Fabric
 
 #: Payload bytes of a TensorFlow RecvBuf request (gRPC; the median in the capture matrix's
 #: TensorFlow captures is 197-198 bytes), sent by a message's receiver to its sender.
