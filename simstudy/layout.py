@@ -70,11 +70,6 @@ PER_ITERATION_PLOT = "per_iteration.png"
 MATRICES_PLOT = "matrices.png"
 
 
-def et_name(prefix: str, rank: int) -> str:
-    """The Chakra trace file of one rank: `<prefix>.<rank>.et`."""
-    return f"{prefix}.{rank}{ET_SUFFIX}"
-
-
 def rank_pcap(rank: int) -> str:
     """The capture file of one rank's interface."""
     return f"rank{rank}.pcap"

@@ -49,10 +49,6 @@ class Validation:
     report: ValidationReport
     not_measurable: tuple[str, ...]
 
-    @property
-    def real_roles(self) -> Roles:
-        return self.real_features.roles
-
 
 def scenario_for(source: TrafficSource, spec: str | Path | Scenario | None) -> Scenario:
     """The scenario to simulate: `spec` (a file or a scenario), else the `scenario` of the capture's meta.json."""
@@ -168,15 +164,6 @@ def payload_view(table: pd.DataFrame) -> pd.DataFrame:
     out = table[table["payload_bytes"].to_numpy() > 0].copy()
     out["bytes"] = out["payload_bytes"].astype("int64")
     return out.reset_index(drop=True)
-
-
-def framing_overhead(table: pd.DataFrame) -> float:
-    """IP bytes / payload bytes of a captured table's training traffic, minus 1 (NaN without payload)."""
-    if "payload_bytes" not in table.columns:
-        return math.nan
-    rows = table[table["op"] != "control"]
-    payload = float(rows["payload_bytes"].sum())
-    return float(rows["bytes"].sum()) / payload - 1.0 if payload else math.nan
 
 
 def scenario_roles(scenario: Scenario, table: pd.DataFrame) -> Roles:

@@ -187,8 +187,3 @@ def slowdowns(result: RunResult) -> dict[str, float]:
     """Job name -> slowdown of a cluster run (empty for a scenario run)."""
     return {j["name"]: (math.nan if j.get("slowdown") is None else float(j["slowdown"]))
             for j in result.details.get("jobs", [])}
-
-
-def mean_slowdown(result: RunResult) -> float:
-    vals = [v for v in slowdowns(result).values() if not math.isnan(v)]
-    return float(np.mean(vals)) if vals else math.nan

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from simstudy.compiler.topology_file import NativeDim, NetworkTopology, native_topology
+from simstudy.compiler.topology_file import NetworkTopology
 
 
 @dataclass
@@ -45,10 +45,6 @@ class Network:
             if link.dim >= 0 and link.src.startswith("h") and link.dst in switches:
                 net._switch_of[link.dim][int(link.src[1:])] = link.dst
         return net
-
-    @classmethod
-    def from_dims(cls, dims: Sequence[NativeDim]) -> Network:
-        return cls.from_topology(native_topology(dims))
 
     @property
     def hosts(self) -> int:

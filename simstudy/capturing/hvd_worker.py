@@ -22,12 +22,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    cfg: dict[str, Any] = json.loads(Path(args[0]).read_text())
+from simstudy.capturing.models import build_torch_model
+from simstudy.capturing.sockets import local_endpoints
+from simstudy.capturing.worker import time_compute
+
+
+def _environment(cfg: dict[str, Any]) -> dict[str, str]:
+    """Horovod's environment for this rank, as `horovodrun --gloo` gives it (one host per rank)."""
     opts = cfg.get("horovod") or {}
-    os.environ.update({
+    return {
         "HOROVOD_RANK": str(cfg["rank"]), "HOROVOD_SIZE": str(cfg["world"]),
         "HOROVOD_LOCAL_RANK": "0", "HOROVOD_LOCAL_SIZE": "1",
         "HOROVOD_CROSS_RANK": str(cfg["rank"]), "HOROVOD_CROSS_SIZE": str(cfg["world"]),
@@ -36,101 +41,88 @@ def main(argv: list[str] | None = None) -> int:
         "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_IFACE": cfg["ifname"],
         "HOROVOD_FUSION_THRESHOLD": str(int(opts["fusion_threshold_bytes"])),
         "HOROVOD_CYCLE_TIME": str(opts["cycle_time_ms"]),
-    })
-    import horovod.torch as hvd
-    import torch
-
-    from simstudy.capturing.models import build_torch_model
-    from simstudy.capturing.sockets import local_endpoints
-    from simstudy.capturing.worker import LayerClock
-
-    hvd.init()
-    torch.set_num_threads(cfg["threads"])
-    tm = build_torch_model(cfg["model"]["zoo"], cfg["model"].get("options") or {}, seed=cfg["seed"])
-    params = [p for p in tm.module.parameters() if p.requires_grad]
-    gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + cfg["rank"])
-    result: dict[str, Any] = {"rank": cfg["rank"], "role": "worker", "iterations": [], "steps": []}
-    ticks = [0]
-
-    def barrier() -> None:
-        ticks[0] += 1
-        hvd.allreduce(torch.zeros(1), name=f"barrier.{ticks[0]}")
-
-    # --- calibration: the plain model, no communication, the workers in lock-step ------------
-    clock = LayerClock(tm)
-    passes: list[dict[str, Any]] = []
-    for i in range(cfg["calibration"] + 1):  # the first pass is untimed
-        x, y = tm.batch(cfg["batch"], gen)
-        barrier()
-        clock.reset()
-        clock.on = i > 0
-        t0 = time.perf_counter()
-        loss = tm.loss(tm.module(x), y)
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        clock.on = False
-        with torch.no_grad():
-            for p in params:
-                if p.grad is not None:
-                    p.add_(p.grad, alpha=0.0)
-        t3 = time.perf_counter()
-        for p in params:
-            p.grad = None
-        if i > 0:
-            bwd = clock.backward_us(t1)
-            passes.append({"forward_us": (t1 - t0) * 1e6, "backward_us": (t2 - t1) * 1e6,
-                           "optimizer_us": (t3 - t2) * 1e6,
-                           "layers": {k: {"forward_us": clock.fwd.get(k, 0.0) * 1e6, "backward_us": bwd.get(k, 0.0)}
-                                      for k in tm.layers}})
-    clock.remove()
-
-    def mean(values: list[float]) -> float:
-        return sum(values) / len(values)
-
-    result["calibration"] = {
-        **{key: mean([p[key] for p in passes]) for key in ("forward_us", "backward_us", "optimizer_us")},
-        "iterations": len(passes),
-        "layers": {k: {d: mean([p["layers"][k][d] for p in passes]) for d in ("forward_us", "backward_us")}
-                   for k in tm.layers},
-        "passes": passes,
     }
 
-    # --- training ------------------------------------------------------------------------------
-    hvd.broadcast_parameters(tm.module.state_dict(), root_rank=0)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.01), named_parameters=tm.module.named_parameters())
 
-    def step(record: bool) -> None:
-        x, y = tm.batch(cfg["batch"], gen)
+class _Worker:
+    """One Horovod rank: the model, its calibration, the training steps and the result."""
+
+    def __init__(self, cfg: dict[str, Any], hvd: Any) -> None:
+        hvd.init()
+        torch.set_num_threads(cfg["threads"])
+        self.cfg, self.hvd = cfg, hvd
+        self.tm = build_torch_model(cfg["model"]["zoo"], cfg["model"].get("options") or {}, seed=cfg["seed"])
+        self.params = [p for p in self.tm.module.parameters() if p.requires_grad]
+        self.gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + cfg["rank"])
+        self.result: dict[str, Any] = {"rank": cfg["rank"], "role": "worker", "iterations": [], "steps": []}
+        self.ticks = 0
+        self.opt: Any = None
+
+    def batch(self) -> Any:
+        return self.tm.batch(self.cfg["batch"], self.gen)
+
+    def barrier(self) -> None:
+        self.ticks += 1
+        self.hvd.allreduce(torch.zeros(1), name=f"barrier.{self.ticks}")
+
+    def calibrate(self) -> None:
+        """The plain model, no communication, the workers in lock-step."""
+        self.result["calibration"] = time_compute(self.tm, self.params, self.cfg["calibration"], self.batch,
+                                                  self.barrier, self.tm.module)
+
+    def step(self, record: bool) -> None:
+        x, y = self.batch()
         t0 = time.time()
         p0 = time.perf_counter()
-        opt.zero_grad()
-        loss = tm.loss(tm.module(x), y)
+        self.opt.zero_grad()
+        loss = self.tm.loss(self.tm.module(x), y)
         p1 = time.perf_counter()
         loss.backward()
         p2 = time.perf_counter()
-        opt.step()
+        self.opt.step()
         p3 = time.perf_counter()
         t1 = time.time()
         if record:
-            result["iterations"].append([t0, t1])
-            result["steps"].append({"forward_us": (p1 - p0) * 1e6, "backward_us": (p2 - p1) * 1e6,
-                                    "exchange_us": (p3 - p2) * 1e6, "loss": float(loss)})
+            self.result["iterations"].append([t0, t1])
+            self.result["steps"].append({"forward_us": (p1 - p0) * 1e6, "backward_us": (p2 - p1) * 1e6,
+                                         "exchange_us": (p3 - p2) * 1e6, "loss": float(loss)})
 
-    for _ in range(cfg["warmup"]):
-        step(False)
-    barrier()
-    for _ in range(cfg["iterations"]):
-        step(True)
-    barrier()
-    result["endpoints"] = local_endpoints()
-    result["horovod"] = {"fusion_threshold_bytes": opts["fusion_threshold_bytes"],
-                         "cycle_time_ms": opts["cycle_time_ms"]}
-    out = Path(cfg["out"])
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result))
-    tmp.replace(out)
-    hvd.shutdown()
+    def train(self) -> None:
+        """Rank 0's parameters broadcast, the warm-up steps, a barrier, the recorded iterations, a barrier."""
+        hvd, tm = self.hvd, self.tm
+        hvd.broadcast_parameters(tm.module.state_dict(), root_rank=0)
+        self.opt = hvd.DistributedOptimizer(torch.optim.SGD(self.params, lr=0.01),
+                                            named_parameters=tm.module.named_parameters())
+        for _ in range(self.cfg["warmup"]):
+            self.step(False)
+        self.barrier()
+        for _ in range(self.cfg["iterations"]):
+            self.step(True)
+        self.barrier()
+
+    def finish(self) -> None:
+        """Write the result (whole or not at all) and leave Horovod."""
+        opts = self.cfg.get("horovod") or {}
+        self.result["endpoints"] = local_endpoints()
+        self.result["horovod"] = {"fusion_threshold_bytes": opts["fusion_threshold_bytes"],
+                                  "cycle_time_ms": opts["cycle_time_ms"]}
+        out = Path(self.cfg["out"])
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.result))
+        tmp.replace(out)
+        self.hvd.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    cfg: dict[str, Any] = json.loads(Path(args[0]).read_text())
+    os.environ.update(_environment(cfg))
+    import horovod.torch as hvd
+
+    worker = _Worker(cfg, hvd)
+    worker.calibrate()
+    worker.train()
+    worker.finish()
     return 0
 
 

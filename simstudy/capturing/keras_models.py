@@ -35,7 +35,7 @@ import tensorflow as tf
 
 from simstudy.spec.model import Model, ZooOption
 from simstudy.zoo.registry import ZOO, build, check_options
-from simstudy.zoo.transformer import _BERT_MAX_POSITIONS, _BERT_TOKEN_TYPES
+from simstudy.zoo.transformer import BERT_MAX_POSITIONS, BERT_TOKEN_TYPES
 
 
 @dataclass
@@ -120,9 +120,9 @@ class BertEmbeddings(keras.layers.Layer):  # type: ignore[misc]
         self.norm = keras.layers.LayerNormalization(epsilon=1e-12, name="norm")
 
     def build(self, input_shape: Any) -> None:
-        self.position = self.add_weight(shape=(_BERT_MAX_POSITIONS, self.hidden), initializer=_normal,
+        self.position = self.add_weight(shape=(BERT_MAX_POSITIONS, self.hidden), initializer=_normal,
                                         name="position")
-        self.token_type = self.add_weight(shape=(_BERT_TOKEN_TYPES, self.hidden), initializer=_normal,
+        self.token_type = self.add_weight(shape=(BERT_TOKEN_TYPES, self.hidden), initializer=_normal,
                                           name="token_type")
 
     def call(self, tokens: Any) -> Any:

@@ -42,9 +42,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from simstudy.spec.model import Model, ZooOption
-from simstudy.zoo.cnn import _MOBILENETV2_BLOCKS
+from simstudy.zoo.cnn import MOBILENETV2_BLOCKS
 from simstudy.zoo.registry import ZOO, build, check_options
-from simstudy.zoo.transformer import _BERT_MAX_POSITIONS, _BERT_TOKEN_TYPES, _GPT2_CONTEXT, _GPT2_VOCAB, GPT2_SIZES
+from simstudy.zoo.transformer import BERT_MAX_POSITIONS, BERT_TOKEN_TYPES, GPT2_CONTEXT, GPT2_SIZES, GPT2_VOCAB
 
 # --- the model handed to a training worker --------------------------------------------------
 
@@ -227,7 +227,7 @@ def _mobilenetv2(num_classes: int) -> nn.Module:
     """`simstudy.zoo.cnn.mobilenetv2`: torchvision's MobileNetV2 1.0 without dropout."""
     features: list[nn.Module] = [_conv_bn(3, 32, 3, stride=2, padding=1, activation=nn.ReLU6)]
     channels = 32
-    for expansion, out, repeats, first_stride in _MOBILENETV2_BLOCKS:
+    for expansion, out, repeats, first_stride in MOBILENETV2_BLOCKS:
         for repeat in range(repeats):
             features.append(InvertedResidual(channels, expansion, out, first_stride if repeat == 0 else 1))
             channels = out
@@ -424,7 +424,7 @@ class Bert(nn.Module):
 
     def __init__(self, *, layers: int, hidden: int, heads: int, vocab: int) -> None:
         super().__init__()
-        self.embeddings = BertEmbeddings(vocab, hidden, _BERT_MAX_POSITIONS, _BERT_TOKEN_TYPES)
+        self.embeddings = BertEmbeddings(vocab, hidden, BERT_MAX_POSITIONS, BERT_TOKEN_TYPES)
         self.encoder = nn.ModuleList(BertLayer(hidden, heads) for _ in range(layers))
         self.pooler = Pooler(hidden)
 
@@ -578,9 +578,9 @@ def _gpt2_builder(size: str | None) -> _TorchBuilder:
             layers=layers,
             hidden=hidden,
             heads=heads,
-            vocab=_GPT2_VOCAB,
+            vocab=GPT2_VOCAB,
             ffn=4 * hidden,
-            max_positions=_GPT2_CONTEXT,
+            max_positions=GPT2_CONTEXT,
             tied=True,
             seq_len=_int(options, "seq_len"),
         )

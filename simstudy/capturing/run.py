@@ -352,41 +352,9 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
             probe = _probe(bed, 0.5, work) if spec.ranks >= 2 else {"rtt_s": 0.0, "goodput_bps": 0.0}
             _say(progress, f"link: rtt {probe['rtt_s'] * 1e6:.0f} us, goodput {probe['goodput_bps'] / 1e6:.0f} Mbit/s")
             one_host = bed.one_host
-            files: list[Path] = []
-            for host in bed.hosts[:1] if one_host else bed.hosts:
-                name = layout.LOOPBACK_PCAP if one_host else layout.rank_pcap(host.rank)
-                files.append(tmp / name)
-                dumps.append((host, _start_tcpdump(host, files[-1], spec, one_host)))
-                if c.also_any:  # the same packets from `tcpdump -i any`, at the same time
-                    (tmp / layout.ANY_DIR).mkdir(exist_ok=True)
-                    files.append(tmp / layout.ANY_DIR / name)
-                    anys.append((host, _start_tcpdump(host, files[-1], spec, one_host, interface="any")))
-            agg = scenario.parallelism.aggregation
-            strategy = agg.capture_strategy
-            if strategy is None:  # the capture spec refuses such a kind; a worker plan needs a strategy
-                raise CaptureError(f"aggregation kind {agg.kind} cannot be captured")
-            plan = WORKER_PLANS[strategy](scenario)
-            zoo = spec.model.model_dump(mode="json")
-            env = {**os.environ, "PYTHONPATH": _pythonpath(), "OMP_NUM_THREADS": str(c.threads)}
-            fw = framework_of(spec)
-            cluster = tf_cluster([h.ip for h in bed.hosts], c.port, one_host)
-            if spec.framework == "horovod":
-                helpers.append(_start_rendezvous(bed.hosts[0], spec.ranks, c.port, work))
-            for host in bed.hosts:
-                cfg = {"rank": host.rank, "world": spec.ranks, "master_addr": bed.hosts[0].ip,
-                       "cluster": cluster, "tensorflow": {}, "horovod": {}, **_preset_options(spec),
-                       "master_port": c.port, "ifname": host.ifname, "model": zoo,
-                       "batch": spec.training.batch_size_per_worker, "seed": c.seed, "strategy": strategy,
-                       "bucket_cap_mb": _bucket_cap_mb(spec), "ps": plan,
-                       "iterations": c.iterations, "warmup": c.warmup, "calibration": c.calibration,
-                       "threads": c.threads, "out": str(work / f"rank{host.rank}.json")}
-                cfg_path = work / f"rank{host.rank}.config.json"
-                cfg_path.write_text(json.dumps(cfg))
-                log: IO[bytes] = (work / f"rank{host.rank}.log").open("wb")
-                logs.append(log)
-                procs.append(subprocess.Popen(host.wrap([sys.executable, "-m", fw.worker, str(cfg_path)]),
-                                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-            how = f"{agg.noun} ({spec.parallelism.framework.name} preset)"
+            files = _start_dumps(bed, spec, tmp, dumps, anys)
+            _start_workers(bed, spec, scenario, work, procs, helpers, logs)
+            how = f"{scenario.parallelism.aggregation.noun} ({spec.parallelism.framework.name} preset)"
             _say(progress, f"training: {spec.framework}, {how}, {c.iterations} recorded iterations")
             _wait(procs, work, c.timeout_s)
             _say(progress, "collecting the packets")
@@ -421,6 +389,56 @@ def capture(spec: CaptureSpec, out: str | Path, *, force: bool = False, source: 
         for log in logs:
             log.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _start_dumps(bed: Testbed, spec: CaptureSpec, tmp: Path, dumps: list[tuple[Host, subprocess.Popen[bytes]]],
+                 anys: list[tuple[Host, subprocess.Popen[bytes]]]) -> list[Path]:
+    """Start tcpdump on every rank's interface (once on loopback), and with `capture.also_any` a
+    `tcpdump -i any` beside each, appending them to `dumps` and `anys`; the files they write."""
+    one_host = bed.one_host
+    files: list[Path] = []
+    for host in bed.hosts[:1] if one_host else bed.hosts:
+        name = layout.LOOPBACK_PCAP if one_host else layout.rank_pcap(host.rank)
+        files.append(tmp / name)
+        dumps.append((host, _start_tcpdump(host, files[-1], spec, one_host)))
+        if spec.capture.also_any:  # the same packets from `tcpdump -i any`, at the same time
+            (tmp / layout.ANY_DIR).mkdir(exist_ok=True)
+            files.append(tmp / layout.ANY_DIR / name)
+            anys.append((host, _start_tcpdump(host, files[-1], spec, one_host, interface="any")))
+    return files
+
+
+def _start_workers(bed: Testbed, spec: CaptureSpec, scenario: Scenario, work: Path,
+                   procs: list[subprocess.Popen[bytes]], helpers: list[subprocess.Popen[bytes]],
+                   logs: list[IO[bytes]]) -> None:
+    """Start every rank's worker (and Horovod's rendezvous server first), appending the processes
+    to `procs` and `helpers` and their logs to `logs`."""
+    c = spec.capture
+    agg = scenario.parallelism.aggregation
+    strategy = agg.capture_strategy
+    if strategy is None:  # the capture spec refuses such a kind; a worker plan needs a strategy
+        raise CaptureError(f"aggregation kind {agg.kind} cannot be captured")
+    plan = WORKER_PLANS[strategy](scenario)
+    zoo = spec.model.model_dump(mode="json")
+    env = {**os.environ, "PYTHONPATH": _pythonpath(), "OMP_NUM_THREADS": str(c.threads)}
+    fw = framework_of(spec)
+    cluster = tf_cluster([h.ip for h in bed.hosts], c.port, bed.one_host)
+    if spec.framework == "horovod":
+        helpers.append(_start_rendezvous(bed.hosts[0], spec.ranks, c.port, work))
+    for host in bed.hosts:
+        cfg = {"rank": host.rank, "world": spec.ranks, "master_addr": bed.hosts[0].ip,
+               "cluster": cluster, "tensorflow": {}, "horovod": {}, **_preset_options(spec),
+               "master_port": c.port, "ifname": host.ifname, "model": zoo,
+               "batch": spec.training.batch_size_per_worker, "seed": c.seed, "strategy": strategy,
+               "bucket_cap_mb": _bucket_cap_mb(spec), "ps": plan,
+               "iterations": c.iterations, "warmup": c.warmup, "calibration": c.calibration,
+               "threads": c.threads, "out": str(work / f"rank{host.rank}.json")}
+        cfg_path = work / f"rank{host.rank}.config.json"
+        cfg_path.write_text(json.dumps(cfg))
+        log: IO[bytes] = (work / f"rank{host.rank}.log").open("wb")
+        logs.append(log)
+        procs.append(subprocess.Popen(host.wrap([sys.executable, "-m", fw.worker, str(cfg_path)]),
+                                      env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:

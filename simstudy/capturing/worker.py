@@ -102,6 +102,59 @@ class LayerClock:
         return out
 
 
+def time_compute(tm: TrainModel, params: list[torch.nn.Parameter], n: int,
+                 batch: Callable[[], tuple[torch.Tensor, torch.Tensor]], barrier: Callable[[], None],
+                 module: torch.nn.Module, no_sync: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """The calibration of a worker: `n` passes of forward, backward and an optimizer step without
+    communication, timed per layer, after one untimed pass; `barrier` starts every pass on every
+    worker together (shared by the torch.distributed and Horovod workers)."""
+    clock = LayerClock(tm)
+    passes: list[dict[str, Any]] = []
+    for i in range(n + 1):  # the first pass is untimed: it pays one-off allocation and setup costs
+        x, y = batch()
+        barrier()
+        clock.reset()
+        clock.on = i > 0
+        t0 = time.perf_counter()
+        if no_sync is not None:
+            with no_sync():
+                loss = tm.loss(module(x), y)
+                t1 = time.perf_counter()
+                loss.backward()
+        else:
+            loss = tm.loss(module(x), y)
+            t1 = time.perf_counter()
+            loss.backward()
+        t2 = time.perf_counter()
+        clock.on = False
+        with torch.no_grad():
+            for p in params:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=0.0)  # the step's memory traffic, parameters unchanged
+        t3 = time.perf_counter()
+        for p in params:
+            p.grad = None
+        if i == 0:
+            continue
+        bwd = clock.backward_us(t1)
+        passes.append({"forward_us": (t1 - t0) * 1e6, "backward_us": (t2 - t1) * 1e6,
+                       "optimizer_us": (t3 - t2) * 1e6,
+                       "layers": {k: {"forward_us": clock.fwd.get(k, 0.0) * 1e6, "backward_us": bwd.get(k, 0.0)}
+                                  for k in tm.layers}})
+    clock.remove()
+
+    def mean(values: Iterable[float]) -> float:
+        return float(sum(values)) / len(passes)
+
+    return {
+        **{key: mean(p[key] for p in passes) for key in ("forward_us", "backward_us", "optimizer_us")},
+        "iterations": n,
+        "layers": {k: {d: mean(p["layers"][k][d] for p in passes) for d in ("forward_us", "backward_us")}
+                   for k in tm.layers},
+        "passes": passes,
+    }
+
+
 class Job:
     def __init__(self, cfg: dict[str, Any]) -> None:
         self.cfg = cfg
@@ -126,52 +179,8 @@ class Job:
 
     def calibrate(self, module: torch.nn.Module, no_sync: Callable[[], Any] | None) -> None:
         """Time forward/backward per layer and the optimizer step without communication."""
-        clock = LayerClock(self.tm)
-        passes: list[dict[str, Any]] = []
-        n = self.cfg["calibration"]
-        for i in range(n + 1):  # the first pass is untimed: it pays one-off allocation and setup costs
-            x, y = self._batch()
-            dist.barrier(group=self.workers_group)
-            clock.reset()
-            clock.on = i > 0
-            t0 = time.perf_counter()
-            if no_sync is not None:
-                with no_sync():
-                    loss = self.tm.loss(module(x), y)
-                    t1 = time.perf_counter()
-                    loss.backward()
-            else:
-                loss = self.tm.loss(module(x), y)
-                t1 = time.perf_counter()
-                loss.backward()
-            t2 = time.perf_counter()
-            clock.on = False
-            with torch.no_grad():
-                for p in self.params:
-                    if p.grad is not None:
-                        p.add_(p.grad, alpha=0.0)  # the step's memory traffic, parameters unchanged
-            t3 = time.perf_counter()
-            for p in self.params:
-                p.grad = None
-            if i == 0:
-                continue
-            bwd = clock.backward_us(t1)
-            passes.append({"forward_us": (t1 - t0) * 1e6, "backward_us": (t2 - t1) * 1e6,
-                           "optimizer_us": (t3 - t2) * 1e6,
-                           "layers": {k: {"forward_us": clock.fwd.get(k, 0.0) * 1e6, "backward_us": bwd.get(k, 0.0)}
-                                      for k in self.tm.layers}})
-        clock.remove()
-
-        def mean(values: Iterable[float]) -> float:
-            return float(sum(values)) / len(passes)
-
-        self.result["calibration"] = {
-            **{key: mean(p[key] for p in passes) for key in ("forward_us", "backward_us", "optimizer_us")},
-            "iterations": n,
-            "layers": {k: {d: mean(p["layers"][k][d] for p in passes) for d in ("forward_us", "backward_us")}
-                       for k in self.tm.layers},
-            "passes": passes,
-        }
+        self.result["calibration"] = time_compute(self.tm, self.params, self.cfg["calibration"], self._batch,
+                                                  lambda: dist.barrier(group=self.workers_group), module, no_sync)
 
     def _sgd(self) -> None:
         with torch.no_grad():

@@ -24,11 +24,6 @@ def gbps_to_astra(bandwidth_gbps: float) -> float:
     return bandwidth_gbps * 1e9 / 8 / GIB
 
 
-def astra_to_gbps(bandwidth: float) -> float:
-    """ASTRA-SIM's GiB/s to gigabits per second."""
-    return bandwidth * GIB * 8 / 1e9
-
-
 def _fmt(x: float) -> str:
     return repr(float(x))
 

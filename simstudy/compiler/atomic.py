@@ -71,12 +71,6 @@ def parse_sibling(name: str) -> Sibling | None:
     return Sibling(m["name"], m["what"], TempOwner(int(m["pid"]), m["host"], m["job"]))
 
 
-def temp_owner(name: str) -> TempOwner | None:
-    """Who wrote a temporary sibling (None when `name` is not one)."""
-    sibling = parse_sibling(name)
-    return sibling.owner if sibling is not None else None
-
-
 def pid_running(pid: int) -> bool:
     """Whether process `pid` of this machine still runs (a killed one may linger as a zombie
     until it is reaped: it runs no more)."""

@@ -66,6 +66,74 @@ def _lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return out
 
 
+def _span_events(s: pd.DataFrame, events: list[dict[str, Any]]) -> int:
+    """Append a complete event per span of `s` (compute, collectives, sends, receives), overlapping
+    spans of a rank on lanes of their own; the number appended."""
+    n_spans = 0
+    for kind, tid in (("compute", _COMPUTE_TID), ("collective", _COMM_TID), ("send", _COMM_TID),
+                      ("recv", _COMM_TID)):
+        part = s[s["kind"] == kind]
+        for rank, grp in part.groupby("rank"):
+            lanes = _lanes(grp["start_ns"].to_numpy(np.float64), grp["end_ns"].to_numpy(np.float64))
+            for (_, row), lane in zip(grp.iterrows(), lanes, strict=True):
+                events.append({"ph": "X", "name": str(row["name"]), "cat": kind, "pid": int(rank),
+                               "tid": tid + 100 * max(int(lane), 0), "ts": row["start_ns"] / 1e3,
+                               "dur": (row["end_ns"] - row["start_ns"]) / 1e3,
+                               "args": {"node": int(row["node"]), "kind": kind}})
+                n_spans += 1
+    return n_spans
+
+
+def _transfer_events(t: pd.DataFrame, keep: set[int], hi: float, transfers: int,
+                     events: list[dict[str, Any]]) -> tuple[int, int]:
+    """Append the send and receive events of the transfers between ranks `keep` that start before
+    `hi` (at most `transfers`, when positive), joined by flow arrows; (transfers drawn, left out)."""
+    n_tr = left = 0
+    t = t[t["src"].isin(keep) & t["dst"].isin(keep) & (t["t_start_s"] < hi)].sort_values("t_start_s")
+    if transfers > 0 and len(t) > transfers:
+        left += len(t) - transfers
+        t = t.head(transfers)
+    start = t["t_start_s"].to_numpy(np.float64)
+    end = np.maximum(t["t_end_s"].to_numpy(np.float64), start + 1e-9)
+    send_lane = np.full(len(t), -1, dtype=np.int64)
+    recv_lane = np.full(len(t), -1, dtype=np.int64)
+    src = t["src"].to_numpy()
+    dst = t["dst"].to_numpy()
+    for r in keep:
+        m = np.flatnonzero(src == r)
+        send_lane[m] = _lanes(start[m], end[m])
+        m = np.flatnonzero(dst == r)
+        recv_lane[m] = _lanes(start[m], end[m])
+    cols = {c: t[c].to_numpy() for c in ("op", "bytes", "iteration", "flow") if c in t.columns}
+    used: set[tuple[int, int]] = set()
+    for i in range(len(t)):
+        if send_lane[i] < 0 or recv_lane[i] < 0:
+            left += 1
+            continue
+        name = str(cols["op"][i]) if "op" in cols else "transfer"
+        args = {"bytes": int(cols["bytes"][i]), "src": int(src[i]), "dst": int(dst[i])}
+        if "iteration" in cols:
+            args["iteration"] = int(cols["iteration"][i])
+        if "flow" in cols:
+            args["flow"] = int(cols["flow"][i])
+        ts, dur = start[i] * 1e6, (end[i] - start[i]) * 1e6
+        stid, rtid = _SEND_TID + int(send_lane[i]), _RECV_TID + int(recv_lane[i])
+        used.update({(int(src[i]), stid), (int(dst[i]), rtid)})
+        events.append({"ph": "X", "name": f"{name} -> {int(dst[i])}", "cat": "send", "pid": int(src[i]),
+                       "tid": stid, "ts": ts, "dur": dur, "args": args})
+        events.append({"ph": "X", "name": f"{name} <- {int(src[i])}", "cat": "recv", "pid": int(dst[i]),
+                       "tid": rtid, "ts": ts, "dur": dur, "args": args})
+        events.append({"ph": "s", "name": name, "cat": "transfer", "id": i, "pid": int(src[i]), "tid": stid,
+                       "ts": ts})
+        events.append({"ph": "f", "bp": "e", "name": name, "cat": "transfer", "id": i, "pid": int(dst[i]),
+                       "tid": rtid, "ts": ts})
+        n_tr += 1
+    for pid, tid in sorted(used):
+        label = f"send {tid - _SEND_TID}" if tid < _RECV_TID else f"recv {tid - _RECV_TID}"
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": label}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                       "args": {"sort_index": tid}})
+    return n_tr, left
 
 
 def chrome_trace(run: Path, *, iterations: int = 2, ranks: int = 64, transfers: int = 20_000) -> ChromeTrace:
@@ -90,65 +158,10 @@ def chrome_trace(run: Path, *, iterations: int = 2, ranks: int = 64, transfers: 
             events.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": name}})
             events.append({"ph": "M", "name": "thread_sort_index", "pid": r, "tid": tid, "args": {"sort_index": tid}})
     s = spans[spans["rank"].isin(keep) & (spans["start_ns"] * 1e-9 < hi) & (spans["kind"] != "other")]
-    n_spans = 0
-    for kind, tid in (("compute", _COMPUTE_TID), ("collective", _COMM_TID), ("send", _COMM_TID),
-                      ("recv", _COMM_TID)):
-        part = s[s["kind"] == kind]
-        for rank, grp in part.groupby("rank"):
-            lanes = _lanes(grp["start_ns"].to_numpy(np.float64), grp["end_ns"].to_numpy(np.float64))
-            for (_, row), lane in zip(grp.iterrows(), lanes, strict=True):
-                events.append({"ph": "X", "name": str(row["name"]), "cat": kind, "pid": int(rank),
-                               "tid": tid + 100 * max(int(lane), 0), "ts": row["start_ns"] / 1e3,
-                               "dur": (row["end_ns"] - row["start_ns"]) / 1e3,
-                               "args": {"node": int(row["node"]), "kind": kind}})
-                n_spans += 1
+    n_spans = _span_events(s, events)
     n_tr = left = 0
     if (run / layout.TRAFFIC).is_file() and transfers != 0:
-        t = read_table(run / layout.TRAFFIC)
-        t = t[t["src"].isin(keep) & t["dst"].isin(keep) & (t["t_start_s"] < hi)].sort_values("t_start_s")
-        if transfers > 0 and len(t) > transfers:
-            left += len(t) - transfers
-            t = t.head(transfers)
-        start = t["t_start_s"].to_numpy(np.float64)
-        end = np.maximum(t["t_end_s"].to_numpy(np.float64), start + 1e-9)
-        send_lane = np.full(len(t), -1, dtype=np.int64)
-        recv_lane = np.full(len(t), -1, dtype=np.int64)
-        src = t["src"].to_numpy()
-        dst = t["dst"].to_numpy()
-        for r in keep:
-            m = np.flatnonzero(src == r)
-            send_lane[m] = _lanes(start[m], end[m])
-            m = np.flatnonzero(dst == r)
-            recv_lane[m] = _lanes(start[m], end[m])
-        cols = {c: t[c].to_numpy() for c in ("op", "bytes", "iteration", "flow") if c in t.columns}
-        used: set[tuple[int, int]] = set()
-        for i in range(len(t)):
-            if send_lane[i] < 0 or recv_lane[i] < 0:
-                left += 1
-                continue
-            name = str(cols["op"][i]) if "op" in cols else "transfer"
-            args = {"bytes": int(cols["bytes"][i]), "src": int(src[i]), "dst": int(dst[i])}
-            if "iteration" in cols:
-                args["iteration"] = int(cols["iteration"][i])
-            if "flow" in cols:
-                args["flow"] = int(cols["flow"][i])
-            ts, dur = start[i] * 1e6, (end[i] - start[i]) * 1e6
-            stid, rtid = _SEND_TID + int(send_lane[i]), _RECV_TID + int(recv_lane[i])
-            used.update({(int(src[i]), stid), (int(dst[i]), rtid)})
-            events.append({"ph": "X", "name": f"{name} -> {int(dst[i])}", "cat": "send", "pid": int(src[i]),
-                           "tid": stid, "ts": ts, "dur": dur, "args": args})
-            events.append({"ph": "X", "name": f"{name} <- {int(src[i])}", "cat": "recv", "pid": int(dst[i]),
-                           "tid": rtid, "ts": ts, "dur": dur, "args": args})
-            events.append({"ph": "s", "name": name, "cat": "transfer", "id": i, "pid": int(src[i]), "tid": stid,
-                           "ts": ts})
-            events.append({"ph": "f", "bp": "e", "name": name, "cat": "transfer", "id": i, "pid": int(dst[i]),
-                           "tid": rtid, "ts": ts})
-            n_tr += 1
-        for pid, tid in sorted(used):
-            label = f"send {tid - _SEND_TID}" if tid < _RECV_TID else f"recv {tid - _RECV_TID}"
-            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": label}})
-            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                           "args": {"sort_index": tid}})
+        n_tr, left = _transfer_events(read_table(run / layout.TRAFFIC), keep, hi, transfers, events)
     return ChromeTrace(events, n_spans, n_tr, left, window)
 
 

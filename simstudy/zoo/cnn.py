@@ -76,7 +76,7 @@ def resnet101(*, image_size: int = 224, num_classes: int = 1000) -> Model:
 # --- MobileNetV2 ----------------------------------------------------------------------------
 
 # (expansion t, output channels c, repeats n, first stride s), from the paper's Table 2.
-_MOBILENETV2_BLOCKS = (
+MOBILENETV2_BLOCKS = (
     (1, 16, 1, 1),
     (6, 24, 2, 2),
     (6, 32, 3, 2),
@@ -110,7 +110,7 @@ def mobilenetv2(*, image_size: int = 224, num_classes: int = 1000) -> Model:
     stem, x = conv("features.0", x, 32, 3, stride=2, padding=1)
     layers = [stem]
     index = 1
-    for expansion, channels, repeats, first_stride in _MOBILENETV2_BLOCKS:
+    for expansion, channels, repeats, first_stride in MOBILENETV2_BLOCKS:
         for repeat in range(repeats):
             stride = first_stride if repeat == 0 else 1
             block, x = _inverted_residual(f"features.{index}", x, expansion, channels, stride)

@@ -70,16 +70,17 @@ def _check_shape(layers: int, hidden: int, heads: int, seq_len: int, vocab: int)
 
 # --- BERT -----------------------------------------------------------------------------------
 
-_BERT_MAX_POSITIONS = 512
-_BERT_TOKEN_TYPES = 2
+#: BERT's position and token-type embedding rows (also built by the capturable torch and Keras BERT)
+BERT_MAX_POSITIONS = 512
+BERT_TOKEN_TYPES = 2
 
 
 def _bert(name: str, layers: int, hidden: int, heads: int, seq_len: int, vocab: int) -> Model:
     """A BERT encoder with its pooler and without the pre-training heads (`BertModel`)."""
     _check_shape(layers, hidden, heads, seq_len, vocab)
-    if seq_len > _BERT_MAX_POSITIONS:
-        raise ZooError(f"option 'seq_len' must be <= {_BERT_MAX_POSITIONS} for BERT, got {seq_len}")
-    rows = vocab + _BERT_MAX_POSITIONS + _BERT_TOKEN_TYPES
+    if seq_len > BERT_MAX_POSITIONS:
+        raise ZooError(f"option 'seq_len' must be <= {BERT_MAX_POSITIONS} for BERT, got {seq_len}")
+    rows = vocab + BERT_MAX_POSITIONS + BERT_TOKEN_TYPES
     stack = [embedding_layer("embeddings", rows, hidden, tokens=seq_len, extra_params=2 * hidden)]
     for index in range(layers):
         stack.append(attention_block(f"encoder.{index}.attention", hidden, seq_len, heads))
@@ -151,8 +152,9 @@ def _gpt(
     return Model(name=name, family="transformer", layers=tuple(stack))
 
 
-_GPT2_VOCAB = 50257
-_GPT2_CONTEXT = 1024
+#: GPT-2's vocabulary and context length (also built by the capturable torch GPT-2)
+GPT2_VOCAB = 50257
+GPT2_CONTEXT = 1024
 # size -> (layers, hidden, heads), from the GPT-2 paper (Radford et al. 2019, Table 2) and
 # HuggingFace's configs gpt2, gpt2-medium, gpt2-large, gpt2-xl.
 GPT2_SIZES: dict[str, tuple[int, int, int]] = {
@@ -178,9 +180,9 @@ def gpt2(*, size: str = "small", seq_len: int = 1024) -> Model:
         hidden=hidden,
         heads=heads,
         seq_len=seq_len,
-        vocab=_GPT2_VOCAB,
+        vocab=GPT2_VOCAB,
         ffn=4 * hidden,
-        max_positions=_GPT2_CONTEXT,
+        max_positions=GPT2_CONTEXT,
         tied=True,
     )
 

@@ -152,7 +152,9 @@ class AwareNet(NetModel):
             self._transmit(link, msg, hop)
 
 
-class _Flow:
+class Flow:
+    """A message in flight in a fluid model: its share of its links, its rate and what is left to send."""
+
     __slots__ = ("const", "keys", "msg", "mult", "rate", "remaining", "route", "seq", "t_upd", "version")
 
     def __init__(self, msg: Msg, mult: tuple[int, ...], now: int, seq: int,
@@ -175,7 +177,7 @@ class FluidNet(NetModel):
 
     def __init__(self, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float]) -> None:
         super().__init__(sched, capacity, latency)
-        self.on_link: dict[int, set[_Flow]] = {}
+        self.on_link: dict[int, set[Flow]] = {}
         self.sent = 0
         self._dirty: tuple[Scheduler, int, set[int]] | None = None
         self.recomputes = 0
@@ -195,8 +197,8 @@ class FluidNet(NetModel):
             flows.add(flow)
         self._mark(flow.keys)
 
-    def _flow(self, msg: Msg, now: int) -> _Flow:
-        return _Flow(msg, msg.mult or (1,) * len(msg.keys), now, self.sent)
+    def _flow(self, msg: Msg, now: int) -> Flow:
+        return Flow(msg, msg.mult or (1,) * len(msg.keys), now, self.sent)
 
     def _mark(self, keys: Sequence[int]) -> None:
         s = self.sched
@@ -206,10 +208,10 @@ class FluidNet(NetModel):
             s.after_all(s.now, self._recompute, d[2])
         d[2].update(keys)
 
-    def _component(self, keys: set[int]) -> list[_Flow]:
+    def _component(self, keys: set[int]) -> list[Flow]:
         seen_keys = set(keys)
         stack = list(keys)
-        flows: dict[_Flow, None] = {}
+        flows: dict[Flow, None] = {}
         on_link = self.on_link
         while stack:
             for f in on_link.get(stack.pop(), ()):
@@ -245,11 +247,11 @@ class FluidNet(NetModel):
                 f.version += 1
                 s.at(now + max(math.floor(f.remaining / r), 0), self._drain, f, f.version)
 
-    def _rates(self, flows: list[_Flow]) -> list[float]:
+    def _rates(self, flows: list[Flow]) -> list[float]:
         """The max-min rates of one component's flows (in the order they were sent)."""
         return self._maxmin(flows)
 
-    def _maxmin(self, flows: list[_Flow]) -> list[float]:
+    def _maxmin(self, flows: list[Flow]) -> list[float]:
         cap = self.capacity
         if len(flows) == 1:
             f = flows[0]
@@ -258,7 +260,7 @@ class FluidNet(NetModel):
             return _fill_small(flows, cap)
         return _fill_numpy(flows, cap)
 
-    def _drain(self, f: _Flow, version: int) -> None:
+    def _drain(self, f: Flow, version: int) -> None:
         if version != f.version:
             return
         f.version += 1
@@ -273,12 +275,12 @@ class FluidNet(NetModel):
         t = msg.t_send + int(msg.latency + msg.size / f.rate) if f.const else now + int(msg.latency)
         self.sched.at(max(t, now) + self._extra_ns(f), self._arrive, msg)
 
-    def _extra_ns(self, f: _Flow) -> int:
+    def _extra_ns(self, f: Flow) -> int:
         """Time a message takes after its last byte is through (none here)."""
         return 0
 
 
-def _fill_small(flows: list[_Flow], cap: list[float]) -> list[float]:
+def _fill_small(flows: list[Flow], cap: list[float]) -> list[float]:
     rem: dict[int, float] = {}
     weight: dict[int, int] = {}
     for f in flows:
@@ -303,7 +305,7 @@ def _fill_small(flows: list[_Flow], cap: list[float]) -> list[float]:
     return rates
 
 
-def _fill_numpy(flows: list[_Flow], cap: list[float]) -> list[float]:
+def _fill_numpy(flows: list[Flow], cap: list[float]) -> list[float]:
     n = len(flows)
     flow_idx = np.repeat(np.arange(n), [len(f.keys) for f in flows])
     link_idx = np.fromiter((k for f in flows for k in f.keys), dtype=np.int64, count=len(flow_idx))
@@ -362,7 +364,7 @@ class FastFluidNet(FluidNet):
             return
         self.sent += 1
         mult = msg.mult or (1,) * len(keys)
-        flow = _Flow(msg, mult, now, self.sent)
+        flow = Flow(msg, mult, now, self.sent)
         ids = self._route_ids
         rid = ids.get((keys, mult))
         if rid is None:
@@ -382,7 +384,7 @@ class FastFluidNet(FluidNet):
             s.after_all(now, self._recompute, d[2])
         d[2].update(keys)
 
-    def _drain(self, f: _Flow, version: int) -> None:
+    def _drain(self, f: Flow, version: int) -> None:
         if version != f.version:
             return
         f.version += 1
@@ -407,9 +409,9 @@ class FastFluidNet(FluidNet):
         t = msg.t_send + int(msg.latency + msg.size / f.rate) if f.const else now + int(msg.latency)
         s.at(max(t, now), self._arrive, msg)
 
-    def _component(self, keys: set[int]) -> list[_Flow]:
+    def _component(self, keys: set[int]) -> list[Flow]:
         on_link = self.on_link
-        only: _Flow | None = None  # most changes touch one flow whose links carry nothing else
+        only: Flow | None = None  # most changes touch one flow whose links carry nothing else
         for k in keys:
             flows = on_link.get(k)
             if flows is None:
@@ -428,12 +430,12 @@ class FastFluidNet(FluidNet):
                 return self._search(keys)
         return [only]
 
-    def _search(self, keys: set[int]) -> list[_Flow]:
+    def _search(self, keys: set[int]) -> list[Flow]:
         """`FluidNet._component` with set operations: the same flows, in the order they were sent."""
         on_link = self.on_link
         seen = set(keys)
         stack = list(keys)
-        found: set[_Flow] = set()
+        found: set[Flow] = set()
         while stack:
             flows = on_link.get(stack.pop())
             if not flows:
@@ -448,7 +450,7 @@ class FastFluidNet(FluidNet):
                             stack.append(k)
         return sorted(found, key=_by_seq)
 
-    def _rates(self, flows: list[_Flow]) -> list[float]:
+    def _rates(self, flows: list[Flow]) -> list[float]:
         sig = tuple(f.route for f in flows)
         rates = self._solved.get(sig)
         if rates is None:

@@ -106,10 +106,6 @@ class CollectivePlan:
     def sim_ranks(self) -> int:
         return 1 if self.lane else len(self.members)
 
-    @property
-    def total_steps(self) -> int:
-        return sum(p.steps for p in self.phases)
-
 
 def _program(pattern: Pattern, sim: IntArray, local: dict[int, int] | None, n_sim: int, *, kind: str, queue: int,
              delay: int, proc: dict[int, int], mem_bw: float, offset: int, symmetry: str | None, dim: int,

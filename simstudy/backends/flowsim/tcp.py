@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from simstudy.backends.flowsim.netmodels import FluidNet, Msg, NetModel, UnawareNet, _Flow
+from simstudy.backends.flowsim.netmodels import Flow, FluidNet, Msg, NetModel, UnawareNet
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.spec.transport import Transport
 
@@ -176,7 +176,7 @@ class TcpFluidNet(FluidNet):
         self.links = len(self.capacity)
         self.free_keys: list[int] = []
 
-    def _flow(self, msg: Msg, now: int) -> _Flow:
+    def _flow(self, msg: Msg, now: int) -> Flow:
         flow = super()._flow(msg, now)
         p, rtt = self.tcp.path(msg.keys)
         if p > 0:
@@ -188,7 +188,7 @@ class TcpFluidNet(FluidNet):
             flow.mult = (*flow.mult, 1)
         return flow
 
-    def _extra_ns(self, f: _Flow) -> int:
+    def _extra_ns(self, f: Flow) -> int:
         if len(f.keys) > len(f.msg.keys):
             self.free_keys.append(f.keys[-1])
         return self.tcp.delay_ns(f.msg.size, f.msg.keys)

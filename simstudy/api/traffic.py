@@ -1,0 +1,312 @@
+"""Traffic: load, analyse and validate captures, runs and switch counters; capture a real job."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+
+from simstudy import layout
+from simstudy.api.inputs import InputError, SpecSource, input_errors
+from simstudy.api.runs import Run, backend_spec, open_run
+from simstudy.api.specs import load_spec
+from simstudy.capturing.run import CaptureResult
+from simstudy.capturing.run import capture as capture_job
+from simstudy.spec import BackendSpec, Scenario, validate_as
+from simstudy.spec.capture import CaptureSpec
+from simstudy.spec.load import load_spec as load_spec_file
+from simstudy.traffic.compare import JOB, TRANSPORT, ValidationReport
+from simstudy.traffic.counter_features import CounterFeatures
+from simstudy.traffic.counter_features import analyze_counters as analyze_series
+from simstudy.traffic.counters import Counters
+from simstudy.traffic.counters import load_counters as read_counters
+from simstudy.traffic.features import Features
+from simstudy.traffic.features import analyze as analyze_table
+from simstudy.traffic.meta import load_rank_map
+from simstudy.traffic.sources import TrafficSource
+from simstudy.traffic.sources import load_traffic as load_source
+from simstudy.validation import CounterValidation, Validation, payload_view
+from simstudy.validation import validate as validate_capture
+from simstudy.validation import validate_counters as validate_series
+
+
+def load_traffic(path: str | Path, *, ranks: str | Path | None = None) -> TrafficSource:
+    """Load the traffic of a capture directory (pcap/pcapng files), a run directory or a traffic.parquet.
+
+    Args:
+        path: The capture directory, run directory or traffic.parquet file.
+        ranks: A rank map (YAML: ``ranks``, optional ``servers`` and ``control``) that names the
+            capture's endpoints, instead of meta.json or what the traffic shows.
+
+    Returns:
+        The traffic table and what is known of its origin (roles, iteration marks, warnings).
+
+    Raises:
+        InputError: `path` is neither a capture nor a run, or its files cannot be read.
+    """
+    with input_errors():
+        return load_source(Path(path), rank_map=load_rank_map(ranks) if ranks else None)
+
+
+def analyze(
+    source: str | Path | TrafficSource | Run | pd.DataFrame,
+    *,
+    count: Literal["payload", "ip"] = "payload",
+    ranks: str | Path | None = None,
+) -> Features:
+    """Analyse traffic with the pipeline shared by captures and simulations.
+
+    Args:
+        source: A capture or run directory, a `TrafficSource` (from `load_traffic`), a `Run`, or a
+            traffic table.
+        count: For captures: analyse TCP/UDP payload bytes (what the application sent) or IP bytes.
+            Tables without payload bytes (simulations) are analysed as they are.
+        ranks: A rank map for a capture path (see `load_traffic`).
+
+    Returns:
+        The features: roles, period, bytes per iteration, on/off, matrix, flows, timelines; its
+        ``scalars()`` are the metrics of a sweep summary.
+
+    Raises:
+        InputError: The path cannot be read as traffic.
+    """
+    def counted(table: pd.DataFrame) -> pd.DataFrame:
+        return payload_view(table) if count == "payload" else table
+
+    if isinstance(source, pd.DataFrame):
+        return analyze_table(counted(source))
+    if isinstance(source, Run):
+        return analyze_table(source.traffic)
+    loaded = source if isinstance(source, TrafficSource) else load_traffic(source, ranks=ranks)
+    return analyze_table(counted(loaded.table), boundaries=loaded.boundaries, roles=loaded.roles)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A validation: the simulated job compared with the captured one, metric by metric.
+
+    Attributes:
+        out: The validation directory (the simulation is in ``out/sim``).
+        validation: Everything computed: the capture, the scenario, both tables and both analyses.
+    """
+
+    out: Path
+    validation: Validation = field(repr=False)
+
+    @property
+    def passed(self) -> bool:
+        """Every judged (job-level) metric is within its tolerance."""
+        return self.report.passed
+
+    @property
+    def verdict(self) -> str:
+        """``PASS`` or ``FAIL (k of n judged metrics)``."""
+        return self.report.verdict
+
+    @property
+    def report(self) -> ValidationReport:
+        """The comparison, with its markdown rendering (``to_markdown()``)."""
+        return self.validation.report
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """One row per metric: metric, level, judged, real, simulated, distance, tolerance, passed..."""
+        return self.report.to_frame()
+
+    @property
+    def real(self) -> Features:
+        """The features of the captured traffic."""
+        return self.validation.real_features
+
+    @property
+    def simulated(self) -> Features:
+        """The features of the simulated traffic, seen as a capture would see it."""
+        return self.validation.sim_features
+
+    @property
+    def run(self) -> Run:
+        """The simulation's run directory."""
+        return open_run(self.out / layout.SIM_DIR)
+
+
+def validate(
+    real: str | Path,
+    spec: SpecSource | Scenario | None = None,
+    out: str | Path | None = None,
+    *,
+    backend: str | BackendSpec = "flowsim",
+    timeout_s: float = 3600.0,
+    astra_sim: str | Path | None = None,
+    tolerances: Mapping[str, float] | None = None,
+    skip: Collection[str] = (),
+    count: Literal["payload", "ip"] = "payload",
+    ranks: str | Path | None = None,
+    judge_transport: bool = False,
+    testbed: bool | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Verdict:
+    """Simulate the job a capture recorded and compare both, metric by metric.
+
+    Args:
+        real: The capture directory of the real job.
+        spec: The scenario to simulate (file, mapping or `Scenario`); default: the one in the
+            capture's meta.json.
+        out: The validation directory (default ``<real>/validation``).
+        backend: ``flowsim``, ``astrasim``, ``ns3``, or a `simstudy.spec.BackendSpec`.
+        timeout_s: Seconds before the simulation is abandoned.
+        astra_sim: The ASTRA-SIM binary.
+        tolerances: Tolerances to override, by metric (e.g. ``{"period_s": 0.05}``).
+        skip: Metrics to leave out.
+        count: Compare the capture's TCP/UDP payload bytes (what the simulator models) or IP bytes.
+        ranks: A rank map naming the capture's endpoints (see `load_traffic`).
+        judge_transport: Let transport-level metrics decide the verdict too.
+        testbed: Simulate the capture testbed's network (veths to a bridge, token buckets on both
+            ends, losses, from meta.json) instead of the recorded switch; default: with the
+            ``ns3`` backend, whose run is then read from its pcaps like the capture.
+        progress: Called with the name of each stage.
+
+    Returns:
+        The verdict with its metric table.
+
+    Raises:
+        InputError: The capture, the spec, a tolerance or a metric name is not valid.
+        simstudy.backends.BackendError: The simulation did not complete.
+    """
+    target = Path(out) if out is not None else Path(real) / layout.VALIDATION_DIR
+    options = backend_spec(backend, timeout_s=timeout_s)
+    with input_errors():
+        scenario: str | Path | Scenario | None = None
+        if isinstance(spec, Mapping):
+            loaded = load_spec(spec)
+            if not isinstance(loaded, Scenario):
+                raise InputError("spec: a validation simulates one job: expected a scenario, not a cluster")
+            scenario = loaded
+        elif spec is not None:
+            scenario = spec
+        rank_map = load_rank_map(ranks) if ranks else None
+        try:
+            v = validate_capture(real, target, spec=scenario, backend=options, astra_sim=astra_sim,
+                                 tolerances=tolerances, skip=skip, count=count, rank_map=rank_map,
+                                 judge=(JOB, TRANSPORT) if judge_transport else (JOB,), progress=progress,
+                                 testbed=testbed)
+        except InputError:
+            raise
+        except ValueError as exc:
+            if "tolerance" in str(exc) or "metric" in str(exc):
+                raise InputError(str(exc)) from exc
+            raise
+    return Verdict(target, v)
+
+
+# -- switch counters ---------------------------------------------------------------------------------
+
+
+def load_counters(path: str | Path) -> Counters:
+    """Read a switch-counter series: Zhejiang Lab's per-port CSVs, or a CSV of time, device, port, bytes.
+
+    Args:
+        path: The counters directory or CSV file.
+
+    Returns:
+        The series (one row per port and sample), its format and what was noticed reading it.
+
+    Raises:
+        InputError: `path` is not a counter series.
+    """
+    with input_errors():
+        return read_counters(path)
+
+
+def analyze_counters(counters: str | Path | Counters) -> CounterFeatures:
+    """Analyse a switch-counter series: utilisation and period per port and per tier.
+
+    Args:
+        counters: A counters path or a series from `load_counters`.
+
+    Returns:
+        The analyses: ports, tiers, the hottest ports, the sample interval and grid.
+
+    Raises:
+        InputError: The path is not a counter series.
+    """
+    return analyze_series(counters if isinstance(counters, Counters) else load_counters(counters))
+
+
+def validate_counters(
+    real: str | Path,
+    spec: str | Path,
+    out: str | Path | None = None,
+    *,
+    backend: str | BackendSpec = "flowsim",
+    timeout_s: float = 3600.0,
+    astra_sim: str | Path | None = None,
+    tolerances: Mapping[str, float] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> CounterValidation:
+    """Simulate a scenario keeping its link table and compare it with a switch-counter series.
+
+    Args:
+        real: The counters directory or CSV file.
+        spec: The scenario file to simulate (counters record no scenario).
+        out: The validation directory (default ``validation/`` beside or inside `real`).
+        backend: ``flowsim``, ``astrasim``, ``ns3``, or a `simstudy.spec.BackendSpec`.
+        timeout_s: Seconds before the simulation is abandoned.
+        astra_sim: The ASTRA-SIM binary.
+        tolerances: Tolerances to override, by metric.
+        progress: Called with the name of each stage.
+
+    Returns:
+        Both series, their analyses and the comparison (``report``: verdict and ``to_frame()``).
+
+    Raises:
+        InputError: The counters, the spec or a tolerance is not valid.
+        simstudy.backends.BackendError: The simulation did not complete.
+    """
+    path = Path(real)
+    target = Path(out) if out is not None else (path if path.is_dir() else path.parent) / layout.VALIDATION_DIR
+    options = backend_spec(backend, timeout_s=timeout_s)
+    with input_errors():
+        return validate_series(real, target, spec=spec, backend=options, astra_sim=astra_sim, tolerances=tolerances,
+                               progress=progress)
+
+
+def capture(
+    spec: SpecSource | CaptureSpec,
+    out: str | Path | None = None,
+    *,
+    force: bool = False,
+    source: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> CaptureResult:
+    """Run a real training job (torch.distributed, TensorFlow or Horovod) and record its packets.
+
+    Needs root, tcpdump and the job's framework (see the ``capture`` extras).
+
+    Args:
+        spec: A capture spec (a scenario without topology, plus a ``capture`` section): a file, a
+            mapping or a `simstudy.spec.capture.CaptureSpec`.
+        out: The capture directory (default ``captures/<name>``).
+        force: Replace an existing capture in `out`.
+        source: The file a `CaptureSpec` object came from (named in errors).
+        progress: Called with the name of each stage.
+
+    Returns:
+        The capture directory, its meta.json (ranks, iterations) and the wall time.
+
+    Raises:
+        InputError: The spec is not valid.
+        simstudy.capturing.testbed.CaptureError: The machine cannot run or record the job.
+    """
+    with input_errors():
+        file = source
+        if isinstance(spec, CaptureSpec):
+            loaded = spec
+        elif isinstance(spec, Mapping):
+            loaded = validate_as(CaptureSpec, dict(spec))
+        else:
+            loaded, file = load_spec_file(CaptureSpec, spec), spec
+        target = Path(out) if out is not None else Path("captures") / loaded.name
+        return capture_job(loaded, target, force=force, source=file, progress=progress)
