@@ -380,7 +380,7 @@ def _host_shaping(link: Link, topo: GraphTopology) -> Link:
 
 
 def _tiered(b: _Builder, topo: LeafSpine | Clos3 | ClosCsv) -> None:
-    """Hosts of several GPUs under tiers of switches (see `spec.topology._Tiered`).
+    """Hosts of several GPUs under tiers of switches (see `spec.topology.Tiered`).
 
     GPU (NPU) r of host H is host `h<r>`, linked to its host's own switch `n<H>` at the intra-host
     bandwidth (tier `intra_host`); the host switch reaches its ToR through `nics_per_host` NICs

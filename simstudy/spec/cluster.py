@@ -30,7 +30,7 @@ from simstudy.spec.model import ModelSpec
 from simstudy.spec.parallelism import Parallelism, dp_auto, fill_dp
 from simstudy.spec.scenario import tag_model
 from simstudy.spec.system import System
-from simstudy.spec.topology import BinaryTreeStar, FatTree, Topology, Tree, _Tiered
+from simstudy.spec.topology import BinaryTreeStar, FatTree, Tiered, Topology, Tree
 from simstudy.spec.training import Training
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -132,14 +132,14 @@ class Job(Spec):
 
 def npu_hosts(topology: Topology) -> tuple[int, ...]:
     """The host of every NPU (NPUs of one host are numbered together)."""
-    if isinstance(topology, _Tiered):
+    if isinstance(topology, Tiered):
         return topology.npu_hosts
     return tuple(range(topology.total_npus))
 
 
 def host_tors(topology: Topology) -> tuple[int, ...]:
     """The ToR (leaf, edge) switch of every host: what `spread` spreads over."""
-    if isinstance(topology, _Tiered):
+    if isinstance(topology, Tiered):
         return topology.host_tors[: max(npu_hosts(topology), default=-1) + 1]
     n = topology.total_npus
     if isinstance(topology, Tree):

@@ -209,7 +209,7 @@ class FatTree(_Graph, _Ecmp):
         return self
 
 
-class _Tiered(_Graph, _Ecmp):
+class Tiered(_Graph, _Ecmp):
     """A cluster of hosts with several GPUs each, joined by tiers of switches.
 
     Every GPU is an NPU (numbered host by host: host h holds NPUs h*gpus_per_host ...). The GPUs of
@@ -261,7 +261,7 @@ def _uplink(down_gbps: float, uplinks: int, explicit: float | None, oversubscrip
     return down_gbps / (oversubscription or 1.0) / uplinks
 
 
-class LeafSpine(_Tiered):
+class LeafSpine(Tiered):
     """Two-tier Clos: `leaves` ToR (leaf) switches with `hosts_per_leaf` hosts each, every leaf linked
     to every one of `spines` spine switches; ECMP over the spines."""
 
@@ -297,7 +297,7 @@ class LeafSpine(_Tiered):
         return self
 
 
-class Clos3(_Tiered):
+class Clos3(Tiered):
     """Three-tier Clos: `pods` pods of `tors_per_pod` ToRs (`hosts_per_tor` hosts each) and
     `aggs_per_pod` aggregation switches (every ToR of a pod to every aggregation switch of the pod),
     every aggregation switch linked to each of `cores` core switches; ECMP at every tier."""
@@ -347,7 +347,7 @@ class ClosHost(Spec):
     core: str = Field(min_length=1, description="core switch")
 
 
-class ClosCsv(_Tiered):
+class ClosCsv(Tiered):
     """A real cluster's three-tier Clos from its host-to-switch table (a CSV with the columns
     `ip,DSW,PSW,ASW`: host, core, aggregation and ToR switch, as in the Alibaba Lingjun 2023 dataset;
     ToR names are local to their aggregation switch). The loader reads `file` (relative to the spec

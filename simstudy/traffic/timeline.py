@@ -28,8 +28,8 @@ class Timeline:
         return self.series["total"]
 
 
-def _spread(start: NDArray[np.float64], end: NDArray[np.float64], nbytes: NDArray[np.float64],
-            t0: float, bin_s: float, nbins: int) -> NDArray[np.float64]:
+def spread_bytes(start: NDArray[np.float64], end: NDArray[np.float64], nbytes: NDArray[np.float64],
+                 t0: float, bin_s: float, nbins: int) -> NDArray[np.float64]:
     """Bytes per bin, each transfer spread evenly over [start, end] (a packet lands in one bin)."""
     out = np.zeros(nbins + 1)
     a = (start - t0) / bin_s
@@ -85,12 +85,12 @@ def _busiest(table: pd.DataFrame, bin_s: float, t0_s: float | None, group: NDArr
     nbytes = table["bytes"].to_numpy().astype(np.float64)
     t0 = float(start.min()) if t0_s is None else t0_s
     nbins = max(1, int(np.ceil((float(end.max()) - t0) / bin_s + 1e-9)))
-    series = {"total": _spread(start, end, nbytes, t0, bin_s, nbins) / bin_s}
+    series = {"total": spread_bytes(start, end, nbytes, t0, bin_s, nbins) / bin_s}
     known = group >= 0
     ranked = pd.Series(nbytes[known]).groupby(group[known]).sum().sort_values(ascending=False, kind="stable")
     for k in ranked.index[:top]:
         sel = group == k
-        series[label(int(k))] = _spread(start[sel], end[sel], nbytes[sel], t0, bin_s, nbins) / bin_s
+        series[label(int(k))] = spread_bytes(start[sel], end[sel], nbytes[sel], t0, bin_s, nbins) / bin_s
     return Timeline(bin_s, t0, series)
 
 
@@ -106,5 +106,5 @@ def sender_bytes(table: pd.DataFrame, bin_s: float, t0_s: float) -> tuple[NDArra
     out = np.zeros((nbins, len(senders)))
     for k in range(len(senders)):
         sel = which == k
-        out[:, k] = _spread(start[sel], end[sel], nbytes[sel], t0_s, bin_s, nbins)
+        out[:, k] = spread_bytes(start[sel], end[sel], nbytes[sel], t0_s, bin_s, nbins)
     return senders, out

@@ -39,7 +39,7 @@ from simstudy.traffic.counter_features import CounterFeatures, analyze_counters,
 from simstudy.traffic.counters import CountersError, is_counters, load_counters
 from simstudy.traffic.features import Features, analyze, iteration_profile
 from simstudy.traffic.sources import SourceError, load_traffic
-from simstudy.traffic.timeline import _spread
+from simstudy.traffic.timeline import spread_bytes
 
 Kind = Literal["study", "run", "capture", "validation"]
 FloatArray = NDArray[np.float64]
@@ -188,7 +188,7 @@ def pyramid(table: pd.DataFrame, spans: pd.DataFrame | None = None, *, finest_s:
     end = table["t_end_s"].to_numpy(np.float64)
     nbytes = table["bytes"].to_numpy(np.float64)
     n0 = math.ceil(span / finest) + 1
-    base = {lab: _spread(start[codes == i], end[codes == i], nbytes[codes == i], t0, finest, n0)
+    base = {lab: spread_bytes(start[codes == i], end[codes == i], nbytes[codes == i], t0, finest, n0)
             for i, lab in enumerate(labels)}
     levels = []
     width, cur = finest, base
@@ -375,7 +375,7 @@ def _study_timeline(run: Path, key: str, label: str) -> ScenarioTimeline | None:
     span = float(t["t_end_s"].max()) - t0
     bin_s = max(FINEST_BIN_S, span / STUDY_TIMELINE_BINS)
     n = math.ceil(span / bin_s) + 1
-    rates = _spread(t["t_start_s"].to_numpy(np.float64), t["t_end_s"].to_numpy(np.float64),
+    rates = spread_bytes(t["t_start_s"].to_numpy(np.float64), t["t_end_s"].to_numpy(np.float64),
                     t["bytes"].to_numpy(np.float64), t0, bin_s, n) / bin_s
     return ScenarioTimeline(key, label, bin_s, t0, rates)
 
