@@ -34,8 +34,9 @@ if TYPE_CHECKING:
     from simstudy.capturing.run import CaptureResult
     from simstudy.compiler import Bundle, CompileResult
     from simstudy.report.chrome_trace import ChromeTrace
-    from simstudy.spec import BackendSpec, Cluster, Scenario, Study
+    from simstudy.spec import BackendSpec, Cluster, Congestion, Scenario, Study
     from simstudy.spec.capture import CaptureSpec
+    from simstudy.spec.study import BackendName
     from simstudy.sweeps import Executor, SlurmOptions, SweepResult
     from simstudy.sweeps.runner import RunRecord
     from simstudy.traffic.cluster import Clustering
@@ -338,7 +339,7 @@ def run(
     out: str | Path | None = None,
     *,
     backend: str | BackendSpec = "flowsim",
-    congestion: Literal["fluid", "unaware", "aware"] = "fluid",
+    congestion: Congestion | str = "fluid",
     aware: bool = False,
     traffic: Literal["rows", "links", "none"] = "rows",
     traffic_bin_s: float = 1e-3,
@@ -358,7 +359,7 @@ def run(
             engine over ns-3's packet network: TCP, queues, loss), or a full
             `simstudy.spec.BackendSpec` (then the options below are not used).
         congestion: flowsim's network model: ``fluid`` (max-min fair sharing), ``unaware`` or ``aware``.
-        aware: astrasim: use the congestion-aware binary.
+        aware: The same as ``congestion="aware"`` (astrasim: the congestion-aware binary).
         traffic: Keep the traffic table (``rows``), per-link bins (``links``) or only counts (``none``).
         traffic_bin_s: Bin width of the link table, in seconds.
         timeout_s: Seconds before the run is abandoned.
@@ -379,8 +380,8 @@ def run(
     from simstudy.compiler import Bundle
     from simstudy.report import render_run
 
-    options = _backend(backend, congestion=congestion, aware=aware, traffic=traffic, traffic_bin_s=traffic_bin_s,
-                       timeout_s=timeout_s)
+    options = _backend(backend, congestion="aware" if aware else congestion, traffic=traffic,
+                       traffic_bin_s=traffic_bin_s, timeout_s=timeout_s)
     draw = render_run if render else None
     with _input_errors():
         if isinstance(spec, Bundle):
@@ -466,8 +467,8 @@ def sweep(
     scheduler: str | None = None,
     connect_timeout_s: float = 30.0,
     slurm: SlurmOptions | None = None,
-    backend: Literal["flowsim", "astrasim", "ns3"] | None = None,
-    congestion: Literal["fluid", "unaware", "aware"] | None = None,
+    backend: BackendName | None = None,
+    congestion: Congestion | str | None = None,
     aware: bool = False,
     sets: Collection[str] = (),
     astra_sim: str | Path | None = None,
