@@ -116,7 +116,7 @@ def _run(args: argparse.Namespace) -> int:
 
 #: The command-line flag of each backend option (what an error about the option names).
 _FLAGS = {"timeout_s": "--timeout", "traffic_bin_s": "--traffic-bin", "traffic": "--traffic",
-          "congestion": "--congestion", "name": "--backend", "backend": "--backend"}
+          "congestion": "--congestion", "name": "--backend"}
 
 
 def _backend_spec(**values: object) -> BackendSpec:
