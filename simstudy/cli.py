@@ -11,21 +11,20 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
 from simstudy import layout
+from simstudy.spec.study import CONGESTION_CHOICES, BackendName, BackendOptions
 from simstudy.version import __version__
 
 if TYPE_CHECKING:
     import http.server
 
-    from pydantic import BaseModel
-
     from simstudy.backends.base import Progress
+    from simstudy.spec import BackendSpec
     from simstudy.sweeps import Expansion
-
-B = TypeVar("B", bound="BaseModel")
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -67,12 +66,12 @@ def _schema(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from simstudy import api
     from simstudy.compiler import Bundle
-    from simstudy.spec import BackendSpec, SpecError
+    from simstudy.spec import SpecError
 
     raw = [args.workload, args.network, args.system]
     if args.spec and (any(raw) or args.topology):
         raise SpecError(None, "", "give either a scenario spec or --workload/--network/--system, not both")
-    spec = _backend_spec(BackendSpec, name=args.backend, aware=args.aware, congestion=args.congestion,
+    spec = _backend_spec(name=args.backend, congestion="aware" if args.aware else args.congestion,
                          timeout_s=args.timeout, traffic=args.traffic, traffic_bin_s=args.traffic_bin)
     bar = _progress_bar(args.quiet or args.backend == "astrasim")
     given: str | Bundle
@@ -117,27 +116,35 @@ def _run(args: argparse.Namespace) -> int:
 
 #: The command-line flag of each backend option (what an error about the option names).
 _FLAGS = {"timeout_s": "--timeout", "traffic_bin_s": "--traffic-bin", "traffic": "--traffic",
-          "congestion": "--congestion", "name": "--backend", "aware": "--aware"}
+          "congestion": "--congestion", "name": "--backend"}
 
 
-def _backend_spec(cls: type[B], **values: object) -> B:
-    """The backend options given as flags; a bad value is a SpecError naming the flag."""
+def _backend_spec(**values: object) -> BackendSpec:
+    """The backend options given as flags, as the backend takes them (its entry in
+    `simstudy.backends.registry`); a bad value is a SpecError naming the flag."""
     from pydantic import ValidationError
 
-    from simstudy.spec import spec_error
+    from simstudy.backends.registry import entry
+    from simstudy.spec import BackendSpec, SpecError, spec_error
 
     try:
-        return cls.model_validate(values)
+        spec = BackendSpec.model_validate(values)
+        entry(spec)
     except ValidationError as exc:
-        raise spec_error(exc, values, None, None, cls, fields=_FLAGS) from None
+        raise spec_error(exc, values, None, None, BackendSpec, fields=_FLAGS) from None
+    except SpecError as exc:
+        raise SpecError(None, _FLAGS.get(exc.field, exc.field), exc.message) from None
+    return spec
 
 
 def _print_expansion(expansion: Expansion, *, first: int) -> None:
     import yaml
 
+    from simstudy.sweeps.expand import backend_id
+
     keys = expansion.unique_keys
     print(f"{expansion.total} combinations: {len(expansion.points)} scenarios ({len(keys)} distinct runs), "
-          f"{len(expansion.skipped)} skipped; backend {expansion.study.backend_spec.key}")
+          f"{len(expansion.skipped)} skipped; backend {backend_id(expansion.study)}")
     for s in expansion.skipped:
         params = ", ".join(f"{k}={v}" for k, v in s.params.items())
         print(f"  skipped [{s.index}] {params}: {s.reason}")
@@ -156,6 +163,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from simstudy.report import render_study
     from simstudy.spec import load_study
     from simstudy.sweeps import SlurmOptions, compare_baseline, expand, get_executor, override
+    from simstudy.sweeps.expand import backend_id
 
     t0 = time.perf_counter()
     study = override(load_study(args.study), args.study, backend=args.backend, aware=True if args.aware else None,
@@ -180,7 +188,7 @@ def _sweep(args: argparse.Namespace) -> int:
     exp = result.expansion
     c = result.counts
     print(f"{study.name}: {exp.total} combinations, {len(exp.points)} scenarios, {len(exp.skipped)} skipped; "
-          f"runs: {c['ok']} done, {c['cached']} cached, {c['failed']} failed (backend {study.backend_spec.key})")
+          f"runs: {c['ok']} done, {c['cached']} cached, {c['failed']} failed (backend {backend_id(study)})")
     for s in exp.skipped if not args.quiet else []:
         print(f"  skipped {', '.join(f'{k}={v}' for k, v in s.params.items())}: {s.reason}")
     for key, rec in result.records.items():
@@ -310,7 +318,6 @@ def _validate_counters(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from simstudy import api
     from simstudy.report.traffic import render_validation
-    from simstudy.spec import BackendSpec
     from simstudy.traffic.counters import is_counters
 
     if is_counters(args.real):
@@ -322,7 +329,7 @@ def _validate(args: argparse.Namespace) -> int:
         bar = _StageBar(4, enabled=not args.quiet)
         try:
             verdict = api.validate(args.real, args.spec, out,
-                                   backend=_backend_spec(BackendSpec, name=args.backend, timeout_s=args.timeout),
+                                   backend=_backend_spec(name=args.backend, timeout_s=args.timeout),
                                    astra_sim=args.astra_sim, tolerances=tolerances, skip=args.skip,
                                    count=args.count, ranks=args.ranks, judge_transport=args.judge_transport,
                                    testbed=True if args.testbed else None, progress=bar)
@@ -427,12 +434,6 @@ def _trace(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _field_help(name: str) -> str:
-    from simstudy.spec import BackendOptions
-
-    return BackendOptions.model_fields[name].description or name
-
-
 class _Bar:
     """A tqdm bar fed with a run's `Progress` (nothing when quiet): the fraction of its transfers
     done, the simulated time reached and how fast it goes (simulated time and transfers per
@@ -479,13 +480,160 @@ def _progress_bar(quiet: bool) -> _Bar:
     return _Bar(quiet)
 
 
-def _congestion_option(p: argparse.ArgumentParser, default: str | None) -> None:
-    from simstudy.spec import BackendOptions
+#: One argument of a command: its flags (or a positional's name) and argparse's keywords.
+Arg = tuple[tuple[str, ...], dict[str, Any]]
 
-    field = BackendOptions.model_fields["congestion"]
+
+def _arg(*flags: str, **options: Any) -> Arg:
+    return flags, options
+
+
+def _congestion(default: str | None) -> Arg:
+    """`--congestion`: the modes a spec may give, with the spec's description of them."""
     fallback = default or "the study's backend_options, else fluid"
-    p.add_argument("--congestion", choices=["fluid", "unaware", "aware"], default=default,
-                   help=f"{field.description} (default: {fallback})")
+    return _arg("--congestion", choices=list(CONGESTION_CHOICES), default=default,
+                help=f"{BackendOptions.model_fields['congestion'].description} (default: {fallback})")
+
+
+def _field_help(name: str) -> str:
+    return BackendOptions.model_fields[name].description or name
+
+
+@dataclass(frozen=True)
+class _Command:
+    """A subcommand: its name, its line in `simstudy --help`, what runs it and its arguments."""
+
+    name: str
+    help: str
+    run: Callable[[argparse.Namespace], int]
+    args: tuple[Arg, ...] = ()
+
+
+#: The backends' names (`simstudy.backends.registry` checks that they are its entries).
+_BACKENDS = list(get_args(BackendName))
+_RANKS_HELP = ("YAML: `ranks` (rank -> ip or ip:port), optional `servers` (ranks) and `control` (endpoints); "
+               "replaces the roles found from the traffic or meta.json")
+
+#: Every command with its arguments, in the order `simstudy --help` lists them.
+COMMANDS = (
+    _Command("compile", "compile a scenario into Chakra ET files and ASTRA-SIM configs", _compile, (
+        _arg("spec", help="scenario YAML file"),
+        _arg("-o", "--output", help="bundle directory (default results/bundles/<spec name>)"),
+    )),
+    _Command("run", "simulate a scenario (or an ASTRA-SIM input set) and write its traffic", _run, (
+        _arg("spec", nargs="?", help="scenario YAML file (or give --workload/--network/--system)"),
+        _arg("-o", "--output", help="run directory (default results/runs/<name>)"),
+        _arg("--backend", default="flowsim", choices=_BACKENDS,
+             help="simulator (default flowsim; ns3: the packet network, needs the ns3 wheel)"),
+        _arg("--astra-sim", metavar="PATH", help="ASTRA-SIM binary (default $ASTRA_SIM_BIN or the submodule build)"),
+        _arg("--aware", action="store_true",
+             help="astrasim: use the congestion-aware binary (the same as --congestion aware)"),
+        _congestion("fluid"),
+        _arg("--timeout", type=float, default=3600.0, help="seconds before a run is abandoned"),
+        _arg("--traffic", choices=list(get_args(BackendOptions.model_fields["traffic"].annotation)), default="rows",
+             help=_field_help("traffic") + " (default: rows)"),
+        _arg("--traffic-bin", type=float, default=1e-3, metavar="SECONDS",
+             help=_field_help("traffic_bin_s") + " (default: 0.001)"),
+        _arg("--quiet", action="store_true", help="no progress bar"),
+        _arg("--workload", help="ET prefix: <prefix>.<rank>.et (an existing ASTRA-SIM input set)"),
+        _arg("--network", help="ASTRA-SIM network.yml"),
+        _arg("--system", help="ASTRA-SIM system.json"),
+        _arg("--remote-memory", help="ASTRA-SIM remote memory JSON"),
+        _arg("--comm-group", help="ASTRA-SIM communicator group JSON"),
+        _arg("--topology", help="simstudy's network as links (topology.json, as `compile` writes it); "
+                                "default: the network of network.yml"),
+    )),
+    _Command("sweep", "run every scenario of a study (resumable) and summarise them", _sweep, (
+        _arg("study", help="study YAML file (base scenario + axes)"),
+        _arg("-o", "--output", help="results directory (default results/<study name>)"),
+        _arg("--executor", default="local", choices=["local", "dask", "slurm"],
+             help="where runs execute: local processes, a Dask scheduler, or SLURM (one sbatch job array)"),
+        _arg("--backend", choices=_BACKENDS, help="override the study's backend"),
+        _arg("--aware", action="store_true", help="astrasim: the congestion-aware binary"),
+        _arg("--set", action="append", default=[], metavar="PATH=VALUE",
+             help="override a base scenario value, e.g. topology.bandwidth_gbps=100 (VALUE is YAML; repeatable)"),
+        _arg("--workers", type=int, help="local: processes (default: one per core)"),
+        _arg("--scheduler", help="dask: scheduler address, e.g. tcp://127.0.0.1:8786"),
+        _arg("--connect-timeout", type=float, default=30.0, help="dask: seconds to wait for the scheduler"),
+        _arg("--partition", help="slurm: partition (default: the cluster's default)"),
+        _arg("--account", help="slurm: account to charge"),
+        _arg("--walltime", default="01:00:00", help="slurm: time limit of each run (default 01:00:00)"),
+        _arg("--cores", type=int, default=1, help="slurm: CPUs per run (default 1; flowsim uses one)"),
+        _arg("--mem", default="4G", help="slurm: memory per run (default 4G)"),
+        _arg("--jobs", type=int, help="slurm: at most this many runs at once (default: no limit)"),
+        _arg("--astra-sim", metavar="PATH", help="ASTRA-SIM binary for studies with backend astrasim"),
+        _arg("--baseline", metavar="FILE", help="summary.parquet to compare with; exit 1 if a metric moved"),
+        _arg("--dry-run", action="store_true", help="print the scenarios and what is skipped; run nothing"),
+        _arg("--show", type=int, default=3, help="dry run: how many resolved scenarios to print"),
+        _arg("--quiet", action="store_true", help="no progress bar, no skipped list"),
+        _arg("--no-report", action="store_true", help="skip report.md and plots"),
+        _congestion(None),
+    )),
+    _Command("analyze", "analyse a capture directory (pcaps), a run directory or switch counters", _analyze, (
+        _arg("path", help="capture directory (pcap/pcapng files, meta.json), run directory, or switch counters "
+                          "(Zhejiang Lab's per-port CSVs, or a CSV of time, device, port, rx_bytes, tx_bytes)"),
+        _arg("-o", "--output", help="where features.json, plots and analysis.md go (default PATH/analysis)"),
+        _arg("--ranks", metavar="MAP.yaml", help=_RANKS_HELP),
+        _arg("--count", default="payload", choices=["payload", "ip"],
+             help="capture bytes to analyse: TCP/UDP payload (default; what the application sent, and "
+                  "what the period is found from without ACKs between bursts) or IP bytes as captured"),
+    )),
+    _Command("validate", "simulate a captured job and compare, metric by metric", _validate, (
+        _arg("--real", required=True, help="capture directory of the real job, or its switch counters "
+                                           "(compared with the simulation's link table; needs --spec)"),
+        _arg("--spec", help="scenario YAML (default: the scenario in the capture's meta.json)"),
+        _arg("-o", "--output", help="output directory (default REAL/validation)"),
+        _arg("--backend", default="flowsim", choices=_BACKENDS, help="simulator"),
+        _arg("--testbed", action="store_true",
+             help="simulate the capture testbed's network (veths to a bridge, tbf on both ends, losses at "
+                  "receivers) instead of the recorded switch; the default with --backend ns3"),
+        _arg("--astra-sim", metavar="PATH", help="ASTRA-SIM binary"),
+        _arg("--tolerance", action="append", default=[], metavar="METRIC=VALUE",
+             help="override a tolerance, e.g. period_s=0.05 (repeatable)"),
+        _arg("--skip", action="append", default=[], metavar="METRIC", help="leave a metric out (repeatable)"),
+        _arg("--timeout", type=float, default=3600.0, help="seconds before the simulation is abandoned"),
+        _arg("--quiet", action="store_true", help="no progress bar"),
+        _arg("--count", default="payload", choices=["payload", "ip"],
+             help="capture bytes to compare: TCP/UDP payload (default; what the simulator models) or "
+                  "IP bytes as captured (headers and ACKs included)"),
+        _arg("--ranks", metavar="MAP.yaml", help=_RANKS_HELP),
+        _arg("--judge-transport", action="store_true",
+             help="let transport-level metrics (sub-iteration bursts, 1 ms throughput) decide the verdict too"),
+    )),
+    _Command("capture", "run a real torch.distributed training job and record its packets (root)", _capture, (
+        _arg("spec", help="capture spec YAML (a scenario without topology, plus a capture section)"),
+        _arg("-o", "--output", help="capture directory (default captures/<name>)"),
+        _arg("--force", action="store_true", help="replace an existing capture in the output directory"),
+        _arg("--quiet", action="store_true", help="print only the summary"),
+    )),
+    _Command("cluster", "group runs and captures by traffic pattern (k-means on their features)", _cluster, (
+        _arg("paths", nargs="+", help="sweep directories, run directories, analysed capture directories"),
+        _arg("-k", type=int, help="number of clusters (default: best silhouette)"),
+        _arg("-o", "--output", help="plot file (default results/cluster.png)"),
+    )),
+    _Command("dashboard", "one self-contained HTML page for a study, run, capture or validation", _dashboard, (
+        _arg("path", help="a study results directory, a run directory, a capture directory or a validation "
+                          "directory"),
+        _arg("-o", "--output", help="HTML file (default PATH/dashboard.html)"),
+        _arg("--serve", action="store_true", help="also serve it on 127.0.0.1 and print the URL"),
+        _arg("--port", type=int, default=0, help="--serve: port (default: any free one)"),
+    )),
+    _Command("trace", "export a run's per-rank timeline as a Chrome trace (Perfetto, chrome://tracing)", _trace, (
+        _arg("run", help="run directory (spans.parquet, traffic.parquet)"),
+        _arg("-o", "--output", help="JSON file (default RUN/trace.json)"),
+        _arg("--iterations", type=int, default=2,
+             help="the first N iterations' time slots (finish / iterations each; default 2; 0: all)"),
+        _arg("--ranks", type=int, default=64, help="at most this many ranks, the first ones (default 64; 0: all)"),
+        _arg("--transfers", type=int, default=20_000,
+             help="at most this many transfers drawn as flow arrows (default 20000; 0: none)"),
+    )),
+    _Command("models", "list the built-in models with parameter counts and GFLOPs", _models),
+    _Command("schema", "the JSON Schema of a spec file, for editors (schemas/KIND.json)", _schema, (
+        _arg("kind", nargs="?", default="scenario", choices=["scenario", "study", "cluster", "capture"],
+             help="which spec: scenario (default), study, cluster or capture"),
+        _arg("-o", "--output", help="write to this file instead of stdout"),
+    )),
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -497,141 +645,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `simstudy` parser: a subcommand per entry of `COMMANDS`."""
     parser = _Parser(prog="simstudy", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"simstudy {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    p = sub.add_parser("compile", help="compile a scenario into Chakra ET files and ASTRA-SIM configs")
-    p.add_argument("spec", help="scenario YAML file")
-    p.add_argument("-o", "--output", help="bundle directory (default results/bundles/<spec name>)")
-    p.set_defaults(func=_compile)
-
-    p = sub.add_parser("run", help="simulate a scenario (or an ASTRA-SIM input set) and write its traffic")
-    p.add_argument("spec", nargs="?", help="scenario YAML file (or give --workload/--network/--system)")
-    p.add_argument("-o", "--output", help="run directory (default results/runs/<name>)")
-    p.add_argument("--backend", default="flowsim", choices=["flowsim", "astrasim", "ns3"],
-                   help="simulator (default flowsim; ns3: the packet network, needs the ns3 wheel)")
-    p.add_argument("--astra-sim", metavar="PATH",
-                   help="ASTRA-SIM binary (default $ASTRA_SIM_BIN or the submodule build)")
-    p.add_argument("--aware", action="store_true",
-                   help="astrasim: use the congestion-aware binary (the same as --congestion aware)")
-    _congestion_option(p, "fluid")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds before a run is abandoned")
-    p.add_argument("--traffic", choices=["rows", "links", "none", "pcap"], default="rows",
-                   help=_field_help("traffic") + " (default: rows)")
-    p.add_argument("--traffic-bin", type=float, default=1e-3, metavar="SECONDS",
-                   help=_field_help("traffic_bin_s") + " (default: 0.001)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--workload", help="ET prefix: <prefix>.<rank>.et (an existing ASTRA-SIM input set)")
-    p.add_argument("--network", help="ASTRA-SIM network.yml")
-    p.add_argument("--system", help="ASTRA-SIM system.json")
-    p.add_argument("--remote-memory", help="ASTRA-SIM remote memory JSON")
-    p.add_argument("--comm-group", help="ASTRA-SIM communicator group JSON")
-    p.add_argument("--topology", help="simstudy's network as links (topology.json, as `compile` writes it); "
-                                      "default: the network of network.yml")
-    p.set_defaults(func=_run)
-
-    p = sub.add_parser("sweep", help="run every scenario of a study (resumable) and summarise them")
-    p.add_argument("study", help="study YAML file (base scenario + axes)")
-    p.add_argument("-o", "--output", help="results directory (default results/<study name>)")
-    p.add_argument("--executor", default="local", choices=["local", "dask", "slurm"],
-                   help="where runs execute: local processes, a Dask scheduler, or SLURM (one sbatch job array)")
-    p.add_argument("--backend", choices=["flowsim", "astrasim", "ns3"], help="override the study's backend")
-    p.add_argument("--aware", action="store_true", help="astrasim: the congestion-aware binary")
-    p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
-                   help="override a base scenario value, e.g. topology.bandwidth_gbps=100 (VALUE is YAML; repeatable)")
-    p.add_argument("--workers", type=int, help="local: processes (default: one per core)")
-    p.add_argument("--scheduler", help="dask: scheduler address, e.g. tcp://127.0.0.1:8786")
-    p.add_argument("--connect-timeout", type=float, default=30.0, help="dask: seconds to wait for the scheduler")
-    p.add_argument("--partition", help="slurm: partition (default: the cluster's default)")
-    p.add_argument("--account", help="slurm: account to charge")
-    p.add_argument("--walltime", default="01:00:00", help="slurm: time limit of each run (default 01:00:00)")
-    p.add_argument("--cores", type=int, default=1, help="slurm: CPUs per run (default 1; flowsim uses one)")
-    p.add_argument("--mem", default="4G", help="slurm: memory per run (default 4G)")
-    p.add_argument("--jobs", type=int, help="slurm: at most this many runs at once (default: no limit)")
-    p.add_argument("--astra-sim", metavar="PATH", help="ASTRA-SIM binary for studies with backend astrasim")
-    p.add_argument("--baseline", metavar="FILE", help="summary.parquet to compare with; exit 1 if a metric moved")
-    p.add_argument("--dry-run", action="store_true", help="print the scenarios and what is skipped; run nothing")
-    p.add_argument("--show", type=int, default=3, help="dry run: how many resolved scenarios to print")
-    p.add_argument("--quiet", action="store_true", help="no progress bar, no skipped list")
-    p.add_argument("--no-report", action="store_true", help="skip report.md and plots")
-    _congestion_option(p, None)
-    p.set_defaults(func=_sweep)
-
-    ranks_help = ("YAML: `ranks` (rank -> ip or ip:port), optional `servers` (ranks) and `control` (endpoints); "
-                  "replaces the roles found from the traffic or meta.json")
-    p = sub.add_parser("analyze", help="analyse a capture directory (pcaps), a run directory or switch counters")
-    p.add_argument("path", help="capture directory (pcap/pcapng files, meta.json), run directory, or switch counters "
-                                "(Zhejiang Lab's per-port CSVs, or a CSV of time, device, port, rx_bytes, tx_bytes)")
-    p.add_argument("-o", "--output", help="where features.json, plots and analysis.md go (default PATH/analysis)")
-    p.add_argument("--ranks", metavar="MAP.yaml", help=ranks_help)
-    p.add_argument("--count", default="payload", choices=["payload", "ip"],
-                   help="capture bytes to analyse: TCP/UDP payload (default; what the application sent, and "
-                        "what the period is found from without ACKs between bursts) or IP bytes as captured")
-    p.set_defaults(func=_analyze)
-
-    p = sub.add_parser("validate", help="simulate a captured job and compare, metric by metric")
-    p.add_argument("--real", required=True, help="capture directory of the real job, or its switch counters "
-                                                  "(compared with the simulation's link table; needs --spec)")
-    p.add_argument("--spec", help="scenario YAML (default: the scenario in the capture's meta.json)")
-    p.add_argument("-o", "--output", help="output directory (default REAL/validation)")
-    p.add_argument("--backend", default="flowsim", choices=["flowsim", "astrasim", "ns3"], help="simulator")
-    p.add_argument("--testbed", action="store_true",
-                   help="simulate the capture testbed's network (veths to a bridge, tbf on both ends, losses at "
-                        "receivers) instead of the recorded switch; the default with --backend ns3")
-    p.add_argument("--astra-sim", metavar="PATH", help="ASTRA-SIM binary")
-    p.add_argument("--tolerance", action="append", default=[], metavar="METRIC=VALUE",
-                   help="override a tolerance, e.g. period_s=0.05 (repeatable)")
-    p.add_argument("--skip", action="append", default=[], metavar="METRIC", help="leave a metric out (repeatable)")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds before the simulation is abandoned")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--count", default="payload", choices=["payload", "ip"],
-                   help="capture bytes to compare: TCP/UDP payload (default; what the simulator models) or "
-                        "IP bytes as captured (headers and ACKs included)")
-    p.add_argument("--ranks", metavar="MAP.yaml", help=ranks_help)
-    p.add_argument("--judge-transport", action="store_true",
-                   help="let transport-level metrics (sub-iteration bursts, 1 ms throughput) decide the verdict too")
-    p.set_defaults(func=_validate)
-
-    p = sub.add_parser("capture", help="run a real torch.distributed training job and record its packets (root)")
-    p.add_argument("spec", help="capture spec YAML (a scenario without topology, plus a capture section)")
-    p.add_argument("-o", "--output", help="capture directory (default captures/<name>)")
-    p.add_argument("--force", action="store_true", help="replace an existing capture in the output directory")
-    p.add_argument("--quiet", action="store_true", help="print only the summary")
-    p.set_defaults(func=_capture)
-
-    p = sub.add_parser("cluster", help="group runs and captures by traffic pattern (k-means on their features)")
-    p.add_argument("paths", nargs="+", help="sweep directories, run directories, analysed capture directories")
-    p.add_argument("-k", type=int, help="number of clusters (default: best silhouette)")
-    p.add_argument("-o", "--output", help="plot file (default results/cluster.png)")
-    p.set_defaults(func=_cluster)
-
-    p = sub.add_parser("dashboard", help="one self-contained HTML page for a study, run, capture or validation")
-    p.add_argument("path", help="a study results directory, a run directory, a capture directory or a validation "
-                                "directory")
-    p.add_argument("-o", "--output", help="HTML file (default PATH/dashboard.html)")
-    p.add_argument("--serve", action="store_true", help="also serve it on 127.0.0.1 and print the URL")
-    p.add_argument("--port", type=int, default=0, help="--serve: port (default: any free one)")
-    p.set_defaults(func=_dashboard)
-
-    p = sub.add_parser("trace", help="export a run's per-rank timeline as a Chrome trace (Perfetto, chrome://tracing)")
-    p.add_argument("run", help="run directory (spans.parquet, traffic.parquet)")
-    p.add_argument("-o", "--output", help="JSON file (default RUN/trace.json)")
-    p.add_argument("--iterations", type=int, default=2,
-                   help="the first N iterations' time slots (finish / iterations each; default 2; 0: all)")
-    p.add_argument("--ranks", type=int, default=64, help="at most this many ranks, the first ones (default 64; 0: all)")
-    p.add_argument("--transfers", type=int, default=20_000,
-                   help="at most this many transfers drawn as flow arrows (default 20000; 0: none)")
-    p.set_defaults(func=_trace)
-
-    p = sub.add_parser("models", help="list the built-in models with parameter counts and GFLOPs")
-    p.set_defaults(func=_models)
-
-    p = sub.add_parser("schema", help="the JSON Schema of a spec file, for editors (schemas/KIND.json)")
-    p.add_argument("kind", nargs="?", default="scenario", choices=["scenario", "study", "cluster", "capture"],
-                   help="which spec: scenario (default), study, cluster or capture")
-    p.add_argument("-o", "--output", help="write to this file instead of stdout")
-    p.set_defaults(func=_schema)
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help)
+        for flags, options in command.args:
+            p.add_argument(*flags, **options)
+        p.set_defaults(func=command.run)
     return parser
 
 

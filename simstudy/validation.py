@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from simstudy import layout
 from simstudy.backends import RunResult, simulate
+from simstudy.backends.registry import REGISTRY, backend_key
 from simstudy.linktable import read_links
 from simstudy.spec import BackendSpec, Scenario, SpecError, load_scenario, spec_error
 from simstudy.traffic.compare import DEFAULT_TOLERANCES, JOB, ValidationReport, compare
@@ -213,12 +214,12 @@ def validate(
     real = load_traffic(real_path, rank_map=rank_map)
     scenario = scenario_for(real, spec)
     backend = backend or BackendSpec()
-    packets = backend.name == "ns3"
+    packets = "pcap" in REGISTRY[backend.name].traffic  # the packet network: compared on its pcaps
     if packets and backend.traffic != "pcap":
         backend = backend.model_copy(update={"traffic": "pcap"})
     if (packets if testbed is None else testbed) and spec is None:
         scenario = testbed_scenario(scenario, real.meta, packets=packets)
-    say(f"simulating {scenario.name} ({scenario.npus} ranks) on {backend.key}")
+    say(f"simulating {scenario.name} ({scenario.npus} ranks) on {backend_key(backend)}")
     result = simulate(scenario, Path(out) / layout.SIM_DIR, backend, astra_sim=astra_sim,
                       source=None if isinstance(spec, Scenario) else spec)
     if packets:
@@ -275,7 +276,7 @@ def validate_counters(
     sample = real.sample_s
     base = backend or BackendSpec()
     run_spec = base.model_copy(update={"traffic": "links", "traffic_bin_s": min(sample / 10, base.traffic_bin_s)})
-    say(f"simulating {scenario.name} ({scenario.npus} ranks) on {run_spec.key}, its links binned at "
+    say(f"simulating {scenario.name} ({scenario.npus} ranks) on {backend_key(run_spec)}, its links binned at "
         f"{run_spec.traffic_bin_s:g} s")
     result = simulate(scenario, Path(out) / layout.SIM_DIR, run_spec, astra_sim=astra_sim, source=spec)
     links = read_links(Path(out) / layout.SIM_DIR / layout.LINKS)

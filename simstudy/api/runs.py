@@ -20,8 +20,9 @@ from simstudy.backends.rundir import run_input_set
 from simstudy.compiler import Bundle
 from simstudy.linktable import read_links
 from simstudy.report import render_run
-from simstudy.spec import BackendSpec, Cluster, Scenario, SpecError, Study, validate_as
+from simstudy.spec import BackendSpec, Cluster, Congestion, Scenario, SpecError, Study, validate_as
 from simstudy.spec import load_study as load_study_file
+from simstudy.spec.study import BackendName
 from simstudy.sweeps import Executor, SlurmOptions, SweepResult, get_executor, override, run_study
 from simstudy.sweeps.runner import RunRecord, read_record
 from simstudy.table import empty_table, read_table
@@ -146,7 +147,7 @@ def run(
     out: str | Path | None = None,
     *,
     backend: str | BackendSpec = "flowsim",
-    congestion: Literal["fluid", "unaware", "aware"] = "fluid",
+    congestion: Congestion | str = "fluid",
     aware: bool = False,
     traffic: Literal["rows", "links", "none"] = "rows",
     traffic_bin_s: float = 1e-3,
@@ -166,7 +167,7 @@ def run(
             engine over ns-3's packet network: TCP, queues, loss), or a full
             `simstudy.spec.BackendSpec` (then the options below are not used).
         congestion: flowsim's network model: ``fluid`` (max-min fair sharing), ``unaware`` or ``aware``.
-        aware: astrasim: use the congestion-aware binary.
+        aware: The same as ``congestion="aware"`` (astrasim: the congestion-aware binary).
         traffic: Keep the traffic table (``rows``), per-link bins (``links``) or only counts (``none``).
         traffic_bin_s: Bin width of the link table, in seconds.
         timeout_s: Seconds before the run is abandoned.
@@ -182,8 +183,8 @@ def run(
         InputError: The spec or the input set is not valid.
         simstudy.backends.BackendError: The simulation did not complete.
     """
-    options = backend_spec(backend, congestion=congestion, aware=aware, traffic=traffic, traffic_bin_s=traffic_bin_s,
-                       timeout_s=timeout_s)
+    options = backend_spec(backend, congestion="aware" if aware else congestion, traffic=traffic,
+                           traffic_bin_s=traffic_bin_s, timeout_s=timeout_s)
     draw = render_run if render else None
     with input_errors():
         if isinstance(spec, Bundle):
@@ -265,8 +266,8 @@ def sweep(
     scheduler: str | None = None,
     connect_timeout_s: float = 30.0,
     slurm: SlurmOptions | None = None,
-    backend: Literal["flowsim", "astrasim", "ns3"] | None = None,
-    congestion: Literal["fluid", "unaware", "aware"] | None = None,
+    backend: BackendName | None = None,
+    congestion: Congestion | str | None = None,
     aware: bool = False,
     sets: Collection[str] = (),
     astra_sim: str | Path | None = None,

@@ -1,4 +1,5 @@
-"""Simulation backends: the `Backend` protocol, `astrasim` and the built-in `flowsim`."""
+"""Simulation backends: the `Backend` protocol, and the backends of `registry` (flowsim, built in;
+astrasim, the ASTRA-SIM binary; ns3, the packet network)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from pathlib import Path
 from simstudy.backends.astrasim import AstraSimBackend
 from simstudy.backends.base import Backend, BackendError, RankStats, RunResult
 from simstudy.backends.flowsim import FlowsimBackend
+from simstudy.backends.registry import NAMES, make_backend
 from simstudy.backends.rundir import read_run, write_run
-from simstudy.backends.simulate import make_backend, simulate
+from simstudy.backends.simulate import simulate
 from simstudy.spec import BackendSpec
 
 __all__ = [
@@ -26,14 +28,14 @@ __all__ = [
     "write_run",
 ]
 
-BACKENDS = ("flowsim", "astrasim", "ns3")
+BACKENDS = NAMES
 
 
 def get_backend(
-    name: str, *, astra_sim: str | Path | None = None, aware: bool = False, congestion: str = "fluid"
+    name: str, *, astra_sim: str | Path | None = None, aware: bool = False, congestion: str | None = None
 ) -> Backend:
-    """A backend by name: `flowsim` (built in) or `astrasim` (the external binary)."""
+    """A backend by name (one of `BACKENDS`), with its options as a `BackendSpec` takes them."""
     if name not in BACKENDS:
         raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")
-    return make_backend(BackendSpec.model_validate({"name": name, "aware": aware, "congestion": congestion}),
-                        astra_sim=astra_sim)
+    options = {"aware": aware} if congestion is None else {"aware": aware, "congestion": congestion}
+    return make_backend(BackendSpec.model_validate({"name": name, **options}), astra_sim=astra_sim)

@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 
 from simstudy import layout
 from simstudy.backends.base import Backend, RunResult
+from simstudy.backends.registry import backend_key
 from simstudy.backends.traffic_out import TrafficOutput
 from simstudy.compiler import Bundle, JobInfo, read_jobs
 from simstudy.spec import BackendSpec, Cluster, canonical_json
@@ -157,7 +158,7 @@ class WithJobs:
 
 def alone_key(cluster: Cluster, backend: BackendSpec) -> str:
     """The key of a job's alone run: a hash of the one-job cluster, the backend and simstudy's version."""
-    text = "\n".join([canonical_json(cluster), backend.key, f"simstudy {__version__}"])
+    text = "\n".join([canonical_json(cluster), backend_key(backend), f"simstudy {__version__}"])
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
 
 

@@ -1,7 +1,7 @@
 """The one run path: compile a scenario, run it on a backend, write the run directory.
 
 `simstudy run`, `simstudy sweep` (each run of a sweep) and `simstudy validate` all call
-`simulate`, so a backend option or a run-directory file is added in one place.
+`simulate`, so a run-directory file is added in one place (a backend is an entry of `registry`).
 """
 
 from __future__ import annotations
@@ -9,30 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from simstudy.backends import ns3 as packets
-from simstudy.backends.astrasim import AstraSimBackend
-from simstudy.backends.base import Backend, BackendError, Progress, RunResult
-from simstudy.backends.flowsim import FlowsimBackend
+from simstudy.backends.base import Backend, Progress, RunResult
 from simstudy.backends.jobs import WithJobs, alone_times
+from simstudy.backends.registry import make_backend
 from simstudy.backends.rundir import run_to_dir
 from simstudy.compiler import Bundle, compile_any
-from simstudy.spec import BackendSpec, Cluster, Scenario, SpecError
-
-
-def make_backend(spec: BackendSpec, *, astra_sim: str | Path | None = None,
-                 progress: Callable[[Progress], None] | None = None) -> Backend:
-    """The backend a spec names; `astra_sim` is the binary for `astrasim` (a path of this machine,
-    so not part of the spec or of any run key); `progress(Progress)` is fed by flowsim."""
-    if spec.name == "flowsim":
-        return FlowsimBackend(congestion=spec.congestion, traffic=spec.traffic, traffic_bin_s=spec.traffic_bin_s,
-                              progress=progress)
-    if spec.name == "astrasim":
-        return AstraSimBackend(astra_sim, aware=spec.aware, traffic=spec.traffic, traffic_bin_s=spec.traffic_bin_s)
-    if spec.name == "ns3":
-        if not packets.available():
-            raise SpecError(None, "backend", packets.MISSING)
-        return packets.Ns3Backend(traffic=spec.traffic, traffic_bin_s=spec.traffic_bin_s, progress=progress)
-    raise BackendError(f"unknown backend {spec.name!r}; expected flowsim, astrasim or ns3")  # pragma: no cover
+from simstudy.spec import BackendSpec, Cluster, Scenario
 
 
 def alone_root(out: str | Path) -> Path:

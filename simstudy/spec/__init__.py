@@ -19,7 +19,7 @@ from simstudy.spec.load import (
 from simstudy.spec.model import Layer, Model, ModelSpec, ZooModel
 from simstudy.spec.parallelism import AllReduce, Parallelism, ParameterServer
 from simstudy.spec.scenario import Scenario, canonical_json
-from simstudy.spec.study import BackendOptions, BackendSpec, Baseline, PlotSpec, Study
+from simstudy.spec.study import BackendOptions, BackendSpec, Baseline, Congestion, PlotSpec, Study
 from simstudy.spec.system import LayerTime, MeasuredCompute, System
 from simstudy.spec.topology import (
     BinaryTreeStar,
@@ -53,6 +53,7 @@ __all__ = [
     "ClosCsv",
     "ClosHost",
     "Cluster",
+    "Congestion",
     "Dim",
     "FatTree",
     "FullyConnected",

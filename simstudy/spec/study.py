@@ -16,9 +16,10 @@ baseline: {tolerance: 1e-6, tolerances: {iteration_ms: 0.01}}
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from simstudy.spec.base import Spec
 
@@ -33,19 +34,84 @@ def _default_analyses() -> list[Analysis]:
     return ["features"]
 
 
-Congestion = Literal["fluid", "unaware", "aware"]
+class Congestion(StrEnum):
+    """How a network model treats transfers that share a link: one member per mode, with what it
+    means. The modes a backend models are listed in its entry of `simstudy.backends.registry`."""
+
+    #: every transfer a flow, links shared max-min fairly
+    FLUID = "fluid"
+    #: ASTRA-SIM's congestion-unaware model: every transfer alone on its links
+    UNAWARE = "unaware"
+    #: ASTRA-SIM's congestion-aware model: store-and-forward, one FIFO queue per link
+    AWARE = "aware"
+    #: ns-3's packets: TCP, queues and losses (the ns3 backend's only mode)
+    NS3 = "ns3"
+
+    @property
+    def meaning(self) -> str:
+        return _MEANINGS[self]
+
+    @property
+    def chosen(self) -> bool:
+        """Whether a spec may ask for it (`ns3` comes with the ns3 backend, not from a spec)."""
+        return self is not Congestion.NS3
+
+    @property
+    def shares_links(self) -> bool:
+        """Whether transfers on one link slow each other (all but `unaware`)."""
+        return self is not Congestion.UNAWARE
+
+    @property
+    def fluid(self) -> bool:
+        """Whether rates are solved max-min over the links (a route's links with their multiplicity)."""
+        return self is Congestion.FLUID
+
+    @property
+    def fifo(self) -> bool:
+        """Whether each link is a FIFO queue that messages wait in, hop by hop."""
+        return self is Congestion.AWARE
+
+
+_MEANINGS = {
+    Congestion.FLUID: "every transfer a flow, links shared max-min fairly",
+    Congestion.UNAWARE: "ASTRA-SIM's congestion-unaware model",
+    Congestion.AWARE: "ASTRA-SIM's congestion-aware model: store-and-forward, one FIFO queue per link",
+    Congestion.NS3: "ns-3's packet network: TCP, queues, token buckets, losses",
+}
+
+
+def _listed(words: list[str]) -> str:
+    """'a, b or c'"""
+    return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else "".join(words)
+
+
+#: The modes a spec may give (`congestion:`, `--congestion`).
+CONGESTION_CHOICES = tuple(m.value for m in Congestion if m.chosen)
+
+
+if TYPE_CHECKING:
+    ChosenCongestion = Congestion
+else:  # validated as the Literal of the modes a spec may give (its errors list them), kept as the enum
+    ChosenCongestion = Annotated[Literal[CONGESTION_CHOICES], AfterValidator(Congestion)]
+
+
+def _aware_in_schema(schema: dict[str, Any]) -> None:
+    """The schema also takes `aware` (see `BackendOptions._old_names`), as the loader does."""
+    schema["properties"]["aware"] = {"default": False, "description": "the older name of congestion: aware (true)",
+                                     "title": "Aware", "type": "boolean"}
 
 
 class BackendOptions(Spec):
     """Options passed to the backend of every run of the study."""
 
-    congestion: Congestion = Field(
-        default="fluid",
-        description="flowsim's network model: fluid (every transfer a flow, links shared max-min fairly), unaware "
-        "(ASTRA-SIM's congestion-unaware model) or aware (ASTRA-SIM's congestion-aware model: store-and-forward, "
-        "one FIFO queue per link); with backend astrasim, aware selects the congestion-aware binary",
+    model_config = ConfigDict(json_schema_extra=_aware_in_schema)
+
+    congestion: ChosenCongestion = Field(
+        default=Congestion.FLUID,
+        description="flowsim's network model: "
+        + _listed([f"{m.value} ({m.meaning})" for m in Congestion if m.chosen])
+        + "; with backend astrasim, aware selects the congestion-aware binary",
     )
-    aware: bool = Field(default=False, description="astrasim: use the congestion-aware binary")
     timeout_s: float = Field(default=3600.0, gt=0, description="seconds before one run is abandoned")
     traffic: Literal["rows", "links", "none", "pcap"] = Field(
         default="rows",
@@ -57,55 +123,50 @@ class BackendOptions(Spec):
 
     @model_validator(mode="before")
     @classmethod
-    def _old_contention(cls, data: Any) -> Any:
-        """Studies written before `congestion` said `contention: true|false` (links shared or not)."""
-        if isinstance(data, dict) and "contention" in data:
-            data = dict(data)
+    def _old_names(cls, data: Any) -> Any:
+        """Two older ways to say `congestion`: `contention: true|false` (links shared or not, from
+        before `congestion`) and `aware: true|false` (astrasim's congestion-aware binary: `aware:
+        true` is `congestion: aware`, on every backend)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if "contention" in data:
             old = data.pop("contention")
             if not isinstance(old, bool):
                 raise ValueError(f"contention: expected true or false, got {old!r} (it is now congestion: "
                                  "fluid|unaware|aware)")
-            mode = "fluid" if old else "unaware"
-            if data.get("congestion", mode) != mode:
-                raise ValueError(f"contention: {str(old).lower()} means congestion: {mode}, but congestion is "
-                                 f"{data['congestion']!r}; give congestion only")
-            data["congestion"] = mode
+            _alias(data, "contention", str(old).lower(), Congestion.FLUID if old else Congestion.UNAWARE)
+        if "aware" in data:
+            old = data.pop("aware")
+            if not isinstance(old, bool):
+                raise ValueError(f"aware: expected true or false, got {old!r} (it is now congestion: aware)")
+            if old:
+                _alias(data, "aware", "true", Congestion.AWARE)
         return data
 
 
+def _alias(data: dict[str, Any], name: str, value: str, mode: Congestion) -> None:
+    """`name: value` in `data` stands for `congestion: mode`; a different congestion is an error."""
+    given = data.get("congestion")
+    if given is not None and given != mode:
+        raise ValueError(f"{name}: {value} means congestion: {mode.value}, but congestion is "
+                         f"{given.value if isinstance(given, Congestion) else given!r}; give congestion only")
+    data["congestion"] = mode.value
+
+
+#: The backends' names: `simstudy.backends.registry` has one entry for each (and checks this list).
 BackendName = Literal["flowsim", "astrasim", "ns3"]
 
 
 class BackendSpec(BackendOptions):
-    """Which simulator runs a scenario, with its options: what `simulate` needs besides the scenario."""
+    """Which simulator runs a scenario, with its options: what `simulate` needs besides the scenario.
+    What each backend takes of the options is its entry in `simstudy.backends.registry`."""
 
     name: BackendName = Field(
         default="flowsim",
         description="simulator: flowsim (built in), astrasim (binary) or ns3 (flowsim's engine on ns-3's packet "
         "network: TCP, queues, token buckets, losses; needs the ns3 wheel)",
     )
-
-    @model_validator(mode="after")
-    def _astrasim_congestion(self) -> BackendSpec:
-        if self.name == "astrasim" and self.congestion == "aware" and not self.aware:
-            object.__setattr__(self, "aware", True)
-        if self.traffic == "pcap" and self.name != "ns3":
-            raise ValueError(f"traffic: pcap needs backend ns3 (the packet network), not {self.name}")
-        return self
-
-    @property
-    def key(self) -> str:
-        """The part of a run key that names the simulator and its result-changing options (what
-        a run keeps of its transfers changes its files, so it is part of the key unless `rows`)."""
-        base = {"flowsim": f"flowsim:congestion={self.congestion}", "astrasim": f"astrasim:aware={self.aware}",
-                "ns3": "ns3"}[self.name]
-        if self.traffic == "pcap":
-            return f"{base}:traffic=pcap"
-        if self.traffic == "links":
-            return f"{base}:traffic=links:{self.traffic_bin_s!r}"
-        if self.traffic == "none":
-            return f"{base}:traffic=none"
-        return base
 
 
 class Baseline(Spec):

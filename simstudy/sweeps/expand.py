@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from simstudy.backends.registry import backend_key
 from simstudy.spec import Cluster, Scenario, SpecError, Study, canonical_json, resolve_references, spec_error
 from simstudy.spec.load import is_reference
 from simstudy.spec.paths import check_path
@@ -84,9 +85,13 @@ def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def backend_id(study: Study) -> str:
-    """The part of a run key that names the simulator and its result-changing options."""
-    return study.backend_spec.key
+def backend_id(study: Study, source: str | Path | None = None) -> str:
+    """The part of a run key that names the simulator and its result-changing options; an option
+    the backend does not take is a SpecError naming the study file (`source`) and the option."""
+    try:
+        return backend_key(study.backend_spec)
+    except SpecError as exc:
+        raise SpecError(source, f"backend_options.{exc.field}", exc.message) from None
 
 
 def run_key(scenario: Scenario | Cluster, backend: str) -> str:
@@ -150,10 +155,12 @@ def override(study: Study, source: str | Path, *, backend: str | None = None, aw
     if backend is not None:
         update["backend"] = backend
     options: dict[str, Any] = {}
-    if aware is not None:
-        options["aware"] = aware
     if congestion is not None:
         options["congestion"] = congestion
+    if aware:
+        if congestion not in (None, "aware"):
+            raise SpecError(source, "--aware", f"means --congestion aware, but --congestion is {congestion}")
+        options["congestion"] = "aware"
     if options:
         update["backend_options"] = {**study.backend_options.model_dump(), **options}
     if sets:
@@ -206,7 +213,7 @@ def expand(study: Study, source: str | Path) -> Expansion:
     base, _ = resolve_references(study.base, source)
     if not isinstance(base, dict):
         raise SpecError(source, "base", "expected a mapping of scenario fields")
-    bid = backend_id(study)
+    bid = backend_id(study, source)
     points: list[Point] = []
     skipped: list[Skipped] = []
     for index, combo in enumerate(_combinations(study)):

@@ -50,11 +50,6 @@ def test_without_the_wheel_ns3_is_one_line_and_exit_2(monkeypatch: pytest.Monkey
     assert not (tmp_path / "r").exists()
 
 
-def test_traffic_pcap_needs_the_packet_network() -> None:
-    with pytest.raises(ValueError, match="traffic: pcap needs backend ns3"):
-        BackendSpec(name="flowsim", traffic="pcap")
-
-
 def test_one_flow_per_link_agrees_with_fluid(ns3: None, tmp_path: Path) -> None:
     """A ring all-reduce on a ring: every link carries one message at a time. ns-3's TCP is slower
     than fluid's flows by its headers (52 bytes of IP and TCP per 1448 of payload: 3.6%), a 2-byte

@@ -23,13 +23,14 @@ from simstudy.backends.network import Network
 from simstudy.backends.traffic_build import WorkloadInfo, span_kind, union_ns
 from simstudy.backends.traffic_out import TrafficSink, make_sink
 from simstudy.compiler.attributes import NodeMeta
+from simstudy.spec import Congestion
 from simstudy.table import OPS
 from simstudy.version import __version__
 
 __all__ = ["CONGESTION_MODES", "DEFAULT", "FULL", "FlowsimBackend", "Shortcuts"]
 
-#: flowsim's network models (see `netmodels`): fluid max-min sharing, ASTRA-SIM's unaware and aware.
-CONGESTION_MODES = ("fluid", "unaware", "aware")
+#: flowsim's congestion modes (see `netmodels`): fluid max-min sharing, ASTRA-SIM's unaware and aware.
+CONGESTION_MODES = tuple(m.value for m in NETMODELS)
 
 
 class _Rows:
@@ -67,15 +68,15 @@ class FlowsimBackend:
 
     name = "flowsim"
 
-    def __init__(self, *, congestion: str = "fluid", traffic: str = "rows", traffic_bin_s: float = 1e-3,
-                 progress: Callable[[Progress], None] | None = None, shortcuts: Shortcuts = DEFAULT,
-                 fluid_solver: str = "fast") -> None:
+    def __init__(self, *, congestion: str | Congestion = Congestion.FLUID, traffic: str = "rows",
+                 traffic_bin_s: float = 1e-3, progress: Callable[[Progress], None] | None = None,
+                 shortcuts: Shortcuts = DEFAULT, fluid_solver: str = "fast") -> None:
         if congestion not in NETMODELS:
             raise ValueError(f"unknown congestion mode {congestion!r}; expected one of {', '.join(CONGESTION_MODES)}")
         if fluid_solver not in FLUID_SOLVERS:
             raise ValueError(f"unknown fluid solver {fluid_solver!r}; expected one of {', '.join(FLUID_SOLVERS)}")
         self.fluid_solver = fluid_solver
-        self.congestion = congestion
+        self.congestion = Congestion(congestion)
         self.traffic = traffic
         self.traffic_bin_s = traffic_bin_s
         self.progress = progress
@@ -122,7 +123,7 @@ class FlowsimBackend:
             ranks=ranks,
             output=output,
             wall_time_s=time.perf_counter() - t0,
-            details={"congestion": self.congestion, **_solver_details(self, engine), "network": net.kind,
+            details={"congestion": self.congestion.value, **_solver_details(self, engine), "network": net.kind,
                      "links": len(net.capacity), "identical_ranks": engine.identical,
                      "shortcuts": [n for n in cuts.names if n != "isolated" or engine.comms.isolated],
                      **engine.comms.stats, **extra, "iteration_ends_ns": ends},
@@ -154,7 +155,7 @@ def _ticker(progress: Callable[[Progress], None], transfers: Callable[[], int], 
 
 def _solver_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:
     """The fluid mode's solver, and how often it found a component's rates already solved."""
-    if backend.congestion != "fluid":
+    if not backend.congestion.fluid:
         return {}
     return {"fluid_solver": backend.fluid_solver, "rates_reused": int(getattr(engine.comms.model, "reused", 0))}
 

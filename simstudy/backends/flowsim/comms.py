@@ -38,6 +38,7 @@ from simstudy.backends.network import Network
 from simstudy.backends.patterns import TreeTurns
 from simstudy.backends.traffic_build import WorkloadInfo
 from simstudy.chakra import NodeType
+from simstudy.spec import Congestion
 
 IntArray = NDArray[np.int64]
 Route = tuple[tuple[int, ...], tuple[int, ...] | None, float, int]
@@ -112,9 +113,11 @@ class Lanes:
     routes on one queue (or one fluid link) per orbit. Per dimension, `rotate` maps rank r to
     r + 1 along it, `xor` to r XOR 1 (a switch or a fully connected dimension only)."""
 
-    def __init__(self, routes: Routes, symmetry: tuple[str, ...], mode: str) -> None:
+    def __init__(self, routes: Routes, symmetry: tuple[str, ...], mode: Congestion) -> None:
         self.routes = routes
-        self.mode = mode
+        #: a route carries its uncontended time (links not shared), or its links with their multiplicity (fluid)
+        self.alone = not mode.shares_links
+        self.fluid = mode.fluid
         topo = routes.net.topology
         keys: dict[tuple[object, ...], int] = {}
         orbit = np.empty(len(topo.links), dtype=np.int64)
@@ -141,8 +144,8 @@ class Lanes:
     def route(self, src: int, dst: int, size: int, flow: int = 0) -> Route:
         path, lat, _ = self.routes.links(src, dst)
         keys = tuple(int(self.orbit[i]) for i in path)
-        alone = self.routes.alone_ns(src, dst, size) if self.mode == "unaware" else 0
-        if self.mode != "fluid":
+        alone = self.routes.alone_ns(src, dst, size) if self.alone else 0
+        if not self.fluid:
             return keys, None, lat, alone
         uniq: dict[int, int] = {}
         for k in keys:
@@ -240,13 +243,13 @@ class Activity:
     pending: int = 0
 
 
-def _sends_meet_fifo(congestion: str, info: WorkloadInfo) -> bool:
+def _sends_meet_fifo(congestion: Congestion, info: WorkloadInfo) -> bool:
     """Whether point-to-point sends may meet isolated collectives on FIFO links (`aware`): there,
     when a send starts at the instant the collective sends one of its own messages on that link,
     the replay of the collective (`Comms._replay`) can queue the two in the other order than the
     full path does (tests/backends/test_fast_paths.py found two such bundles), so such a run
     takes no `isolated` shortcut. Fluid sharing does not depend on that order."""
-    if congestion != "aware":
+    if not congestion.fifo:
         return False
     traces = {id(nodes): nodes for nodes in info.nodes}.values()  # ranks with one trace share its list
     return any(n.type == NodeType.COMM_SEND_NODE for nodes in traces for n in nodes)
@@ -255,7 +258,7 @@ def _sends_meet_fifo(congestion: str, info: WorkloadInfo) -> bool:
 class Comms:
     """Every transfer of a run, on one network model in one of the congestion modes."""
 
-    def __init__(self, info: WorkloadInfo, net: Network, mode: str, sched: Scheduler,
+    def __init__(self, info: WorkloadInfo, net: Network, mode: str | Congestion, sched: Scheduler,
                  emit: Callable[..., None], *, planner: Planner | None = None,
                  count: Callable[[int, int, NDArray[np.float64]], None] | None = None, isolated: bool = True,
                  solver: str = "fast", model: NetModel | None = None) -> None:
@@ -263,18 +266,19 @@ class Comms:
             raise ValueError(f"unknown congestion mode {mode!r}; expected one of {', '.join(NETMODELS)}")
         if solver not in FLUID_SOLVERS:
             raise ValueError(f"unknown fluid solver {solver!r}; expected one of {', '.join(FLUID_SOLVERS)}")
+        mode = Congestion(mode)
         self.info = info
         self.mode = mode
         #: the network model's class (the fluid mode's solver as chosen; a model from elsewhere, such
         #: as the packet network, is never timed alone: `type(model)` only names it)
-        self.model_class: type[NetModel] = (FLUID_SOLVERS[solver] if mode == "fluid" else NETMODELS[mode]
+        self.model_class: type[NetModel] = (FLUID_SOLVERS[solver] if mode.fluid else NETMODELS[mode]
                                             if mode in NETMODELS or model is None else type(model))
         self.sched = sched
         #: TCP under loss (`tcp`), for the congestion modes that model it, when a link loses packets
         tcp = TcpPaths(net.topology.transport, net.capacity, net.latency, net.loss)
         self.tcp = tcp if model is None and tcp.lossy and mode in TCP_NETMODELS else None
         self.routes = Routes(net, cut_loss=self.tcp is None)
-        self.route = self.routes.route if mode == "unaware" else self.routes.shared_route
+        self.route = self.routes.shared_route if mode.shares_links else self.routes.route
         if model is None and self.tcp is not None:
             model = TCP_NETMODELS[mode](sched, self.routes.effective, net.latency, tcp=self.tcp)  # type: ignore[call-arg]
         self.model: NetModel = model or self.model_class(sched, self.routes.effective, net.latency)
@@ -290,7 +294,7 @@ class Comms:
         self._plan_pairs: dict[int, list[tuple[int, int]]] = {}
         self._plan_multi: dict[int, list[tuple[int, int, int]]] = {}
         self._lanes: dict[tuple[str, ...], Lanes] = {}
-        self.shared = mode != "unaware"
+        self.shared = mode.shares_links
         #: the shortcut: time a collective alone when nothing else uses its links (else: always message by
         #: message); never on a model whose messages are not timed alone (TCP under loss, the packet network),
         #: nor where a send may meet a replayed collective on a FIFO link (`_sends_meet_fifo`)

@@ -39,6 +39,7 @@ from simstudy.backends.patterns import (
 from simstudy.backends.traffic_build import COLLECTIVE_KIND, WorkloadInfo
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compiler.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, node_meta
+from simstudy.spec import Congestion
 
 COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE)
 
@@ -78,7 +79,7 @@ Tick = Callable[[float, int], None]
 class Engine:
     """One simulation of a bundle."""
 
-    def __init__(self, info: WorkloadInfo, net: Network, *, mode: str, timeout_s: float | None, emit: Emit,
+    def __init__(self, info: WorkloadInfo, net: Network, *, mode: str | Congestion, timeout_s: float | None, emit: Emit,
                  progress: Tick | None = None, identical: bool = False,
                  planner: Planner | None = None, count: Callable[..., None] | None = None,
                  isolated: bool = True, solver: str = "fast",

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from simstudy.backends.flowsim.sched import Scheduler
+from simstudy.spec import Congestion
 
 #: Components of at most this many flows are filled in pure Python; larger ones with numpy.
 _SMALL = 12
@@ -465,6 +466,8 @@ class FastFluidNet(FluidNet):
         return rates
 
 
-NETMODELS: dict[str, type[NetModel]] = {"unaware": UnawareNet, "aware": AwareNet, "fluid": FastFluidNet}
+#: The model of each congestion mode flowsim runs (`Congestion`): what `--congestion` picks.
+NETMODELS: dict[Congestion, type[NetModel]] = {Congestion.FLUID: FastFluidNet, Congestion.UNAWARE: UnawareNet,
+                                              Congestion.AWARE: AwareNet}
 #: The fluid model's solvers: `fast` (the default) and `reference`, the solver it must equal.
 FLUID_SOLVERS: dict[str, type[NetModel]] = {"fast": FastFluidNet, "reference": FluidNet}

@@ -37,6 +37,7 @@ import numpy as np
 
 from simstudy.backends.flowsim.netmodels import Flow, FluidNet, Msg, NetModel, UnawareNet
 from simstudy.backends.flowsim.sched import Scheduler
+from simstudy.spec import Congestion
 from simstudy.spec.transport import Transport
 
 #: The loss-limited window against Padhye's Reno window at 1% loss (CUBIC backs off to 0.7 of its
@@ -217,4 +218,4 @@ class TcpUnawareNet(UnawareNet):
 
 
 #: The models that take TCP under loss, by congestion mode (aware keeps the capacity cut).
-TCP_NETMODELS: dict[str, type[NetModel]] = {"fluid": TcpFluidNet, "unaware": TcpUnawareNet}
+TCP_NETMODELS: dict[Congestion, type[NetModel]] = {Congestion.FLUID: TcpFluidNet, Congestion.UNAWARE: TcpUnawareNet}

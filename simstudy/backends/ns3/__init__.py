@@ -23,6 +23,7 @@ from simstudy.backends.network import Network
 from simstudy.backends.ns3.fabric import MISSING, Fabric, available, host_address
 from simstudy.backends.ns3.netmodel import Ns3Net
 from simstudy.backends.traffic_build import WorkloadInfo
+from simstudy.spec import Congestion
 from simstudy.version import __version__
 
 __all__ = ["MISSING", "Ns3Backend", "available", "iteration_spans"]
@@ -40,7 +41,7 @@ class Ns3Backend(FlowsimBackend):
             raise BackendError(MISSING)
         super().__init__(traffic="rows" if traffic == "pcap" else traffic, traffic_bin_s=traffic_bin_s,
                          progress=progress)
-        self.congestion = self.name  # run.json's details.congestion: the network model is ns-3's own
+        self.congestion = Congestion.NS3  # run.json's details.congestion: the network model is ns-3's own
         self.pcap = traffic == "pcap"
         self.fabric: Fabric | None = None
         self.pcap_dir: Path | None = None
