@@ -99,91 +99,105 @@ def slices(size_bytes: int, parts: int) -> list[int]:
 
 def compile_parameter_server(scenario: Scenario) -> ExecutionGraph:
     """The execution graph of data parallelism through parameter servers."""
-    p = scenario.parallelism
-    agg = p.aggregation
+    agg = scenario.parallelism.aggregation
     if not isinstance(agg, ParameterServer):
         raise ValueError("compile_parameter_server needs aggregation kind parameter_server")
-    model = scenario.resolved_model
-    costs = layer_costs(scenario, model)
-    buckets = ddp_buckets(costs, p.bucket_size_bytes)
-    parts = pieces(costs, buckets, agg.servers)
-    dtype = scenario.training.dtype_bytes
-    workers = p.dp
-    graphs = [RankGraph(rank=r) for r in range(p.total_ranks)]
-    hosts = agg.server_hosts(workers)
-
-    def tag(it: int, piece: Piece, direction: int, part: int = 0) -> int:
-        return tag_number(it, piece.bucket, piece.server, len(buckets), agg.servers, direction, part)
-
-    def reply_slices(piece: Piece) -> list[int]:
-        remote = workers - (1 if hosts[piece.server] < workers else 0)
-        return slices(piece.size_bytes, REPLY_SLICES if agg.mode == "sync" and remote > 1 else 1)
-
-    def update_us(piece: Piece) -> int:
-        return whole_us(optimizer_us(scenario, model, params=piece.size_bytes // dtype))
-
-    meet = agg.rendezvous
-    after: list[list[int]] = [[] for _ in range(workers)]
+    ps = _PsGraph(scenario, agg)
     for it in range(scenario.training.iterations):
-        # Workers: forward, backward, push each piece when its bucket is ready, receive pulls.
         local_ready: dict[tuple[int, int], int] = {}
-        for w in range(workers):
-            g = graphs[w]
-            fwd = forward(g, costs, it, after[w])
-            bwd = backward(g, costs, it, [fwd[-1]])
-            done = bwd[costs[0].index]
-            pulls: list[int] = []
-            if meet:  # before the pushes that wait for the same end of backward, as the worker posts them
-                for piece in parts:
-                    if hosts[piece.server] != w:
-                        g.send(f"recv_ready.b{piece.bucket}.s{piece.server}.it{it}", hosts[piece.server],
-                               READY_BYTES, tag(it, piece, PUSH, READY_PART), [done], op="pull", iteration=it,
-                               flow=tag(it, piece, PUSH), chunk=READY_PART)
-            for piece in parts:
-                dep = bwd[piece.ready_layer] if p.overlap else done
-                host = hosts[piece.server]
-                if host == w:
-                    local_ready[(w, piece.bucket * agg.servers + piece.server)] = dep
-                    continue
-                name = f"b{piece.bucket}.s{piece.server}.it{it}"
-                push = g.send(f"push.{name}", host, piece.size_bytes, tag(it, piece, PUSH), [dep], op="push",
-                              iteration=it)
-                parts_of = reply_slices(piece)
-                for c, size in enumerate(parts_of):
-                    suffix = f".c{c}" if len(parts_of) > 1 else ""
-                    pulls.append(g.recv(f"pull.{name}{suffix}", host, size, tag(it, piece, PULL, c), [push],
-                                        op="pull", iteration=it))
-            after[w] = pulls if pulls else [done]
-        # Servers: receive pieces, update, send parameters back.
-        for piece in parts:
+        for w in range(ps.workers):
+            ps.worker(it, w, local_ready)
+        for piece in ps.parts:
+            ps.server(it, piece, local_ready)
+    return ExecutionGraph(ranks=ps.graphs)
+
+
+class _PsGraph:
+    """The graphs of one parameter-server scenario, built iteration by iteration: each worker's
+    forward, backward, pushes and pulls (`worker`), then each piece's server side (`server`)."""
+
+    def __init__(self, scenario: Scenario, agg: ParameterServer) -> None:
+        p = scenario.parallelism
+        self.scenario, self.agg, self.overlap = scenario, agg, p.overlap
+        self.model = scenario.resolved_model
+        self.costs = layer_costs(scenario, self.model)
+        self.buckets = ddp_buckets(self.costs, p.bucket_size_bytes)
+        self.parts = pieces(self.costs, self.buckets, agg.servers)
+        self.dtype = scenario.training.dtype_bytes
+        self.workers = p.dp
+        self.graphs = [RankGraph(rank=r) for r in range(p.total_ranks)]
+        self.hosts = agg.server_hosts(self.workers)
+        #: what each worker's next forward waits for (its pulls of the iteration before)
+        self.after: list[list[int]] = [[] for _ in range(self.workers)]
+
+    def tag(self, it: int, piece: Piece, direction: int, part: int = 0) -> int:
+        return tag_number(it, piece.bucket, piece.server, len(self.buckets), self.agg.servers, direction, part)
+
+    def reply_slices(self, piece: Piece) -> list[int]:
+        remote = self.workers - (1 if self.hosts[piece.server] < self.workers else 0)
+        return slices(piece.size_bytes, REPLY_SLICES if self.agg.mode == "sync" and remote > 1 else 1)
+
+    def update_us(self, piece: Piece) -> int:
+        return whole_us(optimizer_us(self.scenario, self.model, params=piece.size_bytes // self.dtype))
+
+    def worker(self, it: int, w: int, local_ready: dict[tuple[int, int], int]) -> None:
+        """Worker `w`'s iteration: forward, backward, push each piece when its bucket is ready, receive pulls."""
+        agg, hosts, g = self.agg, self.hosts, self.graphs[w]
+        fwd = forward(g, self.costs, it, self.after[w])
+        bwd = backward(g, self.costs, it, [fwd[-1]])
+        done = bwd[self.costs[0].index]
+        pulls: list[int] = []
+        if agg.rendezvous:  # before the pushes that wait for the same end of backward, as the worker posts them
+            for piece in self.parts:
+                if hosts[piece.server] != w:
+                    g.send(f"recv_ready.b{piece.bucket}.s{piece.server}.it{it}", hosts[piece.server],
+                           READY_BYTES, self.tag(it, piece, PUSH, READY_PART), [done], op="pull", iteration=it,
+                           flow=self.tag(it, piece, PUSH), chunk=READY_PART)
+        for piece in self.parts:
+            dep = bwd[piece.ready_layer] if self.overlap else done
             host = hosts[piece.server]
-            g = graphs[host]
-            remote = [w for w in range(workers) if w != host]
-            local = local_ready.get((host, piece.bucket * agg.servers + piece.server))
+            if host == w:
+                local_ready[(w, piece.bucket * agg.servers + piece.server)] = dep
+                continue
             name = f"b{piece.bucket}.s{piece.server}.it{it}"
-            recv_ready = {w: [g.recv(f"recv_ready.{name}.w{w}", w, READY_BYTES, tag(it, piece, PUSH, READY_PART), [],
-                                     op="pull", iteration=it)] if meet else [] for w in remote}
-            if agg.mode == "sync":
-                recvs = [g.recv(f"recv_grad.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PUSH), [],
-                                op="push", iteration=it) for w in remote]
-                deps = recvs + ([local] if local is not None else [])
-                upd = g.compute(f"update.{name}", update_us(piece), deps, iteration=it)
-                parts_of = reply_slices(piece)
-                for c, size in enumerate(parts_of):  # round-robin: slice c to every worker, then c + 1
-                    suffix = f".c{c}" if len(parts_of) > 1 else ""
-                    for w in remote:
-                        g.send(f"send_param.{name}.w{w}{suffix}", w, size, tag(it, piece, PULL, c),
-                               [upd, *recv_ready[w]], op="pull", iteration=it, flow=tag(it, piece, PULL), chunk=c)
-                if local is not None:
-                    after[host].append(upd)
-            else:
+            push = g.send(f"push.{name}", host, piece.size_bytes, self.tag(it, piece, PUSH), [dep], op="push",
+                          iteration=it)
+            parts_of = self.reply_slices(piece)
+            for c, size in enumerate(parts_of):
+                suffix = f".c{c}" if len(parts_of) > 1 else ""
+                pulls.append(g.recv(f"pull.{name}{suffix}", host, size, self.tag(it, piece, PULL, c), [push],
+                                    op="pull", iteration=it))
+        self.after[w] = pulls if pulls else [done]
+
+    def server(self, it: int, piece: Piece, local_ready: dict[tuple[int, int], int]) -> None:
+        """The server side of one piece in one iteration: receive it, update, send parameters back."""
+        agg, host = self.agg, self.hosts[piece.server]
+        g = self.graphs[host]
+        remote = [w for w in range(self.workers) if w != host]
+        local = local_ready.get((host, piece.bucket * agg.servers + piece.server))
+        name = f"b{piece.bucket}.s{piece.server}.it{it}"
+        recv_ready = {w: [g.recv(f"recv_ready.{name}.w{w}", w, READY_BYTES, self.tag(it, piece, PUSH, READY_PART),
+                                 [], op="pull", iteration=it)] if agg.rendezvous else [] for w in remote}
+        if agg.mode == "sync":
+            recvs = [g.recv(f"recv_grad.{name}.w{w}", w, piece.size_bytes, self.tag(it, piece, PUSH), [],
+                            op="push", iteration=it) for w in remote]
+            deps = recvs + ([local] if local is not None else [])
+            upd = g.compute(f"update.{name}", self.update_us(piece), deps, iteration=it)
+            parts_of = self.reply_slices(piece)
+            for c, size in enumerate(parts_of):  # round-robin: slice c to every worker, then c + 1
+                suffix = f".c{c}" if len(parts_of) > 1 else ""
                 for w in remote:
-                    r = g.recv(f"recv_grad.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PUSH), [],
-                               op="push", iteration=it)
-                    upd = g.compute(f"update.{name}.w{w}", update_us(piece), [r], iteration=it)
-                    g.send(f"send_param.{name}.w{w}", w, piece.size_bytes, tag(it, piece, PULL),
-                           [upd, *recv_ready[w]], op="pull", iteration=it)
-                if local is not None:
-                    upd = g.compute(f"update.{name}.w{host}", update_us(piece), [local], iteration=it)
-                    after[host].append(upd)
-    return ExecutionGraph(ranks=graphs)
+                    g.send(f"send_param.{name}.w{w}{suffix}", w, size, self.tag(it, piece, PULL, c),
+                           [upd, *recv_ready[w]], op="pull", iteration=it, flow=self.tag(it, piece, PULL), chunk=c)
+            if local is not None:
+                self.after[host].append(upd)
+            return
+        for w in remote:
+            r = g.recv(f"recv_grad.{name}.w{w}", w, piece.size_bytes, self.tag(it, piece, PUSH), [],
+                       op="push", iteration=it)
+            upd = g.compute(f"update.{name}.w{w}", self.update_us(piece), [r], iteration=it)
+            g.send(f"send_param.{name}.w{w}", w, piece.size_bytes, self.tag(it, piece, PULL),
+                   [upd, *recv_ready[w]], op="pull", iteration=it)
+        if local is not None:
+            upd = g.compute(f"update.{name}.w{host}", self.update_us(piece), [local], iteration=it)
+            self.after[host].append(upd)
