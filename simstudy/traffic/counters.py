@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 import numpy as np
 import pandas as pd
@@ -94,7 +95,8 @@ class Counters:
     """A counter series: `table` (see `COLUMNS`), where it came from and what was noticed."""
 
     path: Path
-    format: Literal["zhejiang", "csv"]
+    format: str
+    """The name of its entry of `FORMATS` (`zhejiang`, `csv`)."""
     table: pd.DataFrame
     t0_epoch_s: float
     """The start of the series (its first sample's start), seconds since the epoch (0 when the
@@ -138,37 +140,45 @@ def _header(path: Path) -> list[str]:
     return [c.strip().lstrip("\ufeff") for c in line.strip().split(",")]
 
 
-def _kind(path: Path) -> Literal["zhejiang", "csv"] | None:
+@dataclass(frozen=True)
+class CounterFormat:
+    """One format of counter files: its name (`Counters.format`), how a CSV header is recognised,
+    how its files are read, and what it expects (for the error when nothing is found)."""
+
+    name: str
+    recognise: Callable[[list[str]], bool]
+    read: Callable[[Path, list[Path], Path | None], Counters]
+    """(the path given, its counter files, the topology file given or None) -> the series"""
+    expects: str
+
+
+def _is_generic(head: list[str]) -> bool:
+    return all(c in head for c in _GENERIC_NEED) and (
+        {"rx_bytes", "tx_bytes"} <= set(head) or {"rx_bytes_total", "tx_bytes_total"} <= set(head))
+
+
+def _kind(path: Path) -> str | None:
     head = _header(path)
-    if tuple(head[: len(ZHEJIANG_HEADER)]) == ZHEJIANG_HEADER:
-        return "zhejiang"
-    if all(c in head for c in _GENERIC_NEED) and (
-            {"rx_bytes", "tx_bytes"} <= set(head) or {"rx_bytes_total", "tx_bytes_total"} <= set(head)):
-        return "csv"
-    return None
+    return next((f.name for f in FORMATS if f.recognise(head)), None)
 
 
-def find_counter_files(path: Path) -> tuple[Literal["zhejiang", "csv"], list[Path]] | None:
+def find_counter_files(path: Path) -> tuple[str, list[Path]] | None:
     """The counter CSVs at `path` (a file, or a directory and its subdirectories two levels down)
-    and their format, or None when there are none."""
+    and their format, or None when there are none (the first format of `FORMATS` found wins)."""
     if path.is_file():
         kind = _kind(path) if path.suffix.lower() == ".csv" else None
         return (kind, [path]) if kind else None
     if not path.is_dir():
         return None
-    found: dict[str, list[Path]] = {"zhejiang": [], "csv": []}
+    found: dict[str, list[Path]] = {f.name: [] for f in FORMATS}
     for pattern in ("*.csv", "*/*.csv", "*/*/*.csv"):
         for p in sorted(path.glob(pattern)):
             k = _kind(p)
             if k is not None:
                 found[k].append(p)
-        if found["zhejiang"] or found["csv"]:
+        if any(found.values()):
             break
-    if found["zhejiang"]:
-        return "zhejiang", found["zhejiang"]
-    if found["csv"]:
-        return "csv", found["csv"]
-    return None
+    return next(((f.name, found[f.name]) for f in FORMATS if found[f.name]), None)
 
 
 def is_counters(path: str | Path) -> bool:
@@ -190,13 +200,9 @@ def load_counters(path: str | Path, *, topology: str | Path | None = None) -> Co
         raise CountersError(f"{path}: no such file or directory")
     found = find_counter_files(path)
     if found is None:
-        raise CountersError(f"{path}: no counter files: expected CSVs with the header "
-                            f"{','.join(ZHEJIANG_HEADER)},... (Zhejiang Lab's per-port series) or with columns "
-                            "time, device, port, rx_bytes, tx_bytes (or rx_bytes_total, tx_bytes_total)")
+        raise CountersError(f"{path}: no counter files: expected CSVs " + " or ".join(f.expects for f in FORMATS))
     kind, files = found
-    if kind == "zhejiang":
-        return _zhejiang(path, files, Path(topology) if topology else _topology_file(path))
-    return _generic(path, files)
+    return _FORMATS[kind].read(path, files, Path(topology) if topology else None)
 
 
 def _topology_file(path: Path) -> Path | None:
@@ -235,6 +241,7 @@ def _frame(rows: dict[str, object]) -> pd.DataFrame:
 
 
 def _zhejiang(path: Path, files: list[Path], topology: Path | None) -> Counters:
+    topology = topology or _topology_file(path)
     parts = []
     for f in files:
         try:
@@ -269,7 +276,7 @@ def _zhejiang(path: Path, files: list[Path], topology: Path | None) -> Counters:
     return Counters(path, "zhejiang", _frame({c: table[c] for c in COLUMNS}), t0, tuple(files), problems)
 
 
-def _generic(path: Path, files: list[Path]) -> Counters:
+def _generic(path: Path, files: list[Path], _topology: Path | None = None) -> Counters:
     parts = []
     for f in files:
         try:
@@ -400,3 +407,13 @@ def export_links(links: pd.DataFrame, sample_s: float, *, duration_s: float | No
                                     "tx_bytes": np.r_[0.0, tx], "capacity_gbps": cap, "tier": tier, "peer": a}))
     columns = ["time", "device", "port", "rx_bytes", "tx_bytes", "capacity_gbps", "tier", "peer"]
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+
+#: Every counter format, in the order they are tried. A new format is one entry here (plus its reader).
+FORMATS: Final[tuple[CounterFormat, ...]] = (
+    CounterFormat("zhejiang", lambda head: tuple(head[: len(ZHEJIANG_HEADER)]) == ZHEJIANG_HEADER, _zhejiang,
+                  f"with the header {','.join(ZHEJIANG_HEADER)},... (Zhejiang Lab's per-port series)"),
+    CounterFormat("csv", _is_generic, _generic,
+                  "with columns time, device, port, rx_bytes, tx_bytes (or rx_bytes_total, tx_bytes_total)"),
+)
+_FORMATS: Final[dict[str, CounterFormat]] = {f.name: f for f in FORMATS}
