@@ -17,7 +17,9 @@ What differs from the torch models (`simstudy.capturing.models`), and why:
   `keras.layers.Embedding`, whose gradient TensorFlow gives as `IndexedSlices` (the worker
   converts them to dense tensors before the all-reduce, see `simstudy.capturing.tf_worker`).
 
-Only the three models the captures use have Keras versions; other zoo models raise ValueError.
+Only the three models the captures use have Keras versions (`_BUILDERS`, which must list the
+zoo models of `simstudy.spec.capture.KERAS_MODELS`); other zoo models raise ValueError. The
+architectures' numbers are read from the zoo modules, as by the torch models.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import tensorflow as tf
 
-from simstudy.spec.model import Model, ZooOption
-from simstudy.zoo.registry import ZOO, build, check_options
-from simstudy.zoo.transformer import BERT_MAX_POSITIONS, BERT_TOKEN_TYPES
+from simstudy.spec.capture import KERAS_MODELS
+from simstudy.spec.model import Model
+from simstudy.zoo import cnn, transformer
+from simstudy.zoo.registry import Options, build_with_options, in_zoo_order, int_option, optional_int_option
+from simstudy.zoo.rnn import lstm_lm_embedding
 
 
 @dataclass
@@ -120,9 +124,9 @@ class BertEmbeddings(keras.layers.Layer):  # type: ignore[misc]
         self.norm = keras.layers.LayerNormalization(epsilon=1e-12, name="norm")
 
     def build(self, input_shape: Any) -> None:
-        self.position = self.add_weight(shape=(BERT_MAX_POSITIONS, self.hidden), initializer=_normal,
+        self.position = self.add_weight(shape=(transformer.BERT_MAX_POSITIONS, self.hidden), initializer=_normal,
                                         name="position")
-        self.token_type = self.add_weight(shape=(BERT_TOKEN_TYPES, self.hidden), initializer=_normal,
+        self.token_type = self.add_weight(shape=(transformer.BERT_TOKEN_TYPES, self.hidden), initializer=_normal,
                                           name="token_type")
 
     def call(self, tokens: Any) -> Any:
@@ -170,29 +174,23 @@ _normal = keras.initializers.RandomNormal(stddev=0.02)
 
 # --- models ---------------------------------------------------------------------------------
 
-Options = Mapping[str, ZooOption | None]
 _Built = tuple[Any, dict[str, Any], str, tuple[int, ...], int, int]
-
-
-def _int(options: Options, name: str) -> int:
-    value = options[name]
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"option {name!r} must be an int, got {value!r}")
-    return value
 
 
 def _small_cnn(options: Options) -> _Built:
     """`simstudy.zoo.cnn.small_cnn`: three conv+bias-relu / max-pool pairs, two dense layers."""
-    size, classes, width = _int(options, "image_size"), _int(options, "num_classes"), _int(options, "width")
+    size, classes = int_option(options, "image_size"), int_option(options, "num_classes")
+    width = int_option(options, "width")
     inputs = keras.Input((size, size, 3))
     layers: dict[str, Any] = {}
     x = inputs
-    for index, out in enumerate((width, 2 * width, 4 * width), 1):
+    for index, multiple in enumerate(cnn.SMALL_CNN_WIDTHS, 1):
+        out = multiple * width
         layers[f"conv{index}"] = keras.layers.Conv2D(out, 3, padding="same", activation="relu", name=f"conv{index}")
         layers[f"pool{index}"] = keras.layers.MaxPooling2D(2, name=f"pool{index}")
         x = layers[f"pool{index}"](layers[f"conv{index}"](x))
     x = keras.layers.Flatten(name="flatten")(x)
-    layers["fc1"] = keras.layers.Dense(128, activation="relu", name="fc1")
+    layers["fc1"] = keras.layers.Dense(cnn.SMALL_CNN_FC, activation="relu", name="fc1")
     layers["fc2"] = keras.layers.Dense(classes, name="fc2")
     outputs = layers["fc2"](layers["fc1"](x))
     return keras.Model(inputs, outputs, name="small_cnn"), layers, "image", (size, size, 3), 0, classes
@@ -202,12 +200,12 @@ def _lstm_lm(options: Options) -> _Built:
     """`simstudy.zoo.rnn.lstm_lm` (untied): embedding, one LSTM per layer, dense decoder."""
     if options["tied"] is True:
         raise ValueError("lstm_lm with tied: true has no Keras version for captures; use tied: false")
-    hidden, vocab, seq_len = _int(options, "hidden"), _int(options, "vocab"), _int(options, "seq_len")
-    emb = hidden if options["embedding"] is None else _int(options, "embedding")
+    hidden, vocab, seq_len = int_option(options, "hidden"), int_option(options, "vocab"), int_option(options, "seq_len")
+    emb = lstm_lm_embedding(hidden, optional_int_option(options, "embedding"))
     inputs = keras.Input((seq_len,), dtype="int32")
     layers: dict[str, Any] = {"embedding": keras.layers.Embedding(vocab, emb, name="embedding")}
     x = layers["embedding"](inputs)
-    for index in range(_int(options, "layers")):
+    for index in range(int_option(options, "layers")):
         layers[f"lstm.{index}"] = torch_lstm(hidden, f"lstm.{index}")
         x = layers[f"lstm.{index}"](x)
     layers["decoder"] = keras.layers.Dense(vocab, name="decoder")
@@ -218,14 +216,15 @@ def _lstm_lm(options: Options) -> _Built:
 def _encoder(options: Options) -> _Built:
     """`simstudy.zoo.transformer.encoder`: BERT's `BertModel` (post-norm) with its pooler; the pooled
     vector is the logits of `hidden` classes."""
-    hidden, heads, vocab = _int(options, "hidden"), _int(options, "heads"), _int(options, "vocab")
-    seq_len = _int(options, "seq_len")
+    hidden, heads, vocab = int_option(options, "hidden"), int_option(options, "heads"), int_option(options, "vocab")
+    seq_len = int_option(options, "seq_len")
     inputs = keras.Input((seq_len,), dtype="int32")
     layers: dict[str, Any] = {"embeddings": BertEmbeddings(vocab, hidden, name="embeddings")}
     x = layers["embeddings"](inputs)
-    for index in range(_int(options, "layers")):
+    for index in range(int_option(options, "layers")):
         layers[f"encoder.{index}.attention"] = PostNormAttention(hidden, heads, name=f"encoder.{index}.attention")
-        layers[f"encoder.{index}.ffn"] = PostNormFeedForward(hidden, 4 * hidden, name=f"encoder.{index}.ffn")
+        ffn = transformer.FFN_MULT * hidden
+        layers[f"encoder.{index}.ffn"] = PostNormFeedForward(hidden, ffn, name=f"encoder.{index}.ffn")
         x = layers[f"encoder.{index}.ffn"](layers[f"encoder.{index}.attention"](x))
     layers["pooler"] = keras.layers.Dense(hidden, activation="tanh", kernel_initializer=_normal, name="pooler")
     first = keras.layers.Lambda(lambda t: t[:, 0], name="first_token")(x)
@@ -238,11 +237,16 @@ _BUILDERS: dict[str, Callable[[Options], _Built]] = {
     "lstm_lm": _lstm_lm,
     "encoder": _encoder,
 }
+"""The Keras builder of each zoo model that has one, by zoo name."""
+
+_SUPPORTED = in_zoo_order(_BUILDERS, "simstudy.capturing.keras_models")
+if _SUPPORTED != KERAS_MODELS:  # what a tensorflow capture spec accepts
+    raise ImportError(f"the Keras models {_SUPPORTED} are not simstudy.spec.capture.KERAS_MODELS {KERAS_MODELS}")
 
 
 def supported_models() -> tuple[str, ...]:
-    """The zoo models `build_keras_model` can build."""
-    return tuple(_BUILDERS)
+    """The zoo models `build_keras_model` can build, in zoo order."""
+    return _SUPPORTED
 
 
 def _count(layer: Any) -> int:
@@ -271,10 +275,7 @@ def build_keras_model(name: str, options: Mapping[str, object] | None = None, *,
     if builder is None:
         raise ValueError(f"model {name!r} has no Keras version for TensorFlow captures; "
                          f"supported: {', '.join(supported_models())}")
-    checked = check_options(name, dict(options or {}))
-    spec = build(name, **checked)
-    resolved: dict[str, ZooOption | None] = {info.name: info.default for info in ZOO[name].options}
-    resolved.update(checked)
+    spec, resolved = build_with_options(name, dict(options or {}))
     keras.utils.set_random_seed(seed)
     model, layers, task, shape, vocab, classes = builder(resolved)
     _check_against_spec(model, layers, spec)

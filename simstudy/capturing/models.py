@@ -8,7 +8,8 @@ so `module.parameters()` lists the parameters in zoo layer order. That order mat
 DDP fills its gradient buckets in reverse `parameters()` order, as the simulator buckets the
 zoo layers in reverse order, so the bytes on the wire match the simulated ones.
 
-The torch modules mirror the zoo builders' conventions:
+The torch modules mirror the zoo builders' conventions and read the architectures' numbers (block
+counts, widths, sizes) from the zoo modules:
 
 * a zoo conv layer is `Sequential(Conv2d(bias=False), BatchNorm2d, ReLU)` (conv-bn, conv-bn-relu6,
   bn-relu-conv or conv+bias-relu as the zoo layer says), and the residual add or DenseNet
@@ -41,10 +42,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from simstudy.spec.model import Model, ZooOption
-from simstudy.zoo.cnn import MOBILENETV2_BLOCKS
-from simstudy.zoo.registry import ZOO, build, check_options
-from simstudy.zoo.transformer import BERT_MAX_POSITIONS, BERT_TOKEN_TYPES, GPT2_CONTEXT, GPT2_SIZES, GPT2_VOCAB
+from simstudy.spec.model import Model
+from simstudy.zoo import cnn, transformer
+from simstudy.zoo.registry import Options, build_with_options, in_zoo_order, int_option, optional_int_option
+from simstudy.zoo.rnn import lstm_lm_embedding
+from simstudy.zoo.transformer import DecoderShape, Size
 
 # --- the model handed to a training worker --------------------------------------------------
 
@@ -159,12 +161,13 @@ def _small_cnn(image_size: int, num_classes: int, width: int) -> nn.Module:
     """`simstudy.zoo.cnn.small_cnn`: three conv+bias-relu / max-pool pairs, two linear layers."""
     modules: OrderedDict[str, nn.Module] = OrderedDict()
     channels, size = 3, image_size
-    for index, out in enumerate((width, 2 * width, 4 * width), 1):
+    for index, multiple in enumerate(cnn.SMALL_CNN_WIDTHS, 1):
+        out = multiple * width
         modules[f"conv{index}"] = nn.Sequential(nn.Conv2d(channels, out, 3, padding=1), nn.ReLU())
         modules[f"pool{index}"] = nn.MaxPool2d(2)
         channels, size = out, size // 2
-    modules["fc1"] = nn.Sequential(nn.Flatten(), nn.Linear(channels * size * size, 128), nn.ReLU())
-    modules["fc2"] = nn.Linear(128, num_classes)
+    modules["fc1"] = nn.Sequential(nn.Flatten(), nn.Linear(channels * size * size, cnn.SMALL_CNN_FC), nn.ReLU())
+    modules["fc2"] = nn.Linear(cnn.SMALL_CNN_FC, num_classes)
     return nn.Sequential(modules)
 
 
@@ -173,12 +176,13 @@ class Bottleneck(nn.Module):
 
     def __init__(self, in_channels: int, planes: int, stride: int) -> None:
         super().__init__()
+        out_channels = cnn.BOTTLENECK_EXPANSION * planes
         self.conv1 = _conv_bn(in_channels, planes, 1)
         self.conv2 = _conv_bn(planes, planes, 3, stride=stride, padding=1)
-        self.conv3 = _conv_bn(planes, 4 * planes, 1, activation=None)
+        self.conv3 = _conv_bn(planes, out_channels, 1, activation=None)
         self.downsample: nn.Module | None = None
-        if stride != 1 or in_channels != 4 * planes:
-            self.downsample = _conv_bn(in_channels, 4 * planes, 1, stride=stride, activation=None)
+        if stride != 1 or in_channels != out_channels:
+            self.downsample = _conv_bn(in_channels, out_channels, 1, stride=stride, activation=None)
 
     def forward(self, x: Tensor) -> Tensor:
         y: Tensor = self.conv3(self.conv2(self.conv1(x)))
@@ -186,18 +190,18 @@ class Bottleneck(nn.Module):
         return F.relu(y + identity)
 
 
-def _resnet(blocks: tuple[int, int, int, int], num_classes: int) -> nn.Module:
-    """`simstudy.zoo.cnn._resnet`: torchvision's bottleneck ResNet."""
+def _resnet(name: str, num_classes: int) -> nn.Module:
+    """`simstudy.zoo.cnn._resnet`: torchvision's bottleneck ResNet `name`."""
     modules: OrderedDict[str, nn.Module] = OrderedDict()
-    modules["conv1"] = _conv_bn(3, 64, 7, stride=2, padding=3)
+    modules["conv1"] = _conv_bn(3, cnn.RESNET_STEM, 7, stride=2, padding=3)
     modules["maxpool"] = nn.MaxPool2d(3, 2, 1)
-    channels = 64
-    for stage, (count, planes) in enumerate(zip(blocks, (64, 128, 256, 512), strict=True), 1):
+    channels = cnn.RESNET_STEM
+    for stage, (count, planes) in enumerate(zip(cnn.RESNET_BLOCKS[name], cnn.RESNET_PLANES, strict=True), 1):
         stage_blocks = []
         for index in range(count):
             stride = 2 if index == 0 and stage > 1 else 1
             stage_blocks.append(Bottleneck(channels, planes, stride))
-            channels = 4 * planes
+            channels = cnn.BOTTLENECK_EXPANSION * planes
         modules[f"layer{stage}"] = nn.Sequential(*stage_blocks)
     modules["avgpool"] = _global_pool()
     modules["fc"] = nn.Linear(channels, num_classes)
@@ -223,21 +227,21 @@ class InvertedResidual(nn.Module):
         return x + y if self.residual else y
 
 
-def _mobilenetv2(num_classes: int) -> nn.Module:
+def _mobilenetv2(name: str, num_classes: int) -> nn.Module:
     """`simstudy.zoo.cnn.mobilenetv2`: torchvision's MobileNetV2 1.0 without dropout."""
-    features: list[nn.Module] = [_conv_bn(3, 32, 3, stride=2, padding=1, activation=nn.ReLU6)]
-    channels = 32
-    for expansion, out, repeats, first_stride in MOBILENETV2_BLOCKS:
+    channels = cnn.MOBILENETV2_STEM
+    features: list[nn.Module] = [_conv_bn(3, channels, 3, stride=2, padding=1, activation=nn.ReLU6)]
+    for expansion, out, repeats, first_stride in cnn.MOBILENETV2_BLOCKS:
         for repeat in range(repeats):
             features.append(InvertedResidual(channels, expansion, out, first_stride if repeat == 0 else 1))
             channels = out
-    features.append(_conv_bn(channels, 1280, 1, activation=nn.ReLU6))
+    features.append(_conv_bn(channels, cnn.MOBILENETV2_HEAD, 1, activation=nn.ReLU6))
     return nn.Sequential(
         OrderedDict(
             [
                 ("features", nn.Sequential(*features)),
                 ("avgpool", _global_pool()),
-                ("classifier", nn.Linear(1280, num_classes)),
+                ("classifier", nn.Linear(cnn.MOBILENETV2_HEAD, num_classes)),
             ]
         )
     )
@@ -255,20 +259,19 @@ class DenseLayer(nn.Module):
         return torch.cat([x, self.conv2(self.conv1(x))], dim=1)
 
 
-def _densenet201(num_classes: int) -> nn.Module:
-    """`simstudy.zoo.cnn.densenet201`: torchvision's DenseNet-201 (growth 32, bottleneck 128)."""
+def _densenet201(name: str, num_classes: int) -> nn.Module:
+    """`simstudy.zoo.cnn.densenet201`: torchvision's DenseNet-201."""
     modules: OrderedDict[str, nn.Module] = OrderedDict()
-    modules["conv0"] = _conv_bn(3, 64, 7, stride=2, padding=3)
+    channels = cnn.DENSENET_STEM
+    modules["conv0"] = _conv_bn(3, channels, 7, stride=2, padding=3)
     modules["pool0"] = nn.MaxPool2d(3, 2, 1)
-    channels = 64
-    block_config = (6, 12, 48, 32)
-    for index, count in enumerate(block_config, 1):
+    for index, count in enumerate(cnn.DENSENET201_BLOCKS, 1):
         layers: OrderedDict[str, nn.Module] = OrderedDict()
         for layer in range(1, count + 1):
-            layers[f"denselayer{layer}"] = DenseLayer(channels, 32, 128)
-            channels += 32
+            layers[f"denselayer{layer}"] = DenseLayer(channels, cnn.DENSENET_GROWTH, cnn.DENSENET_BOTTLENECK)
+            channels += cnn.DENSENET_GROWTH
         modules[f"denseblock{index}"] = nn.Sequential(layers)
-        if index < len(block_config):
+        if index < len(cnn.DENSENET201_BLOCKS):
             transition = OrderedDict([("conv", _pre_bn_conv(channels, channels // 2, 1)), ("pool", nn.AvgPool2d(2, 2))])
             modules[f"transition{index}"] = nn.Sequential(transition)
             channels //= 2
@@ -278,19 +281,20 @@ def _densenet201(num_classes: int) -> nn.Module:
     return nn.Sequential(modules)
 
 
-def _vgg16(num_classes: int) -> nn.Module:
+def _vgg16(name: str, num_classes: int) -> nn.Module:
     """`simstudy.zoo.cnn.vgg16`: torchvision's VGG-16 without batch norm and without dropout."""
     modules: OrderedDict[str, nn.Module] = OrderedDict()
     channels = 3
-    for stage, (out, count) in enumerate(((64, 2), (128, 2), (256, 3), (512, 3), (512, 3)), 1):
+    for stage, (out, count) in enumerate(cnn.VGG16_STAGES, 1):
         for index in range(1, count + 1):
             modules[f"conv{stage}_{index}"] = nn.Sequential(nn.Conv2d(channels, out, 3, padding=1), nn.ReLU())
             channels = out
         modules[f"pool{stage}"] = nn.MaxPool2d(2, 2)
-    modules["avgpool"] = nn.Sequential(nn.AdaptiveAvgPool2d(7), nn.Flatten())
-    modules["fc6"] = nn.Sequential(nn.Linear(512 * 7 * 7, 4096), nn.ReLU())
-    modules["fc7"] = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU())
-    modules["fc8"] = nn.Linear(4096, num_classes)
+    pooled, width = cnn.VGG_POOLED, cnn.VGG_FC
+    modules["avgpool"] = nn.Sequential(nn.AdaptiveAvgPool2d(pooled), nn.Flatten())
+    modules["fc6"] = nn.Sequential(nn.Linear(channels * pooled * pooled, width), nn.ReLU())
+    modules["fc7"] = nn.Sequential(nn.Linear(width, width), nn.ReLU())
+    modules["fc8"] = nn.Linear(width, num_classes)
     return nn.Sequential(modules)
 
 
@@ -401,7 +405,7 @@ class BertLayer(nn.Module):
     def __init__(self, hidden: int, heads: int) -> None:
         super().__init__()
         self.attention = PostNormResidual(SelfAttention(hidden, heads, causal=False), hidden)
-        self.ffn = PostNormResidual(FeedForward(hidden, 4 * hidden, approximate="none"), hidden)
+        self.ffn = PostNormResidual(FeedForward(hidden, transformer.FFN_MULT * hidden, approximate="none"), hidden)
 
     def forward(self, x: Tensor) -> Tensor:
         y: Tensor = self.ffn(self.attention(x))
@@ -422,9 +426,10 @@ class Pooler(nn.Module):
 class Bert(nn.Module):
     """`simstudy.zoo.transformer._bert`: `BertModel` with its pooler; outputs the pooled vector."""
 
-    def __init__(self, *, layers: int, hidden: int, heads: int, vocab: int) -> None:
+    def __init__(self, size: Size, vocab: int) -> None:
         super().__init__()
-        self.embeddings = BertEmbeddings(vocab, hidden, BERT_MAX_POSITIONS, BERT_TOKEN_TYPES)
+        layers, hidden, heads = size
+        self.embeddings = BertEmbeddings(vocab, hidden, transformer.BERT_MAX_POSITIONS, transformer.BERT_TOKEN_TYPES)
         self.encoder = nn.ModuleList(BertLayer(hidden, heads) for _ in range(layers))
         self.pooler = Pooler(hidden)
 
@@ -466,15 +471,14 @@ class GPTBlock(nn.Module):
 class GPT(nn.Module):
     """`simstudy.zoo.transformer._gpt`: a GPT-2-style decoder with an LM head; outputs logits."""
 
-    def __init__(
-        self, *, layers: int, hidden: int, heads: int, vocab: int, ffn: int, max_positions: int, tied: bool
-    ) -> None:
+    def __init__(self, shape: DecoderShape) -> None:
         super().__init__()
-        self.embeddings = GPTEmbeddings(vocab, hidden, max_positions)
-        self.h = nn.ModuleList(GPTBlock(hidden, heads, ffn) for _ in range(layers))
+        hidden = shape.hidden
+        self.embeddings = GPTEmbeddings(shape.vocab, hidden, shape.max_positions)
+        self.h = nn.ModuleList(GPTBlock(hidden, shape.heads, shape.ffn) for _ in range(shape.layers))
         self.ln_f = nn.LayerNorm(hidden)
         self.lm_head: nn.Module = (
-            TiedLinear(self.embeddings.wte, bias=False) if tied else nn.Linear(hidden, vocab, bias=False)
+            TiedLinear(self.embeddings.wte, bias=False) if shape.tied else nn.Linear(hidden, shape.vocab, bias=False)
         )
 
     def forward(self, tokens: Tensor) -> Tensor:
@@ -495,139 +499,108 @@ def _init_transformer(module: nn.Module) -> None:
 
 # --- the table of supported models ----------------------------------------------------------
 
-Options = Mapping[str, ZooOption | None]
-_TorchBuilder = Callable[[Options], tuple[nn.Module, SyntheticTask]]
-
-
-def _int(options: Options, name: str) -> int:
-    value = options[name]
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"option {name!r} must be an int, got {value!r}")
-    return value
+_TorchBuilder = Callable[[str, Options], tuple[nn.Module, SyntheticTask]]
+"""Builds the torch module of zoo model `name` with all its options (`Options`)."""
 
 
 def _image_task(options: Options) -> SyntheticTask:
-    size = _int(options, "image_size")
-    return SyntheticTask("image", (3, size, size), 0, _int(options, "num_classes"))
+    size = int_option(options, "image_size")
+    return SyntheticTask("image", (3, size, size), 0, int_option(options, "num_classes"))
 
 
-def _cnn(make: Callable[[int], nn.Module]) -> _TorchBuilder:
-    """A builder for a CNN whose structure only depends on `num_classes`."""
+def _cnn(make: Callable[[str, int], nn.Module]) -> _TorchBuilder:
+    """A builder for a CNN whose structure only depends on its name and `num_classes`."""
 
-    def builder(options: Options) -> tuple[nn.Module, SyntheticTask]:
-        return make(_int(options, "num_classes")), _image_task(options)
+    def builder(name: str, options: Options) -> tuple[nn.Module, SyntheticTask]:
+        return make(name, int_option(options, "num_classes")), _image_task(options)
 
     return builder
 
 
-def _build_small_cnn(options: Options) -> tuple[nn.Module, SyntheticTask]:
-    module = _small_cnn(_int(options, "image_size"), _int(options, "num_classes"), _int(options, "width"))
+def _build_small_cnn(name: str, options: Options) -> tuple[nn.Module, SyntheticTask]:
+    width = int_option(options, "width")
+    module = _small_cnn(int_option(options, "image_size"), int_option(options, "num_classes"), width)
     return module, _image_task(options)
 
 
-def _build_lstm_lm(options: Options) -> tuple[nn.Module, SyntheticTask]:
-    hidden, vocab = _int(options, "hidden"), _int(options, "vocab")
-    embedding = options["embedding"]
+def _build_lstm_lm(name: str, options: Options) -> tuple[nn.Module, SyntheticTask]:
+    hidden, vocab = int_option(options, "hidden"), int_option(options, "vocab")
     module = LSTMLanguageModel(
-        layers=_int(options, "layers"),
+        layers=int_option(options, "layers"),
         hidden=hidden,
         vocab=vocab,
-        embedding=hidden if embedding is None else _int(options, "embedding"),
+        embedding=lstm_lm_embedding(hidden, optional_int_option(options, "embedding")),
         tied=options["tied"] is True,
     )
-    return module, SyntheticTask("next_token", (_int(options, "seq_len"),), vocab, vocab)
+    return module, SyntheticTask("next_token", (int_option(options, "seq_len"),), vocab, vocab)
 
 
-def _bert_builder(layers: int | None, hidden: int | None, heads: int | None) -> _TorchBuilder:
-    """A BERT builder; None takes the value from the options (the generic `encoder`)."""
-
-    def builder(options: Options) -> tuple[nn.Module, SyntheticTask]:
-        width = _int(options, "hidden") if hidden is None else hidden
-        vocab = _int(options, "vocab")
-        module = Bert(
-            layers=_int(options, "layers") if layers is None else layers,
-            hidden=width,
-            heads=_int(options, "heads") if heads is None else heads,
-            vocab=vocab,
-        )
-        module.apply(_init_transformer)
-        return module, SyntheticTask("sequence_class", (_int(options, "seq_len"),), vocab, width)
-
-    return builder
-
-
-def _gpt_module(
-    *, layers: int, hidden: int, heads: int, vocab: int, ffn: int, max_positions: int, tied: bool, seq_len: int
-) -> tuple[nn.Module, SyntheticTask]:
-    module = GPT(
-        layers=layers, hidden=hidden, heads=heads, vocab=vocab, ffn=ffn, max_positions=max_positions, tied=tied
-    )
+def _build_bert(name: str, options: Options) -> tuple[nn.Module, SyntheticTask]:
+    """BERT of a size of the zoo (`BERT_SIZES`) or, for the generic `encoder`, of the options'."""
+    size = transformer.BERT_SIZES.get(name)
+    if size is None:
+        size = Size(int_option(options, "layers"), int_option(options, "hidden"), int_option(options, "heads"))
+    vocab = int_option(options, "vocab")
+    module = Bert(size, vocab)
     module.apply(_init_transformer)
-    return module, SyntheticTask("next_token", (seq_len,), vocab, vocab)
+    return module, SyntheticTask("sequence_class", (int_option(options, "seq_len"),), vocab, size.hidden)
+
+
+def _gpt_module(shape: DecoderShape, seq_len: int) -> tuple[nn.Module, SyntheticTask]:
+    module = GPT(shape)
+    module.apply(_init_transformer)
+    return module, SyntheticTask("next_token", (seq_len,), shape.vocab, shape.vocab)
 
 
 def _gpt2_builder(size: str | None) -> _TorchBuilder:
     """A GPT-2 builder for `size`; None takes the size from the options (`gpt2`)."""
 
-    def builder(options: Options) -> tuple[nn.Module, SyntheticTask]:
+    def builder(name: str, options: Options) -> tuple[nn.Module, SyntheticTask]:
         chosen = options["size"] if size is None else size
         if not isinstance(chosen, str):
             raise TypeError(f"option 'size' must be a str, got {chosen!r}")
-        layers, hidden, heads = GPT2_SIZES[chosen]
-        return _gpt_module(
-            layers=layers,
-            hidden=hidden,
-            heads=heads,
-            vocab=GPT2_VOCAB,
-            ffn=4 * hidden,
-            max_positions=GPT2_CONTEXT,
-            tied=True,
-            seq_len=_int(options, "seq_len"),
-        )
+        return _gpt_module(transformer.gpt2_shape(chosen), int_option(options, "seq_len"))
 
     return builder
 
 
-def _build_decoder(options: Options) -> tuple[nn.Module, SyntheticTask]:
-    hidden, seq_len = _int(options, "hidden"), _int(options, "seq_len")
-    ffn_mult = options["ffn_mult"]
+def _build_decoder(name: str, options: Options) -> tuple[nn.Module, SyntheticTask]:
+    ffn_mult, seq_len = options["ffn_mult"], int_option(options, "seq_len")
     if not isinstance(ffn_mult, int | float) or isinstance(ffn_mult, bool):
         raise TypeError(f"option 'ffn_mult' must be a float, got {ffn_mult!r}")
-    return _gpt_module(
-        layers=_int(options, "layers"),
-        hidden=hidden,
-        heads=_int(options, "heads"),
-        vocab=_int(options, "vocab"),
-        ffn=round(ffn_mult * hidden),  # as simstudy.zoo.transformer.decoder
-        max_positions=seq_len,
-        tied=options["tied"] is True,
+    shape = transformer.decoder_shape(
+        layers=int_option(options, "layers"),
+        hidden=int_option(options, "hidden"),
+        heads=int_option(options, "heads"),
         seq_len=seq_len,
+        vocab=int_option(options, "vocab"),
+        ffn_mult=ffn_mult,
+        tied=options["tied"] is True,
     )
+    return _gpt_module(shape, seq_len)
 
 
 _BUILDERS: dict[str, _TorchBuilder] = {
     "small_cnn": _build_small_cnn,
-    "resnet50": _cnn(lambda classes: _resnet((3, 4, 6, 3), classes)),
-    "resnet101": _cnn(lambda classes: _resnet((3, 4, 23, 3), classes)),
+    **dict.fromkeys(cnn.RESNET_BLOCKS, _cnn(_resnet)),
     "mobilenetv2": _cnn(_mobilenetv2),
     "densenet201": _cnn(_densenet201),
     "vgg16": _cnn(_vgg16),
     "lstm_lm": _build_lstm_lm,
-    "bert_base": _bert_builder(12, 768, 12),
-    "bert_large": _bert_builder(24, 1024, 16),
-    "encoder": _bert_builder(None, None, None),
+    **dict.fromkeys(transformer.BERT_SIZES, _build_bert),
+    "encoder": _build_bert,
     "gpt2": _gpt2_builder(None),
-    "gpt2_small": _gpt2_builder("small"),
-    "gpt2_medium": _gpt2_builder("medium"),
-    "gpt2_large": _gpt2_builder("large"),
-    "gpt2_xl": _gpt2_builder("xl"),
+    **{transformer.gpt2_name(size): _gpt2_builder(size) for size in transformer.GPT2_SIZES},
     "decoder": _build_decoder,
 }
+"""The torch builder of each zoo model that has one, by zoo name."""
+
+_SUPPORTED = in_zoo_order(_BUILDERS, "simstudy.capturing.models")
 
 
 def supported_models() -> tuple[str, ...]:
     """The zoo models `build_torch_model` can build, in zoo order."""
-    return tuple(name for name in ZOO if name in _BUILDERS)
+    return _SUPPORTED
 
 
 def _check_against_spec(module: nn.Module, layers: Mapping[str, nn.Module], spec: Model) -> None:
@@ -658,13 +631,10 @@ def build_torch_model(name: str, options: Mapping[str, object] | None = None, *,
         raise ValueError(
             f"model {name!r} has no torch implementation for captures; supported: {', '.join(supported_models())}"
         )
-    checked = check_options(name, dict(options or {}))
-    spec = build(name, **checked)
-    resolved: dict[str, ZooOption | None] = {info.name: info.default for info in ZOO[name].options}
-    resolved.update(checked)
+    spec, resolved = build_with_options(name, dict(options or {}))
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(seed)
-        module, task = builder(resolved)
+        module, task = builder(name, resolved)
     layers = {layer.name: module.get_submodule(layer.name) for layer in spec.layers}
     _check_against_spec(module, layers, spec)
     return TrainModel(module=module, layers=layers, spec=spec, task=task)

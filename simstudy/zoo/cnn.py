@@ -4,6 +4,9 @@ Each convolution is fused with its batch norm and activation into one layer; res
 DenseNet concatenations are folded into the layer before them; pooling layers are 0-parameter
 layers of their own. FLOPs are 2 x multiply-accumulates of convolutions and linear layers.
 
+The architectures' numbers (block counts, widths) are module constants, so that the real torch and
+Keras models of captures (`simstudy.capturing`) are built from the same numbers.
+
 Reference FLOPs: torchvision's model documentation ("GFLOPS" column of
 https://pytorch.org/vision/stable/models.html, which counts multiply-accumulates), so the
 expected forward FLOPs are 2 x that figure.
@@ -34,26 +37,37 @@ def _check(image_size: int, num_classes: int) -> FeatureMap:
 
 # --- ResNet ---------------------------------------------------------------------------------
 
+#: Bottleneck blocks per stage of each ResNet of the zoo (He et al. 2016, Table 1).
+RESNET_BLOCKS: dict[str, tuple[int, int, int, int]] = {
+    "resnet50": (3, 4, 6, 3),
+    "resnet101": (3, 4, 23, 3),
+}
+#: The stem's output channels and each stage's bottleneck width ("planes").
+RESNET_STEM = 64
+RESNET_PLANES = (64, 128, 256, 512)
+#: A bottleneck block's output channels, in multiples of its planes.
+BOTTLENECK_EXPANSION = 4
+
 
 def _bottleneck(prefix: str, x: FeatureMap, planes: int, stride: int) -> tuple[list[Layer], FeatureMap]:
     """A torchvision ResNet v1.5 bottleneck block (stride on the 3x3 convolution)."""
     conv1, y = conv(f"{prefix}.conv1", x, planes, 1)
     conv2, y = conv(f"{prefix}.conv2", y, planes, 3, stride=stride, padding=1)
-    conv3, y = conv(f"{prefix}.conv3", y, 4 * planes, 1)
+    conv3, y = conv(f"{prefix}.conv3", y, BOTTLENECK_EXPANSION * planes, 1)
     layers = [conv1, conv2, conv3]
-    if stride != 1 or x.channels != 4 * planes:
-        downsample, _ = conv(f"{prefix}.downsample", x, 4 * planes, 1, stride=stride)
+    if stride != 1 or x.channels != BOTTLENECK_EXPANSION * planes:
+        downsample, _ = conv(f"{prefix}.downsample", x, BOTTLENECK_EXPANSION * planes, 1, stride=stride)
         layers.append(downsample)
     return layers, y
 
 
-def _resnet(name: str, blocks: tuple[int, int, int, int], image_size: int, num_classes: int) -> Model:
-    """A bottleneck ResNet with `blocks` blocks per stage."""
+def _resnet(name: str, image_size: int, num_classes: int) -> Model:
+    """The bottleneck ResNet `name`, with `RESNET_BLOCKS[name]` blocks per stage."""
     x = _check(image_size, num_classes)
-    stem, x = conv("conv1", x, 64, 7, stride=2, padding=3)
+    stem, x = conv("conv1", x, RESNET_STEM, 7, stride=2, padding=3)
     maxpool, x = pool("maxpool", x, 3, 2, 1)
     layers = [stem, maxpool]
-    for stage, (count, planes) in enumerate(zip(blocks, (64, 128, 256, 512), strict=True), 1):
+    for stage, (count, planes) in enumerate(zip(RESNET_BLOCKS[name], RESNET_PLANES, strict=True), 1):
         for index in range(count):
             stride = 2 if index == 0 and stage > 1 else 1
             block, x = _bottleneck(f"layer{stage}.{index}", x, planes, stride)
@@ -65,12 +79,12 @@ def _resnet(name: str, blocks: tuple[int, int, int, int], image_size: int, num_c
 
 def resnet50(*, image_size: int = 224, num_classes: int = 1000) -> Model:
     """ResNet-50 (torchvision): 25,557,032 params, 8.18 GFLOPs (torchvision docs: 4.09 GMACs)."""
-    return _resnet("resnet50", (3, 4, 6, 3), image_size, num_classes)
+    return _resnet("resnet50", image_size, num_classes)
 
 
 def resnet101(*, image_size: int = 224, num_classes: int = 1000) -> Model:
     """ResNet-101 (torchvision): 44,549,160 params, 15.60 GFLOPs (torchvision: 7.80 GMACs)."""
-    return _resnet("resnet101", (3, 4, 23, 3), image_size, num_classes)
+    return _resnet("resnet101", image_size, num_classes)
 
 
 # --- MobileNetV2 ----------------------------------------------------------------------------
@@ -85,6 +99,9 @@ MOBILENETV2_BLOCKS = (
     (6, 160, 3, 2),
     (6, 320, 1, 1),
 )
+#: The stem's and the last 1x1 convolution's output channels.
+MOBILENETV2_STEM = 32
+MOBILENETV2_HEAD = 1280
 
 
 def _inverted_residual(
@@ -107,7 +124,7 @@ def mobilenetv2(*, image_size: int = 224, num_classes: int = 1000) -> Model:
     Reference: 0.30 GMACs (torchvision docs; the paper, Sandler et al. 2018, says 300M MACs).
     """
     x = _check(image_size, num_classes)
-    stem, x = conv("features.0", x, 32, 3, stride=2, padding=1)
+    stem, x = conv("features.0", x, MOBILENETV2_STEM, 3, stride=2, padding=1)
     layers = [stem]
     index = 1
     for expansion, channels, repeats, first_stride in MOBILENETV2_BLOCKS:
@@ -116,13 +133,20 @@ def mobilenetv2(*, image_size: int = 224, num_classes: int = 1000) -> Model:
             block, x = _inverted_residual(f"features.{index}", x, expansion, channels, stride)
             layers += block
             index += 1
-    head, x = conv(f"features.{index}", x, 1280, 1)
+    head, x = conv(f"features.{index}", x, MOBILENETV2_HEAD, 1)
     avgpool, x = adaptive_pool("avgpool", x, 1)
     layers += [head, avgpool, linear("classifier", x.elements, num_classes)]
     return Model(name="mobilenetv2", family="cnn", layers=tuple(layers))
 
 
 # --- DenseNet -------------------------------------------------------------------------------
+
+#: DenseNet-201 (Huang et al. 2017, Table 1): dense layers per block, the stem's channels, the
+#: features each dense layer adds (growth rate) and its bottleneck width (4 x growth).
+DENSENET201_BLOCKS = (6, 12, 48, 32)
+DENSENET_STEM = 64
+DENSENET_GROWTH = 32
+DENSENET_BOTTLENECK = 128
 
 
 def _dense_block(
@@ -154,14 +178,13 @@ def densenet201(*, image_size: int = 224, num_classes: int = 1000) -> Model:
     whose activation is therefore the whole concatenated feature map.
     """
     x = _check(image_size, num_classes)
-    conv0, x = conv("conv0", x, 64, 7, stride=2, padding=3)
+    conv0, x = conv("conv0", x, DENSENET_STEM, 7, stride=2, padding=3)
     pool0, x = pool("pool0", x, 3, 2, 1)
     layers = [conv0, pool0]
-    block_config = (6, 12, 48, 32)
-    for index, count in enumerate(block_config, 1):
-        block, x = _dense_block(f"denseblock{index}", x, count, growth=32, bottleneck=128)
+    for index, count in enumerate(DENSENET201_BLOCKS, 1):
+        block, x = _dense_block(f"denseblock{index}", x, count, DENSENET_GROWTH, DENSENET_BOTTLENECK)
         layers += block
-        if index < len(block_config):
+        if index < len(DENSENET201_BLOCKS):
             transition, x = conv(f"transition{index}.conv", x, x.channels // 2, 1, bn=False, pre_bn=True)
             transition_pool, x = pool(f"transition{index}.pool", x, 2, 2)
             layers += [transition, transition_pool]
@@ -172,6 +195,13 @@ def densenet201(*, image_size: int = 224, num_classes: int = 1000) -> Model:
 
 # --- VGG ------------------------------------------------------------------------------------
 
+#: VGG-16 (configuration D of Simonyan and Zisserman 2015): (output channels, 3x3 convolutions)
+#: per stage, each stage ending in a 2x2 max pooling.
+VGG16_STAGES = ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3))
+#: The side of the pooled feature map the classifier reads, and its hidden width.
+VGG_POOLED = 7
+VGG_FC = 4096
+
 
 def vgg16(*, image_size: int = 224, num_classes: int = 1000) -> Model:
     """VGG-16, no batch norm (torchvision): 138,357,544 params, 30.94 GFLOPs (15.47 GMACs).
@@ -181,23 +211,27 @@ def vgg16(*, image_size: int = 224, num_classes: int = 1000) -> Model:
     """
     x = _check(image_size, num_classes)
     layers: list[Layer] = []
-    for stage, (channels, count) in enumerate(((64, 2), (128, 2), (256, 3), (512, 3), (512, 3)), 1):
+    for stage, (channels, count) in enumerate(VGG16_STAGES, 1):
         for index in range(1, count + 1):
             layer, x = conv(f"conv{stage}_{index}", x, channels, 3, padding=1, bias=True, bn=False)
             layers.append(layer)
         maxpool, x = pool(f"pool{stage}", x, 2, 2)
         layers.append(maxpool)
-    avgpool, x = adaptive_pool("avgpool", x, 7)
+    avgpool, x = adaptive_pool("avgpool", x, VGG_POOLED)
     layers += [
         avgpool,
-        linear("fc6", x.elements, 4096),
-        linear("fc7", 4096, 4096),
-        linear("fc8", 4096, num_classes),
+        linear("fc6", x.elements, VGG_FC),
+        linear("fc7", VGG_FC, VGG_FC),
+        linear("fc8", VGG_FC, num_classes),
     ]
     return Model(name="vgg16", family="cnn", layers=tuple(layers))
 
 
 # --- a tiny CNN for real captures on CPU ----------------------------------------------------
+
+#: The small CNN's conv channels in multiples of `width`, and its hidden fully connected width.
+SMALL_CNN_WIDTHS = (1, 2, 4)
+SMALL_CNN_FC = 128
 
 
 def small_cnn(*, image_size: int = 32, num_classes: int = 10, width: int = 32) -> Model:
@@ -213,9 +247,9 @@ def small_cnn(*, image_size: int = 32, num_classes: int = 10, width: int = 32) -
     require_at_least("width", width, 1)
     x = FeatureMap(3, image_size, image_size)
     layers: list[Layer] = []
-    for index, channels in enumerate((width, 2 * width, 4 * width), 1):
-        layer, x = conv(f"conv{index}", x, channels, 3, padding=1, bias=True, bn=False)
+    for index, multiple in enumerate(SMALL_CNN_WIDTHS, 1):
+        layer, x = conv(f"conv{index}", x, multiple * width, 3, padding=1, bias=True, bn=False)
         maxpool, x = pool(f"pool{index}", x, 2, 2)
         layers += [layer, maxpool]
-    layers += [linear("fc1", x.elements, 128), linear("fc2", 128, num_classes)]
+    layers += [linear("fc1", x.elements, SMALL_CNN_FC), linear("fc2", SMALL_CNN_FC, num_classes)]
     return Model(name="small_cnn", family="cnn", layers=tuple(layers))

@@ -7,7 +7,7 @@ import inspect
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from simstudy.spec.model import Model, ModelFamily, ZooOption
@@ -18,6 +18,9 @@ Builder = Callable[..., Model]
 """A builder takes keyword-only options (int, float, str or bool) and returns a `Model`."""
 
 _OPTION_TYPES: tuple[type, ...] = (bool, int, float, str)
+
+Options = Mapping[str, ZooOption | None]
+"""Every option of a model: the given values and the defaults (None: derived from others)."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,35 @@ def build(name: str, **options: ZooOption) -> Model:
     """
     checked = check_options(name, options)
     return _lookup(name).builder(**checked)
+
+
+def build_with_options(name: str, options: Mapping[str, object]) -> tuple[Model, dict[str, ZooOption | None]]:
+    """Build model `name` as `build` does; return it with all its options (`Options`)."""
+    checked = check_options(name, options)
+    resolved: dict[str, ZooOption | None] = {info.name: info.default for info in ZOO[name].options}
+    resolved.update(checked)
+    return ZOO[name].builder(**checked), resolved
+
+
+def int_option(options: Options, name: str) -> int:
+    """Option `name`, an int (`TypeError` otherwise, e.g. for a derived default left None)."""
+    value = options[name]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"option {name!r} must be an int, got {value!r}")
+    return value
+
+
+def optional_int_option(options: Options, name: str) -> int | None:
+    """Option `name`, an int or None (a default derived from other options)."""
+    return None if options[name] is None else int_option(options, name)
+
+
+def in_zoo_order(names: Collection[str], what: str) -> tuple[str, ...]:
+    """`names` in zoo order; `ZooError` if one is not a zoo model (`what` says whose names)."""
+    unknown = sorted(set(names) - set(ZOO))
+    if unknown:
+        raise ZooError(f"{what}: not zoo models: {', '.join(unknown)}")
+    return tuple(name for name in ZOO if name in names)
 
 
 def list_models() -> list[ZooSummary]:

@@ -22,6 +22,11 @@ def lstm_params(input_size: int, hidden: int) -> int:
     return 4 * hidden * (input_size + hidden) + 8 * hidden
 
 
+def lstm_lm_embedding(hidden: int, embedding: int | None) -> int:
+    """The LSTM language model's embedding width: `embedding`, by default `hidden`."""
+    return hidden if embedding is None else embedding
+
+
 def lstm(name: str, input_size: int, hidden: int, *, tokens: int, bidirectional: bool = False) -> Layer:
     """One LSTM layer over `tokens` time steps (gate matmuls counted, element-wise ops not)."""
     directions = 2 if bidirectional else 1
@@ -51,7 +56,7 @@ def lstm_lm(
     `tied` the decoder reuses the embedding matrix (only its bias is a new parameter), which
     needs embedding == hidden. 19,780,400 params at the defaults (untied).
     """
-    emb = hidden if embedding is None else embedding
+    emb = lstm_lm_embedding(hidden, embedding)
     for option, value in (
         ("layers", layers),
         ("hidden", hidden),

@@ -21,6 +21,8 @@ from torch import Tensor, nn  # noqa: E402
 
 from simstudy.capturing.models import TrainModel, build_torch_model, supported_models  # noqa: E402
 from simstudy.zoo import ZOO, ZooError, build  # noqa: E402
+from simstudy.zoo.cnn import RESNET_BLOCKS  # noqa: E402
+from simstudy.zoo.transformer import BERT_SIZES, GPT2_SIZES, gpt2_name  # noqa: E402
 
 CNN_32: dict[str, object] = {"image_size": 32, "num_classes": 10}
 TINY_BERT: dict[str, object] = {"seq_len": 8, "vocab": 50}
@@ -160,6 +162,12 @@ def test_every_supported_model_is_tested() -> None:
     )
     assert {"encoder", "gpt2", "gpt2_small", "decoder"} <= set(supported_models())
     assert list(supported_models()) == [name for name in ZOO if name in supported_models()]
+
+
+def test_the_zoo_size_tables_are_all_buildable() -> None:
+    """Every size the zoo names (ResNet depths, BERT sizes, GPT-2 sizes) has a torch model."""
+    named = {*RESNET_BLOCKS, *BERT_SIZES, *(gpt2_name(size) for size in GPT2_SIZES)}
+    assert named <= set(supported_models())
 
 
 @pytest.mark.parametrize(

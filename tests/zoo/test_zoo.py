@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 
 from simstudy.spec.model import Model
 from simstudy.zoo import ZOO, ZooError, build, check_options, list_models
+from simstudy.zoo.cnn import RESNET_BLOCKS
+from simstudy.zoo.registry import build_with_options, in_zoo_order, int_option, optional_int_option
 from simstudy.zoo.rnn import lstm_params
+from simstudy.zoo.transformer import BERT_SIZES, GPT2_SIZES, gpt2_name
 
 IMAGENET_CNNS = ("resnet50", "resnet101", "mobilenetv2", "densenet201", "vgg16")
 
@@ -480,6 +483,38 @@ def test_list_models() -> None:
         assert summary.gflops == pytest.approx(model.fwd_flops_per_sample / 1e9)
         assert summary.description
         assert dict(summary.options) == {o.name: o.default for o in ZOO[summary.name].options}
+
+
+def test_build_with_options_fills_in_the_defaults() -> None:
+    model, options = build_with_options("lstm_lm", {"hidden": 64, "tied": True})
+    assert model == build("lstm_lm", hidden=64, tied=True)
+    assert options == {"layers": 2, "hidden": 64, "vocab": 10000, "seq_len": 35, "embedding": None, "tied": True}
+    assert optional_int_option(options, "embedding") is None
+    assert int_option(options, "hidden") == 64
+    with pytest.raises(TypeError, match="'tied' must be an int"):
+        int_option(options, "tied")
+    with pytest.raises(ZooError, match="'hidden' of model 'lstm_lm' must be an int"):
+        build_with_options("lstm_lm", {"hidden": "64"})
+
+
+def test_in_zoo_order_names_what_is_not_in_the_zoo() -> None:
+    assert in_zoo_order({"decoder", "small_cnn", "resnet50"}, "a table") == ("resnet50", "small_cnn", "decoder")
+    with pytest.raises(ZooError, match="a table: not zoo models: resnet51"):
+        in_zoo_order({"resnet50", "resnet51"}, "a table")
+
+
+def test_the_named_sizes_are_zoo_models() -> None:
+    """The zoo's size tables, which the torch and Keras models read, name models of the zoo."""
+    for name, blocks in RESNET_BLOCKS.items():
+        assert build(name).params == EXACT_PARAMS[name]
+        assert sum(layer.name.endswith(".conv1") for layer in build(name).layers) == sum(blocks)
+    for name, (layers, hidden, heads) in BERT_SIZES.items():
+        assert build(name) == build("encoder", layers=layers, hidden=hidden, heads=heads).model_copy(
+            update={"name": name}
+        )
+    for size in GPT2_SIZES:
+        assert gpt2_name(size) in ZOO
+        assert build(gpt2_name(size)).name == gpt2_name(size)
 
 
 # --- optional cross-checks against the reference implementations ----------------------------
