@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from simstudy.compiler import dims
-from simstudy.compiler.costs import Bucket, LayerCost, ddp_buckets, layer_costs, optimizer_us, whole_us
+from simstudy.compiler.costs import Bucket, LayerCost, ddp_buckets, layer_costs, optimizer_us, whole_us, zero_buckets
 from simstudy.compiler.dims import Job
 from simstudy.compiler.graph import Collective, ExecutionGraph, RankGraph
 from simstudy.compiler.layout import Layout
@@ -353,26 +353,6 @@ class _Builder:
         each = shard // pieces
         return [(f"shard{k}", (each if k < pieces - 1 else shard - each * (pieces - 1)) * self.dtype)
                 for k in range(pieces)]
-
-
-def zero_buckets(costs: list[LayerCost], cap_bytes: int) -> list[Bucket]:
-    """Gradient buckets as DeepSpeed's ZeRO fills its ipg bucket: layers in backward order, a bucket
-    reduced before the layer that would take it over `cap_bytes` joins (a layer larger than the cap
-    is a bucket of its own). Layers without gradients join none."""
-    buckets: list[Bucket] = []
-    current: list[int] = []
-    size = 0
-    for cost in reversed(costs):
-        if cost.grad_bytes == 0:
-            continue
-        if current and size + cost.grad_bytes > cap_bytes:
-            buckets.append(Bucket(len(buckets), tuple(current), size))
-            current, size = [], 0
-        current.append(cost.index)
-        size += cost.grad_bytes
-    if current:
-        buckets.append(Bucket(len(buckets), tuple(current), size))
-    return buckets
 
 
 def _group_map(template: _Rank, rank: _Rank) -> dict[int, int] | None:
