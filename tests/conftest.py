@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,12 @@ def sigint_default() -> None:
     action, which a shell leaves ignored in commands it starts in the background (`pytest &`, nohup),
     where Python would then never raise KeyboardInterrupt."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`python -m simstudy ARGS` run in `cwd`, its output captured as text."""
+    return subprocess.run([sys.executable, "-m", "simstudy", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 @pytest.fixture

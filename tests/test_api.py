@@ -17,6 +17,7 @@ import simstudy as s
 from simstudy.traffic.features import analyze as analyze_table
 from simstudy.traffic.sources import load_traffic
 from simstudy.validation import payload_view
+from tests.conftest import run_cli
 from tests.sweeps.test_sweep import dask_scheduler  # noqa: F401  (a real scheduler and workers on loopback)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,11 +32,6 @@ TIMINGS = ("run_s", "backend_wall_s", "cached")
 
 def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=600)
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "simstudy", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +61,7 @@ def test_sweep_one_liner_prints_the_summary_shape(swept: tuple[Path, str]) -> No
 
 def test_the_api_sweep_is_the_cli_sweep(swept: tuple[Path, str], project: Path) -> None:
     out, _ = swept
-    proc = _cli("sweep", "specs/cnn_vs_rnn.yaml", "-o", "cli", "--quiet", "--no-report", cwd=project)
+    proc = run_cli("sweep", "specs/cnn_vs_rnn.yaml", "-o", "cli", "--quiet", "--no-report", cwd=project)
     assert proc.returncode == 0, proc.stderr
     api = pd.read_parquet(out / "summary.parquet").drop(columns=list(TIMINGS))
     cli = pd.read_parquet(project / "cli" / "summary.parquet").drop(columns=list(TIMINGS))
@@ -184,7 +180,7 @@ def test_dashboard_of_a_run(tmp_path: Path) -> None:
 
 
 def _cli_error(*args: str, cwd: Path) -> str:
-    proc = _cli(*args, cwd=cwd)
+    proc = run_cli(*args, cwd=cwd)
     assert proc.returncode == 2, proc.stderr
     return proc.stderr.strip().removeprefix("simstudy: error: ")
 

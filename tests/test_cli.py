@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from simstudy import chakra
 from simstudy.backends.locate import find_astra_sim
+from tests.conftest import run_cli
 
 
 def simstudy(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "simstudy", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+    return run_cli(*args, cwd=cwd, timeout=300)
 
 
 def test_compile_example_bundle(repo: Path, tmp_path: Path) -> None:

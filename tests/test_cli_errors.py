@@ -20,7 +20,7 @@ import yaml
 
 from simstudy.cli import main
 from simstudy.spec import SpecError, load_scenario
-from tests.conftest import sigint_default
+from tests.conftest import run_cli, sigint_default
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = {"name": "s", "model": "small_cnn", "topology": {"kind": "ring", "npus": 4, "bandwidth_gbps": 10,
@@ -40,8 +40,7 @@ def cli(*argv: str) -> tuple[int, str, str]:
 
 
 def subprocess_cli(*argv: str, cwd: Path) -> tuple[int, str, str]:
-    proc = subprocess.run([sys.executable, "-m", "simstudy", *argv], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+    proc = run_cli(*argv, cwd=cwd, timeout=300)
     return proc.returncode, proc.stdout, proc.stderr
 
 

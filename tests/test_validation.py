@@ -7,8 +7,6 @@ so validating them against the same scenario must pass and against another must 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +17,7 @@ import yaml
 from simstudy.addresses import rank_address
 from simstudy.traffic import read_table
 from simstudy.traffic.pcap_write import write_pcap
+from tests.conftest import run_cli
 
 SPEC = {
     "name": "small",
@@ -29,17 +28,12 @@ SPEC = {
 }
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "simstudy", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
-
-
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A capture directory: the packets of a simulated 4-worker job, with meta.json."""
     root = tmp_path_factory.mktemp("validate")
     (root / "spec.yaml").write_text(yaml.safe_dump(SPEC))
-    proc = _cli("run", "spec.yaml", "-o", "run", cwd=root)
+    proc = run_cli("run", "spec.yaml", "-o", "run", cwd=root)
     assert proc.returncode == 0, proc.stderr
     cap = root / "cap"
     cap.mkdir()
@@ -52,7 +46,7 @@ def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_analyze_capture_and_run_agree(capture: Path) -> None:
     for target in ("cap", "run"):
-        proc = _cli("analyze", target, "--count", "ip", cwd=capture)
+        proc = run_cli("analyze", target, "--count", "ip", cwd=capture)
         assert proc.returncode == 0, proc.stderr
         out = capture / target / "analysis"
         assert (out / "analysis.md").is_file() and (out / "plots" / "timeline.png").stat().st_size > 1000
@@ -63,7 +57,7 @@ def test_analyze_capture_and_run_agree(capture: Path) -> None:
 
 
 def test_validate_the_same_job_passes(capture: Path) -> None:
-    proc = _cli("validate", "--real", "cap", "-o", "v_same", "--count", "ip", cwd=capture)
+    proc = run_cli("validate", "--real", "cap", "-o", "v_same", "--count", "ip", cwd=capture)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # a progress bar through the stages (on stderr, as tqdm draws it)
     assert "reading the capture cap" in proc.stderr and "simulating" in proc.stderr and "4/4" in proc.stderr
@@ -76,8 +70,8 @@ def test_validate_the_same_job_passes(capture: Path) -> None:
 def test_validate_another_job_fails_and_names_the_metrics(capture: Path) -> None:
     other = {**SPEC, "topology": {**SPEC["topology"], "bandwidth_gbps": 40}}  # type: ignore[dict-item]
     (capture / "fast.yaml").write_text(yaml.safe_dump(other))
-    proc = _cli("validate", "--real", "cap", "--spec", "fast.yaml", "-o", "v_fast", "--count", "ip",
-                cwd=capture)
+    proc = run_cli("validate", "--real", "cap", "--spec", "fast.yaml", "-o", "v_fast", "--count", "ip",
+                   cwd=capture)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| ")}
     # 4x the bandwidth: the same iteration time (compute-bound) but the network busy for less of it
@@ -89,7 +83,7 @@ def test_validate_without_a_scenario_is_bad_input(capture: Path, tmp_path: Path)
     bare = tmp_path / "bare"
     bare.mkdir()
     (bare / "all.pcap").write_bytes((capture / "cap" / "all.pcap").read_bytes())
-    proc = _cli("validate", "--real", str(bare), cwd=tmp_path)
+    proc = run_cli("validate", "--real", str(bare), cwd=tmp_path)
     assert proc.returncode == 2
     assert "no scenario recorded with this capture; give one with --spec" in proc.stderr
 
@@ -122,7 +116,7 @@ def _unreadable(tmp: Path) -> dict[str, tuple[Path, str]]:
 
 def test_unreadable_inputs_are_one_clear_error(tmp_path: Path) -> None:
     for name, (path, why) in _unreadable(tmp_path).items():
-        proc = _cli("analyze", str(path), cwd=tmp_path)
+        proc = run_cli("analyze", str(path), cwd=tmp_path)
         assert proc.returncode == 2, (name, proc.stderr)
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("simstudy: error: "), (name, proc.stderr)
@@ -131,8 +125,8 @@ def test_unreadable_inputs_are_one_clear_error(tmp_path: Path) -> None:
 
 def test_cluster_command_groups_runs_and_captures(capture: Path) -> None:
     for target in ("cap", "run"):
-        assert _cli("analyze", target, cwd=capture).returncode == 0
-    proc = _cli("cluster", "cap", "run", "-o", "clusters.png", cwd=capture)
+        assert run_cli("analyze", target, cwd=capture).returncode == 0
+    proc = run_cli("cluster", "cap", "run", "-o", "clusters.png", cwd=capture)
     assert proc.returncode == 0, proc.stderr
     assert "[real]" in proc.stdout and "[sim]" in proc.stdout
     assert (capture / "clusters.png").stat().st_size > 1000
@@ -152,7 +146,7 @@ def test_a_bare_capture_of_one_pack_all_reduced_by_two_workers(tmp_path: Path) -
             "parallelism": {"dp": 2, "framework": {"name": "tensorflow_mwms"}},
             "training": {"batch_size_per_worker": 16, "iterations": 5}}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
-    proc = _cli("run", "spec.yaml", "-o", "run", cwd=tmp_path)
+    proc = run_cli("run", "spec.yaml", "-o", "run", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     table = read_table(tmp_path / "run" / "traffic.parquet")
     per_iter = table.groupby("iteration")["t_start_s"].min().diff().dropna()
@@ -163,8 +157,8 @@ def test_a_bare_capture_of_one_pack_all_reduced_by_two_workers(tmp_path: Path) -
     cap.mkdir()
     write_pcap(table, cap / "all.pcap")
     # a pcap written from the simulated transfers has one connection per pair, not gRPC's two
-    proc = _cli("validate", "--real", "cap", "--spec", "spec.yaml", "-o", "v", "--count", "ip",
-                "--skip", "flows_per_pair", cwd=tmp_path)
+    proc = run_cli("validate", "--real", "cap", "--spec", "spec.yaml", "-o", "v", "--count", "ip",
+                   "--skip", "flows_per_pair", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {line.split("|")[1].strip(): line.split("|")[2:4] for line in proc.stdout.splitlines()
             if line.startswith("| ")}

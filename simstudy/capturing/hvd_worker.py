@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ import torch
 
 from simstudy.capturing.models import build_torch_model
 from simstudy.capturing.sockets import local_endpoints
-from simstudy.capturing.worker import time_compute
+from simstudy.capturing.worker import StepClock, time_compute
 
 
 def _environment(cfg: dict[str, Any]) -> dict[str, str]:
@@ -72,20 +71,16 @@ class _Worker:
 
     def step(self, record: bool) -> None:
         x, y = self.batch()
-        t0 = time.time()
-        p0 = time.perf_counter()
+        clock = StepClock()
         self.opt.zero_grad()
         loss = self.tm.loss(self.tm.module(x), y)
-        p1 = time.perf_counter()
+        clock.mark()
         loss.backward()
-        p2 = time.perf_counter()
+        clock.mark()
         self.opt.step()
-        p3 = time.perf_counter()
-        t1 = time.time()
+        clock.mark()
         if record:
-            self.result["iterations"].append([t0, t1])
-            self.result["steps"].append({"forward_us": (p1 - p0) * 1e6, "backward_us": (p2 - p1) * 1e6,
-                                         "exchange_us": (p3 - p2) * 1e6, "loss": float(loss)})
+            clock.record(self.result, loss, "exchange_us")
 
     def train(self) -> None:
         """Rank 0's parameters broadcast, the warm-up steps, a barrier, the recorded iterations, a barrier."""

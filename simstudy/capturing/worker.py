@@ -102,6 +102,30 @@ class LayerClock:
         return out
 
 
+class StepClock:
+    """The times of one training step, started when made: its wall-clock start and end (the pcap
+    clock) and the forward, backward and last phase, each `mark`ed as it ends (shared by the
+    torch.distributed and Horovod workers)."""
+
+    def __init__(self) -> None:
+        self.start = time.time()
+        self.marks = [time.perf_counter()]
+        self.end = self.start
+
+    def mark(self) -> None:
+        """The phase under way ends now (the third mark ends the step)."""
+        self.marks.append(time.perf_counter())
+        if len(self.marks) == 4:
+            self.end = time.time()
+
+    def record(self, result: dict[str, Any], loss: torch.Tensor, last: str) -> None:
+        """Append the step to the result's `iterations` and `steps` (its last phase as `last`)."""
+        p0, p1, p2, p3 = self.marks
+        result["iterations"].append([self.start, self.end])
+        result["steps"].append({"forward_us": (p1 - p0) * 1e6, "backward_us": (p2 - p1) * 1e6,
+                                last: (p3 - p2) * 1e6, "loss": float(loss)})
+
+
 def time_compute(tm: TrainModel, params: list[torch.nn.Parameter], n: int,
                  batch: Callable[[], tuple[torch.Tensor, torch.Tensor]], barrier: Callable[[], None],
                  module: torch.nn.Module, no_sync: Callable[[], Any] | None = None) -> dict[str, Any]:
@@ -209,19 +233,15 @@ class Job:
 
     def _ddp_step(self, ddp: torch.nn.Module, record: bool = False) -> None:
         x, y = self._batch()
-        t0 = time.time()
-        p0 = time.perf_counter()
+        clock = StepClock()
         loss = self.tm.loss(ddp(x), y)
-        p1 = time.perf_counter()
+        clock.mark()
         loss.backward()
-        p2 = time.perf_counter()
+        clock.mark()
         self._sgd()
-        p3 = time.perf_counter()
-        t1 = time.time()
+        clock.mark()
         if record:
-            self.result["iterations"].append([t0, t1])
-            self.result["steps"].append({"forward_us": (p1 - p0) * 1e6, "backward_us": (p2 - p1) * 1e6,
-                                         "optimizer_us": (p3 - p2) * 1e6, "loss": float(loss)})
+            clock.record(self.result, loss, "optimizer_us")
 
     def run_ps_worker(self) -> None:
         ps = self.cfg["ps"]
@@ -291,12 +311,11 @@ class Job:
                         ready(b)
                 handles.append(p.register_post_accumulate_grad_hook(hook))
         x, y = self._batch()
-        t0 = time.time()
-        p0 = time.perf_counter()
+        clock = StepClock()
         loss = self.tm.loss(self.tm.module(x), y)
-        p1 = time.perf_counter()
+        clock.mark()
         loss.backward()
-        p2 = time.perf_counter()
+        clock.mark()
         for h in handles:
             h.remove()
         if not ps["overlap"]:
@@ -312,12 +331,9 @@ class Job:
             self._write_range(pc["lo"], buf)
         for p in self.params:
             p.grad = None
-        p3 = time.perf_counter()
-        t1 = time.time()
+        clock.mark()
         if record:
-            self.result["iterations"].append([t0, t1])
-            self.result["steps"].append({"forward_us": (p1 - p0) * 1e6, "backward_us": (p2 - p1) * 1e6,
-                                         "exchange_us": (p3 - p2) * 1e6, "loss": float(loss)})
+            clock.record(self.result, loss, "exchange_us")
 
     def run_ps_server(self) -> None:
         ps = self.cfg["ps"]

@@ -17,8 +17,9 @@ _MEMO_LIMIT = 1 << 14
 _memo: dict[tuple[str, AttrKind, type, AttrValue], Attr] = {}
 
 
-def _canonical(name: str, kind: AttrKind, value: AttrValue) -> Attr:
-    """The memoised `Attr(name, kind, value)` (keyed by type too: 1.0 must not pass for 1)."""
+def memoised(name: str, kind: AttrKind, value: AttrValue) -> Attr:
+    """The memoised `Attr(name, kind, value)` (keyed by type too: 1.0 must not pass for 1); the
+    compiler's own attributes (`simstudy.compiler.attributes`) are built with it too."""
     memo_key = (name, kind, type(value), value)
     found = _memo.get(memo_key)
     if found is None:
@@ -37,56 +38,56 @@ def _non_negative(name: str, value: int) -> int:
 
 def is_cpu_op(value: bool) -> Attr:
     """`is_cpu_op` as bool_val: a CPU op (replayed by duration; illegal on COMM nodes)."""
-    return _canonical("is_cpu_op", AttrKind.BOOL, value)
+    return memoised("is_cpu_op", AttrKind.BOOL, value)
 
 
 def num_ops(count: int) -> Attr:
     """`num_ops` as int64_val: operations (FLOPs) of a COMP node, for roofline mode."""
-    return _canonical("num_ops", AttrKind.INT64, _non_negative("num_ops", count))
+    return memoised("num_ops", AttrKind.INT64, _non_negative("num_ops", count))
 
 
 def tensor_size(size_bytes: int) -> Attr:
     """`tensor_size` as uint64_val: bytes touched (COMP roofline, MEM_LOAD/MEM_STORE)."""
-    return _canonical("tensor_size", AttrKind.UINT64, size_bytes)
+    return memoised("tensor_size", AttrKind.UINT64, size_bytes)
 
 
 def comm_type(collective: CollectiveType) -> Attr:
     """`comm_type` as int64_val: the CollectiveCommType of a COMM_COLL node."""
-    return _canonical("comm_type", AttrKind.INT64, int(CollectiveType(collective)))
+    return memoised("comm_type", AttrKind.INT64, int(CollectiveType(collective)))
 
 
 def comm_size(size_bytes: int) -> Attr:
     """`comm_size` as int64_val: bytes of a collective, send or receive."""
-    return _canonical("comm_size", AttrKind.INT64, _non_negative("comm_size", size_bytes))
+    return memoised("comm_size", AttrKind.INT64, _non_negative("comm_size", size_bytes))
 
 
 def comm_priority(priority: int) -> Attr:
     """`comm_priority` as int32_val."""
-    return _canonical("comm_priority", AttrKind.INT32, priority)
+    return memoised("comm_priority", AttrKind.INT32, priority)
 
 
 def comm_src(rank: int) -> Attr:
     """`comm_src` as int32_val: the sending rank of a SEND/RECV pair."""
-    return _canonical("comm_src", AttrKind.INT32, _non_negative("comm_src", rank))
+    return memoised("comm_src", AttrKind.INT32, _non_negative("comm_src", rank))
 
 
 def comm_dst(rank: int) -> Attr:
     """`comm_dst` as int32_val: the receiving rank of a SEND/RECV pair."""
-    return _canonical("comm_dst", AttrKind.INT32, _non_negative("comm_dst", rank))
+    return memoised("comm_dst", AttrKind.INT32, _non_negative("comm_dst", rank))
 
 
 def comm_tag(tag: int) -> Attr:
     """`comm_tag` as int32_val: matches a SEND with its RECV."""
-    return _canonical("comm_tag", AttrKind.INT32, tag)
+    return memoised("comm_tag", AttrKind.INT32, tag)
 
 
 def pg_name(group: str) -> Attr:
     """`pg_name` as string_val: a decimal comm-group id; "" or "0" means all ranks."""
     if not isinstance(group, str):
         raise TypeError(f"pg_name must be a str (a decimal group id), not {type(group).__name__}")
-    return _canonical("pg_name", AttrKind.STRING, group)
+    return memoised("pg_name", AttrKind.STRING, group)
 
 
 def involved_dim(dims: Iterable[bool]) -> Attr:
     """`involved_dim` as bool_list: which network dimensions a collective uses."""
-    return _canonical("involved_dim", AttrKind.BOOL_LIST, tuple(dims))
+    return memoised("involved_dim", AttrKind.BOOL_LIST, tuple(dims))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simstudy.chakra import Attr, CollectiveType, Node, NodeType
+from simstudy.chakra.canonical import memoised
 from simstudy.chakra.values import AttrKind
 
 OP = "simstudy.op"
@@ -45,39 +46,24 @@ COLLECTIVE_OP: dict[CollectiveType, str] = {
     CollectiveType.BROADCAST: "broadcast",
 }
 
-_memo: dict[tuple[str, object], Attr] = {}
-_MEMO_LIMIT = 1 << 14
-
-
-def _attr(name: str, kind: AttrKind, value: int | str) -> Attr:
-    key = (name, value)
-    found = _memo.get(key)
-    if found is None:
-        found = Attr(name, kind, value)
-        if len(_memo) >= _MEMO_LIMIT:
-            _memo.clear()
-        _memo[key] = found
-    return found
-
-
 def op(value: str) -> Attr:
-    return _attr(OP, AttrKind.STRING, value)
+    return memoised(OP, AttrKind.STRING, value)
 
 
 def iteration(value: int) -> Attr:
-    return _attr(ITERATION, AttrKind.INT64, value)
+    return memoised(ITERATION, AttrKind.INT64, value)
 
 
 def flow(value: int) -> Attr:
-    return _attr(FLOW, AttrKind.INT64, value)
+    return memoised(FLOW, AttrKind.INT64, value)
 
 
 def chunk(value: int) -> Attr:
-    return _attr(CHUNK, AttrKind.INT64, value)
+    return memoised(CHUNK, AttrKind.INT64, value)
 
 
 def job(value: int) -> Attr:
-    return _attr(JOB, AttrKind.INT64, value)
+    return memoised(JOB, AttrKind.INT64, value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
@@ -193,26 +194,25 @@ def _validate(cls: type[C], data: object, path: Path) -> C:
         raise BundleError(f"{path}: {exc}") from None
 
 
-def _read_yaml(path: Path) -> object:
+def _read(path: Path, parse: Callable[[str], object], fmt: str, invalid: type[Exception]) -> object:
+    """`parse` of the file's text; BundleError naming the file when it is missing, unreadable or
+    not valid `fmt` (`invalid`: the parser's error)."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return parse(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise BundleError(f"{path}: file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BundleError(f"{path}: cannot read file: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise BundleError(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
+    except invalid as exc:
+        raise BundleError(f"{path}: invalid {fmt}: {' '.join(str(exc).split())}") from None
+
+
+def _read_yaml(path: Path) -> object:
+    return _read(path, yaml.safe_load, "YAML", yaml.YAMLError)
 
 
 def _read_json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BundleError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BundleError(f"{path}: cannot read file: {exc}") from None
-    except ValueError as exc:
-        raise BundleError(f"{path}: invalid JSON: {exc}") from None
+    return _read(path, json.loads, "JSON", ValueError)
 
 
 def _prefix_from_scenario(path: Path) -> str:

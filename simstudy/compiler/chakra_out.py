@@ -42,26 +42,19 @@ def task_node(task: Task, rank: int, group: int | None = None, peer: int | None 
         if group:
             attrs.append(chakra.pg_name(str(group)))
         attrs += [meta.op(meta.COLLECTIVE_OP[ctype]), meta.flow(task.id)]
-    elif task.kind is TaskKind.SEND:
-        node.type = NodeType.COMM_SEND_NODE
+    else:  # a send from this rank to its peer, or a receive from the peer
+        send = task.kind is TaskKind.SEND
+        node.type = NodeType.COMM_SEND_NODE if send else NodeType.COMM_RECV_NODE
+        src, dst = (rank, peer) if send else (peer, rank)
         attrs += [
-            chakra.comm_src(rank),
-            chakra.comm_dst(peer),
-            chakra.comm_size(task.size_bytes),
-            chakra.comm_tag(task.tag),
-            meta.op(task.op or "p2p"),
-            meta.flow(task.tag if task.flow is None else task.flow),
-            meta.chunk(task.chunk),
-        ]
-    else:
-        node.type = NodeType.COMM_RECV_NODE
-        attrs += [
-            chakra.comm_src(peer),
-            chakra.comm_dst(rank),
+            chakra.comm_src(src),
+            chakra.comm_dst(dst),
             chakra.comm_size(task.size_bytes),
             chakra.comm_tag(task.tag),
             meta.op(task.op or "p2p"),
         ]
+        if send:
+            attrs += [meta.flow(task.tag if task.flow is None else task.flow), meta.chunk(task.chunk)]
     attrs.append(meta.iteration(task.iteration))
     if task.job:
         attrs.append(meta.job(task.job))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from simstudy.spec import LayerTime, Model, Scenario
@@ -140,16 +140,34 @@ def ddp_buckets(costs: list[LayerCost], cap_bytes: int, first_cap_bytes: int | N
     """
     if first_cap_bytes is None:
         first_cap_bytes = DDP_FIRST_BUCKET_BYTES if cap_bytes == DDP_DEFAULT_BUCKET_BYTES else cap_bytes
+    first = min(first_cap_bytes, cap_bytes)
+    return _fill_buckets(costs, full=lambda size, closed: size >= (first if closed == 0 else cap_bytes))
+
+
+def zero_buckets(costs: list[LayerCost], cap_bytes: int) -> list[Bucket]:
+    """Gradient buckets as DeepSpeed's ZeRO fills its ipg bucket: layers in backward order, a bucket
+    reduced before the layer that would take it over `cap_bytes` joins (a layer larger than the cap
+    is a bucket of its own). Layers without gradients join none."""
+    return _fill_buckets(costs, over=lambda size: size > cap_bytes)
+
+
+def _fill_buckets(costs: list[LayerCost], *, full: Callable[[int, int], bool] | None = None,
+                  over: Callable[[int], bool] | None = None) -> list[Bucket]:
+    """The layers with gradients in backward order, filled into buckets one after the other: a
+    bucket closes once it is `full(size, buckets closed before it)`, or before a layer that would
+    take it `over(size)` joins; the last closes with whatever it holds."""
     buckets: list[Bucket] = []
     current: list[int] = []
     size = 0
     for cost in reversed(costs):
         if cost.grad_bytes == 0:
             continue
+        if over is not None and current and over(size + cost.grad_bytes):
+            buckets.append(Bucket(len(buckets), tuple(current), size))
+            current, size = [], 0
         current.append(cost.index)
         size += cost.grad_bytes
-        cap = min(first_cap_bytes, cap_bytes) if not buckets else cap_bytes
-        if size >= cap:
+        if full is not None and full(size, len(buckets)):
             buckets.append(Bucket(len(buckets), tuple(current), size))
             current, size = [], 0
     if current:

@@ -29,10 +29,11 @@ exactly; receives are posted when the rank is ready for them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from simstudy.compiler import dims
-from simstudy.compiler.costs import Bucket, LayerCost, ddp_buckets, layer_costs, optimizer_us, whole_us
+from simstudy.compiler.costs import Bucket, LayerCost, ddp_buckets, layer_costs, optimizer_us, whole_us, zero_buckets
 from simstudy.compiler.dims import Job
 from simstudy.compiler.graph import Collective, ExecutionGraph, RankGraph
 from simstudy.compiler.layout import Layout
@@ -201,6 +202,28 @@ class _Builder:
                           tensor_bytes=tensor, iteration=it)
         return t
 
+    def _layers(self, direction: str, layers: Sequence[LayerWork], sfx: str, deps: list[int], last: list[int],
+                it: int, mb: int) -> Iterator[tuple[LayerWork, list[int], int, int | None]]:
+        """A chunk's layers in `direction`, in the order given: each one's sharded parameters
+        all-gathered (one layer ahead, after `last`), its communication before its compute, the
+        compute, the communication after. Yields every layer with what follows it (the tasks its
+        communication after ends with), its compute and its all-gather (None: none)."""
+        prefix = "fwd" if direction == dims.FORWARD else "bwd"
+        computes: list[int] = []
+        gather: int | None = None
+        for i, w in enumerate(layers):
+            ag_deps = [gather] if gather is not None else list(last)
+            if i >= 2:
+                ag_deps.append(computes[i - 2])  # prefetch one layer ahead, not more
+            got = self._gather(f"{prefix}.{sfx}", w, ag_deps, it)
+            gather = got if got is not None else gather
+            before, after = dims.layer_comms(self.job, w, direction)
+            deps = self._comms(before, direction, w, sfx, deps, it, mb)
+            t = self._compute(direction, w, sfx, deps + ([got] if got is not None else []), it, mb)
+            computes.append(t)
+            deps = self._comms(after, direction, w, sfx, [t], it, mb)
+            yield w, deps, t, got
+
     def forward(self, it: int, mb: int, chunk: int, last: list[int]) -> list[int]:
         g, s = self.g, self.s
         layers, prev, nxt = s.chunks[chunk], s.prevs[chunk], s.nexts[chunk]
@@ -209,19 +232,8 @@ class _Builder:
         if prev is not None:
             deps.append(g.recv(f"recv_act.{sfx}", prev, layers[0].p2p_in_bytes,
                                self._tag(it, mb, chunk, prev_of=True, direction=FORWARD), list(last), iteration=it))
-        computes: list[int] = []
-        gather: int | None = None
-        for i, w in enumerate(layers):
-            ag_deps = [gather] if gather is not None else list(last)
-            if i >= 2:
-                ag_deps.append(computes[i - 2])  # prefetch one layer ahead, not more
-            got = self._gather(f"fwd.{sfx}", w, ag_deps, it)
-            gather = got if got is not None else gather
-            before, after = dims.layer_comms(self.job, w, dims.FORWARD)
-            deps = self._comms(before, dims.FORWARD, w, sfx, deps, it, mb)
-            t = self._compute(dims.FORWARD, w, sfx, deps + ([got] if got is not None else []), it, mb)
-            computes.append(t)
-            deps = self._comms(after, dims.FORWARD, w, sfx, [t], it, mb)
+        for _, ends, _, _ in self._layers(dims.FORWARD, layers, sfx, deps, last, it, mb):
+            deps = ends
         if nxt is not None:
             g.send(f"send_act.{sfx}", nxt, layers[-1].p2p_bytes,
                    self._tag(it, mb, chunk, prev_of=False, direction=FORWARD), deps, iteration=it)
@@ -238,19 +250,8 @@ class _Builder:
                                self._tag(it, mb, chunk, prev_of=False, direction=BACKWARD), list(last), iteration=it))
         done: dict[int, list[int]] = {}
         scatters: list[int] = []
-        computes: list[int] = []
-        gather: int | None = None
-        for i, w in enumerate(reversed(layers)):
-            ag_deps = [gather] if gather is not None else list(last)
-            if i >= 2:
-                ag_deps.append(computes[i - 2])
-            got = self._gather(f"bwd.{sfx}", w, ag_deps, it)
-            gather = got if got is not None else gather
-            before, after = dims.layer_comms(self.job, w, dims.BACKWARD)
-            deps = self._comms(before, dims.BACKWARD, w, sfx, deps, it, mb)
-            t = self._compute(dims.BACKWARD, w, sfx, deps + ([got] if got is not None else []), it, mb)
-            computes.append(t)
-            deps = self._comms(after, dims.BACKWARD, w, sfx, [t], it, mb)
+        for w, ends, t, got in self._layers(dims.BACKWARD, layers[::-1], sfx, deps, last, it, mb):
+            deps = ends
             # A gradient bucket goes once the layer's backward compute is done; with point-to-point
             # all-to-alls, once the layer's messages are too: a rank waits for their receives outside
             # the one-message-at-a-time rule, and a bucket's collective issued in between could wait
@@ -352,26 +353,6 @@ class _Builder:
         each = shard // pieces
         return [(f"shard{k}", (each if k < pieces - 1 else shard - each * (pieces - 1)) * self.dtype)
                 for k in range(pieces)]
-
-
-def zero_buckets(costs: list[LayerCost], cap_bytes: int) -> list[Bucket]:
-    """Gradient buckets as DeepSpeed's ZeRO fills its ipg bucket: layers in backward order, a bucket
-    reduced before the layer that would take it over `cap_bytes` joins (a layer larger than the cap
-    is a bucket of its own). Layers without gradients join none."""
-    buckets: list[Bucket] = []
-    current: list[int] = []
-    size = 0
-    for cost in reversed(costs):
-        if cost.grad_bytes == 0:
-            continue
-        if current and size + cost.grad_bytes > cap_bytes:
-            buckets.append(Bucket(len(buckets), tuple(current), size))
-            current, size = [], 0
-        current.append(cost.index)
-        size += cost.grad_bytes
-    if current:
-        buckets.append(Bucket(len(buckets), tuple(current), size))
-    return buckets
 
 
 def _group_map(template: _Rank, rank: _Rank) -> dict[int, int] | None:

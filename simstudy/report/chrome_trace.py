@@ -30,6 +30,7 @@ import pandas as pd
 
 from simstudy import layout
 from simstudy.backends.rundir import run_iterations
+from simstudy.report.files import write_text
 from simstudy.table import read_table
 
 MAX_LANES = 8
@@ -168,8 +169,5 @@ def chrome_trace(run: Path, *, iterations: int = 2, ranks: int = 64, transfers: 
 def write_trace(trace: ChromeTrace, out: Path) -> Path:
     """Write `{"traceEvents": ..., "displayTimeUnit": "ms"}` atomically."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps({"traceEvents": trace.events, "displayTimeUnit": "ms",
-                               "otherData": {"generator": "simstudy trace"}}), encoding="utf-8")
-    tmp.replace(out)
-    return out
+    return write_text(out, json.dumps({"traceEvents": trace.events, "displayTimeUnit": "ms",
+                                       "otherData": {"generator": "simstudy trace"}}))

@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
+from simstudy.report.files import save_figure
 from simstudy.traffic.cluster import Clustering
 
 __all__ = ["plot_clusters", "short_label"]
@@ -54,7 +55,4 @@ def plot_clusters(clustering: Clustering, path: str | Path, *, title: str = "") 
     handles += [Line2D([], [], ls="", marker=MARKERS[s], color="grey", label=s) for s in sources]
     ax.legend(handles=handles, fontsize=8, loc="best")
     ax.grid(True, lw=0.3, alpha=0.5)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)

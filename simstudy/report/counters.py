@@ -14,19 +14,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from simstudy import layout
+from simstudy.report.files import save_figure, write_text
 from simstudy.traffic.counter_features import CounterFeatures, counters_frame
 from simstudy.validation import CounterValidation
 
 #: Plots of a counter series.
 COUNTER_TIMELINE = "counters_timeline.png"
 COUNTER_UTILIZATION = "utilization.png"
-
-
-def _write(path: Path, text: str) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
 
 
 def plot_counter_timelines(features: dict[str, CounterFeatures], path: Path) -> Path:
@@ -40,10 +34,7 @@ def plot_counter_timelines(features: dict[str, CounterFeatures], path: Path) -> 
     ax.set_ylabel("Gbit/s")
     ax.set_title(f"throughput per {next(iter(features.values())).grid_s:.3g} s step", fontsize=9)
     ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_utilization(features: dict[str, CounterFeatures], path: Path) -> Path:
@@ -57,10 +48,7 @@ def plot_utilization(features: dict[str, CounterFeatures], path: Path) -> Path:
     ax.set_xlabel("utilisation per step and direction")
     ax.set_ylabel("CDF")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _num(x: float, fmt: str = ".3g") -> str:
@@ -95,7 +83,7 @@ def counter_lines(f: CounterFeatures) -> list[str]:
 def render_counter_analysis(f: CounterFeatures, out: Path, *, title: str, notes: list[str] | None = None) -> Path:
     """features.json, plots/ and analysis.md of a counter series; returns analysis.md."""
     out.mkdir(parents=True, exist_ok=True)
-    _write(out / layout.FEATURES, json.dumps(f.to_json()) + "\n")
+    write_text(out / layout.FEATURES, json.dumps(f.to_json()) + "\n")
     plots = out / layout.PLOTS_DIR
     plots.mkdir(exist_ok=True)
     plot_counter_timelines({title: f}, plots / COUNTER_TIMELINE)
@@ -104,7 +92,7 @@ def render_counter_analysis(f: CounterFeatures, out: Path, *, title: str, notes:
              *counter_lines(f), *(f"- note: {n}" for n in notes or []), "", "## Plots", "",
              f"![timeline]({layout.PLOTS_DIR}/{COUNTER_TIMELINE})",
              f"![utilisation]({layout.PLOTS_DIR}/{COUNTER_UTILIZATION})", ""]
-    return _write(out / layout.ANALYSIS_MD, "\n".join(lines))
+    return write_text(out / layout.ANALYSIS_MD, "\n".join(lines))
 
 
 def render_counter_validation(v: CounterValidation, out: Path) -> Path:
@@ -112,7 +100,7 @@ def render_counter_validation(v: CounterValidation, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     both = {"real": v.real_features, "simulated": v.sim_features}
     for name, f in zip((layout.FEATURES_REAL, layout.FEATURES_SIM), both.values(), strict=True):
-        _write(out / name, json.dumps(f.to_json()) + "\n")
+        write_text(out / name, json.dumps(f.to_json()) + "\n")
     plots = out / layout.PLOTS_DIR
     plots.mkdir(exist_ok=True)
     plot_counter_timelines(both, plots / COUNTER_TIMELINE)
@@ -126,4 +114,4 @@ def render_counter_validation(v: CounterValidation, out: Path) -> Path:
              "## The simulated counters", "", *counter_lines(v.sim_features), "## Plots", "",
              f"![timeline]({layout.PLOTS_DIR}/{COUNTER_TIMELINE})",
              f"![utilisation]({layout.PLOTS_DIR}/{COUNTER_UTILIZATION})", ""]
-    return _write(out / layout.VALIDATION_MD, "\n".join(lines))
+    return write_text(out / layout.VALIDATION_MD, "\n".join(lines))

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 
 from simstudy import layout
 from simstudy.backends import RunResult
+from simstudy.report.files import save_figure
 from simstudy.traffic.timeline import Timeline, throughput_timeline
 
 
@@ -32,10 +33,7 @@ def plot_timeline(timeline: Timeline, path: Path, *, title: str = "") -> Path:
     bottom.set_xlabel("time (ms)")
     if len(timeline.series) > 1:
         bottom.legend(fontsize=7, ncol=4, loc="upper right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def render_run(result: RunResult, out: Path) -> Path | None:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from simstudy import layout
+from simstudy.report.files import save_figure, write_text
 from simstudy.report.findings import findings, lead_params
 from simstudy.spec import PlotSpec
 from simstudy.sweeps import BaselineReport, SweepResult, label, metric_columns
@@ -90,10 +91,7 @@ def plot_bars(data: BarData, path: Path) -> Path:
     ax.set_title(title, fontsize=10)
     if data.hue:
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def plot_timelines(result: SweepResult, path: Path, params: list[str]) -> Path | None:
@@ -119,10 +117,7 @@ def plot_timelines(result: SweepResult, path: Path, params: list[str]) -> Path |
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel("time (ms)", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _cell(v: Any) -> str:
@@ -179,10 +174,7 @@ def render_study(result: SweepResult, *, baseline: BaselineReport | None = None)
             made.append(("throughput timelines", tl))
     text = _report_text(result, params, made, baseline)
     path = result.out / layout.REPORT_MD
-    tmp = path.with_name("report.md.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_text(path, text)
 
 
 def _report_text(result: SweepResult, params: list[str], made: list[tuple[str, Path]],

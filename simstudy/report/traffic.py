@@ -14,16 +14,10 @@ import numpy as np
 from matplotlib.axes import Axes
 
 from simstudy import layout
+from simstudy.report.files import save_figure, write_text
 from simstudy.report.plots import plot_timeline
 from simstudy.traffic.features import Distribution, Features, TrafficMatrix, iteration_profile
 from simstudy.validation import Validation
-
-
-def _write(path: Path, text: str) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
 
 
 def _image(name: str) -> str:
@@ -65,20 +59,14 @@ def plot_distributions(features: dict[str, Features], path: Path) -> Path:
         ax.tick_params(labelsize=7)
     axes[0].set_ylabel("CDF")
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_matrices(matrices: dict[str, TrafficMatrix], path: Path) -> Path:
     fig, axes = plt.subplots(1, len(matrices), figsize=(4.6 * len(matrices), 3.8), squeeze=False)
     for ax, (label, m) in zip(axes[0], matrices.items(), strict=True):
         _matrix(ax, m, f"traffic matrix: {label}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_throughputs(features: dict[str, Features], path: Path) -> Path:
@@ -90,10 +78,7 @@ def plot_throughputs(features: dict[str, Features], path: Path) -> Path:
     ax.set_xlabel("time (ms)")
     ax.set_ylabel("Gbit/s (1 ms bins)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_per_iteration(features: dict[str, Features], path: Path) -> Path:
@@ -116,10 +101,7 @@ def plot_per_iteration(features: dict[str, Features], path: Path) -> Path:
     ax.legend(fontsize=8)
     ax.set_title("throughput through each iteration, aligned at iteration starts (thin: each; thick: mean)",
                  fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _roles_lines(f: Features) -> list[str]:
@@ -154,7 +136,7 @@ def _scalar_table(features: dict[str, Features]) -> list[str]:
 def render_analysis(features: Features, out: Path, *, title: str, notes: list[str] | None = None) -> Path:
     """features.json, plots/ and analysis.md of one traffic table; returns analysis.md."""
     out.mkdir(parents=True, exist_ok=True)
-    _write(out / layout.FEATURES, json.dumps(features.to_json()) + "\n")
+    write_text(out / layout.FEATURES, json.dumps(features.to_json()) + "\n")
     plots = out / layout.PLOTS_DIR
     plots.mkdir(exist_ok=True)
     plot_timeline(features.timeline_1ms, plots / layout.TIMELINE_PLOT, title=f"{title}: throughput, 1 ms bins")
@@ -179,7 +161,7 @@ def render_analysis(features: Features, out: Path, *, title: str, notes: list[st
               "", "## All scalar metrics", "", *_scalar_table({title: features}), "",
               "## Plots", "", *(_image(name) for name in (layout.TIMELINE_PLOT, layout.PER_ITERATION_PLOT,
                                                           layout.MATRIX_PLOT, layout.DISTRIBUTIONS_PLOT)), ""]
-    return _write(out / layout.ANALYSIS_MD, "\n".join(lines))
+    return write_text(out / layout.ANALYSIS_MD, "\n".join(lines))
 
 
 def render_validation(v: Validation, out: Path) -> Path:
@@ -193,7 +175,7 @@ def render_validation(v: Validation, out: Path) -> Path:
     plot_matrices({k: f.matrix for k, f in both.items()}, plots / layout.MATRICES_PLOT)
     plot_distributions(both, plots / layout.DISTRIBUTIONS_PLOT)
     for name, f in zip((layout.FEATURES_REAL, layout.FEATURES_SIM), both.values(), strict=True):
-        _write(out / name, json.dumps(f.to_json()) + "\n")
+        write_text(out / name, json.dumps(f.to_json()) + "\n")
     s = v.scenario
     lines = [f"# Validation of `{v.real.path.name}`", "",
              f"Real traffic: `{v.real.path}` ({v.real.kind}, {len(v.real.table):,} rows). Simulated: scenario "
@@ -211,4 +193,4 @@ def render_validation(v: Validation, out: Path) -> Path:
                                                                   layout.DISTRIBUTIONS_PLOT)),
               "", "## The real trace", "", *_roles_lines(v.real_features), "", *_period_lines(v.real_features),
               "", "## Scalar metrics", "", *_scalar_table(both), ""]
-    return _write(out / layout.VALIDATION_MD, "\n".join(lines))
+    return write_text(out / layout.VALIDATION_MD, "\n".join(lines))

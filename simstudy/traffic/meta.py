@@ -23,7 +23,7 @@ import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import (
@@ -124,6 +124,35 @@ def _endpoint_map(value: Any) -> Any:
     return value
 
 
+class _RankEndpoints:
+    """What a model with `ranks` (rank -> its endpoints) and `control` (endpoints that carry no
+    training traffic) reads from them: both given as one endpoint or a list, and looked up by key.
+    Each model declares the two fields itself (where they stand among its own, and their defaults)."""
+
+    if TYPE_CHECKING:
+        ranks: dict[int, list[Endpoint]]
+        control: list[Endpoint]
+
+    @field_validator("ranks", mode="before")
+    @classmethod
+    def _ranks(cls, v: Any) -> Any:
+        return _endpoint_map(v)
+
+    @field_validator("control", mode="before")
+    @classmethod
+    def _control(cls, v: Any) -> Any:
+        return _endpoints(v)
+
+    @property
+    def rank_of(self) -> dict[str, int]:
+        """{"ip" or "ip:port": rank} for `to_traffic_table`."""
+        return {e.key: rank for rank, ends in self.ranks.items() for e in ends}
+
+    @property
+    def control_keys(self) -> list[str]:
+        return [e.key for e in self.control]
+
+
 class LinkInfo(BaseModel):
     """The testbed's link: shaping applied, the probe, and the goodput the simulation assumes."""
 
@@ -157,7 +186,7 @@ def _span(s: Any) -> Any:
     return s
 
 
-class CaptureMeta(_Model):
+class CaptureMeta(_Model, _RankEndpoints):
     """A capture directory's meta.json (see the module docstring; every field is optional). Keys
     it does not know are kept (`model_extra`) and reported by `simstudy analyze`, not refused: a
     hand-written file may carry notes of its own."""
@@ -186,16 +215,6 @@ class CaptureMeta(_Model):
     ddp_buckets: dict[int, list[int]] = Field(default_factory=dict, description="buckets DDP used, per rank")
     strategy: Literal["ddp", "ps"] | None = None
 
-    @field_validator("ranks", mode="before")
-    @classmethod
-    def _ranks(cls, v: Any) -> Any:
-        return _endpoint_map(v)
-
-    @field_validator("control", mode="before")
-    @classmethod
-    def _control(cls, v: Any) -> Any:
-        return _endpoints(v)
-
     @field_validator("iterations", mode="before")
     @classmethod
     def _spans(cls, v: Any) -> Any:
@@ -203,15 +222,6 @@ class CaptureMeta(_Model):
         if not isinstance(v, Mapping):
             return v
         return {k: [_span(s) for s in spans] if isinstance(spans, list) else spans for k, spans in v.items()}
-
-    @property
-    def rank_of(self) -> dict[str, int]:
-        """{"ip" or "ip:port": rank} for `to_traffic_table`."""
-        return {e.key: rank for rank, ends in self.ranks.items() for e in ends}
-
-    @property
-    def control_keys(self) -> list[str]:
-        return [e.key for e in self.control]
 
     def iteration_durations_s(self) -> list[float]:
         """Every logged iteration's duration (end - start), every rank, in order."""
@@ -297,7 +307,7 @@ def parse_experiment_name(name: str) -> Experiment | None:
 # --ranks map.yaml
 
 
-class RankMap(_Model):
+class RankMap(_Model, _RankEndpoints):
     """Which endpoint is which rank, and what each rank does (`--ranks map.yaml`); overrides the
     roles found from the traffic.
 
@@ -312,24 +322,6 @@ class RankMap(_Model):
     ranks: dict[int, list[Endpoint]] = Field(description="rank -> endpoint(s)")
     servers: list[int] = Field(default_factory=list, description="ranks that are parameter servers")
     control: list[Endpoint] = Field(default_factory=list, description="endpoints that are not training traffic")
-
-    @field_validator("ranks", mode="before")
-    @classmethod
-    def _ranks(cls, v: Any) -> Any:
-        return _endpoint_map(v)
-
-    @field_validator("control", mode="before")
-    @classmethod
-    def _control(cls, v: Any) -> Any:
-        return _endpoints(v)
-
-    @property
-    def rank_of(self) -> dict[str, int]:
-        return {e.key: rank for rank, ends in self.ranks.items() for e in ends}
-
-    @property
-    def control_keys(self) -> list[str]:
-        return [e.key for e in self.control]
 
 
 def load_rank_map(path: str | Path) -> RankMap:

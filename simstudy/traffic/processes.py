@@ -52,7 +52,7 @@ from typing import Final
 import numpy as np
 import pandas as pd
 
-from simstudy.traffic.roles import Place, connection_kinds
+from simstudy.traffic.roles import Place, complete_bipartite, connection_kinds
 
 __all__ = ["SEARCH_BUDGET", "Processes", "find_processes", "regroup"]
 
@@ -363,12 +363,7 @@ def _structured(nodes: list[int], edges: set[tuple[int, int]]) -> bool:
         return True
     if len(edges) == n and all(d == 2 for d in degree.values()) and _connected(nodes, edges):
         return True
-    top = max(degree.values())
-    servers = [v for v in nodes if degree[v] == top]
-    workers = [v for v in nodes if degree[v] != top]
-    if not workers or len(servers) >= len(workers) or len(workers) < 2:
-        return False
-    return edges == {(min(s, w), max(s, w)) for s in servers for w in workers}
+    return complete_bipartite(nodes, edges) is not None
 
 
 def _connected(nodes: list[int], edges: set[tuple[int, int]]) -> bool:

@@ -55,6 +55,7 @@ __all__ = [
     "Roles",
     "apply",
     "classify",
+    "complete_bipartite",
     "connection_kinds",
     "given",
     "shifted",
@@ -234,9 +235,9 @@ def _lasting(table: pd.DataFrame, con: _Connections, big: np.ndarray) -> np.ndar
     return out
 
 
-def _bipartite(hosts: list[int], edges: set[tuple[int, int]]) -> tuple[list[int], list[int]] | None:
-    """(servers, workers) when the training graph is complete bipartite with fewer servers than
-    workers and at least two workers; else None."""
+def complete_bipartite(hosts: list[int], edges: set[tuple[int, int]]) -> tuple[list[int], list[int]] | None:
+    """(servers, workers) when the graph of `edges` (as (low, high), between `hosts`) is complete
+    bipartite with fewer servers than workers and at least two workers; else None."""
     degree = {h: sum(h in e for e in edges) for h in hosts}
     if len(hosts) < 3:
         return None
@@ -333,7 +334,7 @@ def classify(table: pd.DataFrame, labels: Mapping[int, str] | None = None, *,
     edges = {(int(a), int(b)) for a, b, ok in zip(con.a, con.b, training, strict=True) if ok and a != b}
     hosts = sorted({h for e in edges for h in e} | {int(a) for a, b, ok in zip(con.a, con.b, training, strict=True)
                                                      if ok and a == b})
-    split = _bipartite(hosts, edges)
+    split = complete_bipartite(hosts, edges)
     if split is not None:
         servers, workers = split
         reason = (f"{len(workers)} workers and {len(servers)} parameter server{'s' if len(servers) > 1 else ''}: "

@@ -43,6 +43,16 @@ def test_training_steps_set_the_loaded_compute_mean_or_slowest() -> None:
     assert slow["optimizer_us"] == 1.0
 
 
+def _assert_refused(tmp_path: Path, body: str, field: str, expected: str) -> None:
+    """A capture spec of `body` is refused with an error naming the file, `field` and `expected`."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"name: bad\nmodel: small_cnn\n{body}\n")
+    with pytest.raises(SpecError) as err:
+        load_spec(CaptureSpec, path)
+    text = str(err.value)
+    assert str(path) in text and field in text and expected in text
+
+
 @pytest.mark.parametrize(("body", "field", "expected"), [
     ("parallelism: {dp: 2, tp: 2}", "", "data parallelism only"),
     ("parallelism: {dp: 2, aggregation: {algorithm: direct}}", "", "algorithm to ring"),
@@ -52,12 +62,7 @@ def test_training_steps_set_the_loaded_compute_mean_or_slowest() -> None:
     ("parallelism: {dp: 2}\ncapture: {link: {loss: 1.5}}", "capture.link.loss", "less than 1"),
 ])
 def test_bad_capture_specs_name_file_and_field(tmp_path: Path, body: str, field: str, expected: str) -> None:
-    path = tmp_path / "bad.yaml"
-    path.write_text(f"name: bad\nmodel: small_cnn\n{body}\n")
-    with pytest.raises(SpecError) as err:
-        load_spec(CaptureSpec, path)
-    text = str(err.value)
-    assert str(path) in text and field in text and expected in text
+    _assert_refused(tmp_path, body, field, expected)
 
 
 @pytest.mark.parametrize("servers", [1, 2, 3])
@@ -107,12 +112,7 @@ def test_synchronous_jobs_take_the_slowest_worker_of_each_calibration_pass() -> 
      "parallelism.aggregation.algorithm", "RingReduce"),
 ])
 def test_bad_framework_specs_name_file_and_field(tmp_path: Path, body: str, field: str, expected: str) -> None:
-    path = tmp_path / "bad.yaml"
-    path.write_text(f"name: bad\nmodel: small_cnn\n{body}\n")
-    with pytest.raises(SpecError) as err:
-        load_spec(CaptureSpec, path)
-    text = str(err.value)
-    assert str(path) in text and field in text and expected in text
+    _assert_refused(tmp_path, body, field, expected)
 
 
 def test_tensorflow_capture_needs_a_keras_model(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from simstudy.spec import load_study
 from simstudy.sweeps import LocalExecutor, metric_columns, run_study
-from tests.conftest import sigint_default
+from tests.conftest import run_cli, sigint_default
 
 STUDY = """\
 name: tiny
@@ -39,11 +39,6 @@ def _write(tmp_path: Path, text: str = STUDY, name: str = "study.yaml") -> Path:
 def _stable(summary: pd.DataFrame) -> pd.DataFrame:
     """The summary without what legitimately differs between two sweeps (wall times, cache hits)."""
     return summary.drop(columns=["cached", "run_s", "backend_wall_s"]).reset_index(drop=True)
-
-
-def _cli(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "simstudy", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def test_sweep_runs_every_point_then_reuses_them(tmp_path: Path) -> None:
@@ -120,7 +115,7 @@ def test_a_failing_scenario_is_recorded_and_the_sweep_goes_on(tmp_path: Path) ->
     assert (s[s["status"] == "ok"]["finish_ms"] > 0).all()
     for key in bad["key"]:
         assert not (tmp_path / "out" / "runs" / key).exists()
-    proc = _cli("sweep", str(path), "-o", str(tmp_path / "out"), "--quiet", cwd=tmp_path)
+    proc = run_cli("sweep", str(path), "-o", str(tmp_path / "out"), "--quiet", cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert "FAILED run" in proc.stderr and "attention heads" in proc.stderr
 
@@ -172,9 +167,9 @@ def test_interrupted_sweep_resumes_to_the_same_summary(tmp_path: Path, sig: sign
     finished = _finished(out / "runs")  # a run killed inside its temporary directory did not finish
     assert 2 <= len(finished) < 8 and not (out / "summary.parquet").exists()
 
-    resumed = _cli("sweep", str(path), "-o", str(out), "--quiet", "--no-report", cwd=tmp_path)
+    resumed = run_cli("sweep", str(path), "-o", str(out), "--quiet", "--no-report", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    clean = _cli("sweep", str(path), "-o", str(tmp_path / "clean"), "--quiet", "--no-report", cwd=tmp_path)
+    clean = run_cli("sweep", str(path), "-o", str(tmp_path / "clean"), "--quiet", "--no-report", cwd=tmp_path)
     assert clean.returncode == 0, clean.stderr
     a = pd.read_parquet(out / "summary.parquet")
     b = pd.read_parquet(tmp_path / "clean" / "summary.parquet")
@@ -228,10 +223,10 @@ def dask_scheduler(tmp_path: Path) -> object:
 @pytest.mark.slow
 def test_dask_executor_matches_the_local_pool(tmp_path: Path, dask_scheduler: str) -> None:
     path = _write(tmp_path)
-    proc = _cli("sweep", str(path), "-o", str(tmp_path / "dask"), "--executor", "dask", "--scheduler",
-                dask_scheduler, "--quiet", cwd=tmp_path)
+    proc = run_cli("sweep", str(path), "-o", str(tmp_path / "dask"), "--executor", "dask", "--scheduler",
+                   dask_scheduler, "--quiet", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    local = _cli("sweep", str(path), "-o", str(tmp_path / "local"), "--quiet", "--no-report", cwd=tmp_path)
+    local = run_cli("sweep", str(path), "-o", str(tmp_path / "local"), "--quiet", "--no-report", cwd=tmp_path)
     assert local.returncode == 0, local.stderr
     a = pd.read_parquet(tmp_path / "dask" / "summary.parquet")
     b = pd.read_parquet(tmp_path / "local" / "summary.parquet")
@@ -242,15 +237,15 @@ def test_dask_executor_matches_the_local_pool(tmp_path: Path, dask_scheduler: st
 def test_unreachable_scheduler_is_bad_input(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
     path = _write(tmp_path)
-    proc = _cli("sweep", str(path), "-o", str(tmp_path / "o"), "--executor", "dask", "--scheduler",
-                "tcp://127.0.0.1:9", "--connect-timeout", "2", "--quiet", cwd=tmp_path, timeout=120)
+    proc = run_cli("sweep", str(path), "-o", str(tmp_path / "o"), "--executor", "dask", "--scheduler",
+                   "tcp://127.0.0.1:9", "--connect-timeout", "2", "--quiet", cwd=tmp_path, timeout=120)
     assert proc.returncode == 2 and "cannot reach the Dask scheduler" in proc.stderr
 
 
 def test_dry_run_lists_scenarios_and_skips(tmp_path: Path) -> None:
     text = STUDY.replace("topology.npus: [2, 4]", "topology.npus: [2, 4]\n  parallelism.dp: [2]")
     path = _write(tmp_path, text)
-    proc = _cli("sweep", str(path), "--dry-run", cwd=tmp_path)
+    proc = run_cli("sweep", str(path), "--dry-run", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "4 combinations: 1 scenarios (1 distinct runs), 3 skipped" in proc.stdout
     assert "needs 3 (dp*tp*pp = 2*1*1 = 2 + 1 dedicated servers)" in proc.stdout
@@ -260,7 +255,7 @@ def test_dry_run_lists_scenarios_and_skips(tmp_path: Path) -> None:
 
 def test_report_and_plots_are_written(tmp_path: Path) -> None:
     path = _write(tmp_path)
-    proc = _cli("sweep", str(path), "-o", str(tmp_path / "out"), "--quiet", cwd=tmp_path)
+    proc = run_cli("sweep", str(path), "-o", str(tmp_path / "out"), "--quiet", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## What was swept" in report and "`topology.npus`: 2, 4" in report
@@ -271,8 +266,8 @@ def test_report_and_plots_are_written(tmp_path: Path) -> None:
 
 def test_regression_study_matches_the_committed_baseline(repo: Path, tmp_path: Path) -> None:
     baseline = repo / "tests" / "data" / "regression_small.parquet"
-    proc = _cli("sweep", str(repo / "specs" / "regression_small.yaml"), "-o", str(tmp_path / "reg"), "--quiet",
-                "--baseline", str(baseline), cwd=tmp_path)
+    proc = run_cli("sweep", str(repo / "specs" / "regression_small.yaml"), "-o", str(tmp_path / "reg"), "--quiet",
+                   "--baseline", str(baseline), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "baseline: PASSED" in proc.stdout
 
@@ -283,8 +278,8 @@ def test_regression_study_matches_the_committed_baseline(repo: Path, tmp_path: P
     moved = moved.drop(index=5)
     moved["gone_ms"] = 1.0  # a metric this sweep no longer measures
     moved.to_parquet(tmp_path / "moved.parquet")
-    proc = _cli("sweep", str(repo / "specs" / "regression_small.yaml"), "-o", str(tmp_path / "reg"), "--quiet",
-                "--baseline", str(tmp_path / "moved.parquet"), "--no-report", cwd=tmp_path)
+    proc = run_cli("sweep", str(repo / "specs" / "regression_small.yaml"), "-o", str(tmp_path / "reg"), "--quiet",
+                   "--baseline", str(tmp_path / "moved.parquet"), "--no-report", cwd=tmp_path)
     assert proc.returncode == 1
     assert "MOVED" in proc.stdout and "iteration_ms" in proc.stdout and "changed 0.990%" in proc.stdout
     assert "new (not in the baseline)" in proc.stdout

@@ -280,7 +280,7 @@ class Comms:
         self.routes = Routes(net, cut_loss=self.tcp is None)
         self.route = self.routes.shared_route if mode.shares_links else self.routes.route
         if model is None and self.tcp is not None:
-            model = TCP_NETMODELS[mode](sched, self.routes.effective, net.latency, tcp=self.tcp)  # type: ignore[call-arg]
+            model = TCP_NETMODELS[mode](sched, self.routes.effective, net.latency, tcp=self.tcp)
         self.model: NetModel = model or self.model_class(sched, self.routes.effective, net.latency)
         self.emit = emit
         #: when given, isolated collectives only report (transfers, bytes, bytes sent per rank)

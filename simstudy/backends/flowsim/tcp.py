@@ -161,12 +161,11 @@ class TcpPaths:
         return rtt_ns / 2 + size / min(rate, self.rate_cap(p, rtt_ns)) + self.mean_delay_ns(size, p, rtt_ns)
 
 
-class TcpFluidNet(FluidNet):
-    """`fluid` with TCP under loss: a flow on a lossy path has a link of its own at the rate its
-    loss-limited window allows (max-min fair sharing does the rest), and arrives after its
-    timeouts. Never timed alone: every message draws its own losses."""
+class TcpNet(NetModel):
+    """A congestion model with TCP under loss on the paths `tcp` (the first base of a model's TCP
+    variant: `class TcpFluidNet(TcpNet, FluidNet)`). Never timed alone: every message draws its
+    own losses."""
 
-    name = "fluid"
     timed_alone = False
 
     def __init__(self, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float],
@@ -174,6 +173,18 @@ class TcpFluidNet(FluidNet):
         super().__init__(sched, capacity, latency)
         assert tcp is not None
         self.tcp = tcp
+
+
+class TcpFluidNet(TcpNet, FluidNet):
+    """`fluid` with TCP under loss: a flow on a lossy path has a link of its own at the rate its
+    loss-limited window allows (max-min fair sharing does the rest), and arrives after its
+    timeouts."""
+
+    name = "fluid"
+
+    def __init__(self, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float],
+                 tcp: TcpPaths | None = None) -> None:
+        super().__init__(sched, capacity, latency, tcp)
         self.links = len(self.capacity)
         self.free_keys: list[int] = []
 
@@ -195,18 +206,11 @@ class TcpFluidNet(FluidNet):
         return self.tcp.delay_ns(f.msg.size, f.msg.keys)
 
 
-class TcpUnawareNet(UnawareNet):
+class TcpUnawareNet(TcpNet, UnawareNet):
     """`unaware` with TCP under loss: a message on a lossy path goes at most at its loss-limited
     window's rate and arrives after its timeouts."""
 
     name = "unaware"
-    timed_alone = False
-
-    def __init__(self, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float],
-                 tcp: TcpPaths | None = None) -> None:
-        super().__init__(sched, capacity, latency)
-        assert tcp is not None
-        self.tcp = tcp
 
     def send(self, msg: Msg) -> None:
         p, rtt = self.tcp.path(msg.keys)
@@ -218,4 +222,4 @@ class TcpUnawareNet(UnawareNet):
 
 
 #: The models that take TCP under loss, by congestion mode (aware keeps the capacity cut).
-TCP_NETMODELS: dict[Congestion, type[NetModel]] = {Congestion.FLUID: TcpFluidNet, Congestion.UNAWARE: TcpUnawareNet}
+TCP_NETMODELS: dict[Congestion, type[TcpNet]] = {Congestion.FLUID: TcpFluidNet, Congestion.UNAWARE: TcpUnawareNet}

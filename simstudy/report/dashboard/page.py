@@ -25,6 +25,7 @@ from simstudy.report.dashboard.data import (
     StudyData,
     TraceData,
 )
+from simstudy.report.files import write_text
 
 _OP_COLORS = {"allreduce": "#1f77b4", "allgather": "#17becf", "reducescatter": "#9467bd", "alltoall": "#8c564b",
               "push": "#ff7f0e", "pull": "#2ca02c", "p2p": "#d62728", "tcp": "#7f7f7f", "control": "#bcbd22",
@@ -258,7 +259,4 @@ def write(kind: Kind, data: RunData | StudyData | TraceData, out: Path) -> Path:
     """Write the page atomically (a failed render never leaves half a file)."""
     text = render(kind, data)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)
-    return out
+    return write_text(out, text)

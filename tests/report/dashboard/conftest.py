@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ import yaml
 from simstudy.addresses import rank_address
 from simstudy.table import read_table
 from simstudy.traffic.pcap_write import write_pcap
+from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -38,30 +37,25 @@ JOB = {
 }
 
 
-def cli(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "simstudy", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
-
-
 @pytest.fixture(scope="session")
 def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """study (one of whose axes fails: tp=2 cannot split 3 heads), run, cluster run, capture
     (real pcaps without metadata), validation."""
     root = tmp_path_factory.mktemp("dash")
     (root / "study.yaml").write_text(STUDY)
-    proc = cli("sweep", "study.yaml", "-o", "study", "--quiet", cwd=root)
+    proc = run_cli("sweep", "study.yaml", "-o", "study", "--quiet", cwd=root)
     assert proc.returncode == 1, proc.stderr  # the tp=2 points fail; the others finish
     (root / "job.yaml").write_text(yaml.safe_dump(JOB))
-    proc = cli("run", "job.yaml", "-o", "run", "--quiet", cwd=root)
+    proc = run_cli("run", "job.yaml", "-o", "run", "--quiet", cwd=root)
     assert proc.returncode == 0, proc.stderr
-    proc = cli("run", str(REPO / "specs" / "examples" / "two_jobs_leafspine.yaml"), "-o", "jobs", "--quiet",
-               cwd=root)
+    proc = run_cli("run", str(REPO / "specs" / "examples" / "two_jobs_leafspine.yaml"), "-o", "jobs", "--quiet",
+                   cwd=root)
     assert proc.returncode == 0, proc.stderr
     cap = root / "cap"
     cap.mkdir()
     write_pcap(read_table(root / "run" / "traffic.parquet"), cap / "all.pcap")
     (cap / "meta.json").write_text(json.dumps({"scenario": JOB, "ranks": {str(r): rank_address(r) for r in range(4)}}))
-    proc = cli("validate", "--real", "cap", "-o", "val", "--count", "ip", "--quiet", cwd=root)
+    proc = run_cli("validate", "--real", "cap", "-o", "val", "--count", "ip", "--quiet", cwd=root)
     # the simulator's own traffic, written as packets: every judged metric agrees
     assert proc.returncode == 0 and "**PASS**" in proc.stdout, proc.stdout + proc.stderr
     return {"study": root / "study", "run": root / "run", "jobs": root / "jobs",

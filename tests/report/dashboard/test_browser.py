@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.report.dashboard.conftest import REPO, cli
+from tests.conftest import run_cli
+from tests.report.dashboard.conftest import REPO
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install '.[dev]')")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -39,7 +40,7 @@ def browser() -> Iterator[Any]:
 def _page(dirs: dict[str, Path], kind: str) -> Path:
     out = dirs["root"] / f"{kind}.html"
     if not out.exists():
-        proc = cli("dashboard", str(dirs[kind]), "-o", str(out), cwd=dirs["root"])
+        proc = run_cli("dashboard", str(dirs[kind]), "-o", str(out), cwd=dirs["root"])
         assert proc.returncode == 0, proc.stderr
     return out
 

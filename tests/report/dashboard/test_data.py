@@ -15,7 +15,7 @@ from simstudy.report.dashboard import DashboardError, detect, load
 from simstudy.report.dashboard.data import COARSEST_BINS, FINEST_BIN_S, RunData, StudyData, TraceData, pyramid
 from simstudy.report.findings import study_findings
 from simstudy.table import read_table
-from tests.report.dashboard.conftest import cli
+from tests.conftest import run_cli
 
 
 def test_each_directory_is_recognised(dirs: dict[str, Path], tmp_path: Path) -> None:
@@ -98,7 +98,7 @@ def test_capture_without_metadata(dirs: dict[str, Path]) -> None:
 
 def test_chrome_trace_matches_the_run(dirs: dict[str, Path]) -> None:
     out = dirs["root"] / "trace.json"
-    proc = cli("trace", str(dirs["run"]), "-o", str(out), "--iterations", "0", cwd=dirs["root"])
+    proc = run_cli("trace", str(dirs["run"]), "-o", str(out), "--iterations", "0", cwd=dirs["root"])
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     events = doc["traceEvents"]
@@ -132,14 +132,14 @@ def test_chrome_trace_matches_the_run(dirs: dict[str, Path]) -> None:
 @pytest.mark.parametrize("cmd", ["dashboard", "trace"])
 def test_bad_paths_are_one_clear_error(dirs: dict[str, Path], cmd: str) -> None:
     for bad in (dirs["root"], dirs["root"] / "nothing", Path("/dev/null")):
-        proc = cli(cmd, str(bad), "-o", str(dirs["root"] / "x.out"), cwd=dirs["root"])
+        proc = run_cli(cmd, str(bad), "-o", str(dirs["root"] / "x.out"), cwd=dirs["root"])
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and str(bad) in proc.stderr, proc.stderr
     assert not (dirs["root"] / "x.out").exists()
 
 
 def test_empty_study_says_so(tmp_path: Path) -> None:
     (tmp_path / "study.json").write_text("{}")
-    proc = cli("dashboard", str(tmp_path), cwd=tmp_path)
+    proc = run_cli("dashboard", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2 and "wrote nothing yet" in proc.stderr
 
 
@@ -154,7 +154,7 @@ def test_link_utilisation_says_how_to_read_it_under_each_congestion_model(tmp_pa
     (tmp_path / "c.yaml").write_text(yaml.safe_dump({**cluster, "name": "shared"}))
     peaks, notes = {}, {}
     for mode in ("unaware", "fluid", "aware"):
-        proc = cli("run", "c.yaml", "-o", mode, "--congestion", mode, "--traffic", "links", "--quiet", cwd=tmp_path)
+        proc = run_cli("run", "c.yaml", "-o", mode, "--congestion", mode, "--traffic", "links", "--quiet", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         _, d = load(tmp_path / mode)
         assert isinstance(d, RunData) and d.links is not None
@@ -163,6 +163,6 @@ def test_link_utilisation_says_how_to_read_it_under_each_congestion_model(tmp_pa
     assert peaks["unaware"] > 1.5 and "can exceed 1" in notes["unaware"]
     assert peaks["fluid"] <= 1.0 + 1e-6 and "max-min" in notes["fluid"]
     assert "understated" in notes["aware"]
-    page = cli("dashboard", "unaware", "-o", "u.html", cwd=tmp_path)
+    page = run_cli("dashboard", "unaware", "-o", "u.html", cwd=tmp_path)
     assert page.returncode == 0, page.stderr
     assert 'id="links-note"' in (tmp_path / "u.html").read_text()
