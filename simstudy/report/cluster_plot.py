@@ -6,12 +6,9 @@ import re
 from pathlib import Path
 
 import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
-from simstudy.report.files import save_figure
+from simstudy.report.files import figure, save_figure
 from simstudy.traffic.cluster import Clustering
 
 __all__ = ["plot_clusters", "short_label"]
@@ -35,8 +32,8 @@ def plot_clusters(clustering: Clustering, path: str | Path, *, title: str = "") 
     """Scatter of the items in PC1/PC2, coloured by cluster, marker by source (sim o, real ^),
     each point annotated with its short label (its name when it has none); written to `path`."""
     path = Path(path)
-    cmap = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(8, 6))
+    cmap = matplotlib.colormaps["tab10"]
+    fig, ax = figure(figsize=(8, 6))
     x, y = clustering.pcs[:, 0], clustering.pcs[:, 1]
     for i, item in enumerate(clustering.items):
         c = int(clustering.labels[i])

@@ -7,14 +7,10 @@ import json
 import math
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 
 from simstudy import layout
-from simstudy.report.files import save_figure, write_text
+from simstudy.report.files import figure, save_figure, write_text
 from simstudy.traffic.counter_features import CounterFeatures, counters_frame
 from simstudy.validation import CounterValidation
 
@@ -25,7 +21,7 @@ COUNTER_UTILIZATION = "utilization.png"
 
 def plot_counter_timelines(features: dict[str, CounterFeatures], path: Path) -> Path:
     """Throughput of every tier (and the hottest ports of the first series) over time."""
-    fig, ax = plt.subplots(figsize=(11, 3.6))
+    fig, ax = figure(figsize=(11, 3.6))
     for label, f in features.items():
         for name, rates in f.timelines.items():
             if name.startswith("tier ") or len(features) == 1:
@@ -39,7 +35,7 @@ def plot_counter_timelines(features: dict[str, CounterFeatures], path: Path) -> 
 
 def plot_utilization(features: dict[str, CounterFeatures], path: Path) -> Path:
     """CDF of the utilisation samples of every tier, one line per series and tier."""
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    fig, ax = figure(figsize=(6.5, 3.6))
     for label, f in features.items():
         for t in f.tiers:
             if t.utilization.count:

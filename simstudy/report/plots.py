@@ -5,23 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 from simstudy import layout
 from simstudy.backends import RunResult
-from simstudy.report.files import save_figure
+from simstudy.report.files import figure, save_figure
 from simstudy.traffic.timeline import Timeline, throughput_timeline
 
 
 def plot_timeline(timeline: Timeline, path: Path, *, title: str = "") -> Path:
     """Throughput over time: the total on top, the busiest rank pairs below."""
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
+    fig, (top, bottom) = figure(2, 1, figsize=(9, 5.5), sharex=True)
     t_ms = (timeline.times_s - timeline.t0_s) * 1e3
     top.plot(t_ms, timeline.total * 8 / 1e9, lw=0.8, color="black", drawstyle="steps-post")
     top.set_ylabel("total Gbit/s")

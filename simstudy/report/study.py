@@ -7,15 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 from simstudy import layout
-from simstudy.report.files import save_figure, write_text
+from simstudy.report.files import figure, save_figure, write_text
 from simstudy.report.findings import findings, lead_params
 from simstudy.spec import PlotSpec
 from simstudy.sweeps import BaselineReport, SweepResult, label, metric_columns
@@ -78,7 +74,7 @@ def bar_data(summary: pd.DataFrame, params: list[str], spec: PlotSpec) -> BarDat
 
 def plot_bars(data: BarData, path: Path) -> Path:
     """One bar per (x, hue) cell."""
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(data.x_values) * max(1, len(data.hue_values)) ** 0.5), 3.8))
+    fig, ax = figure(figsize=(max(5.0, 1.1 * len(data.x_values) * max(1, len(data.hue_values)) ** 0.5), 3.8))
     width = 0.8 / max(1, len(data.hue_values))
     pos = np.arange(len(data.x_values))
     for i, h in enumerate(data.hue_values):
@@ -102,7 +98,7 @@ def plot_timelines(result: SweepResult, path: Path, params: list[str]) -> Path |
     n = len(ok)
     cols = 2 if n > 1 else 1
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(10, 1.8 * rows + 0.6), squeeze=False)
+    fig, axes = figure(rows, cols, figsize=(10, 1.8 * rows + 0.6), squeeze=False)
     for ax, (_, row) in zip(axes.flat, ok.iterrows(), strict=False):
         traffic = result.run_dir(str(row["key"])) / layout.TRAFFIC
         table = read_table(traffic) if traffic.is_file() else empty_table()  # runs keeping links or none

@@ -6,15 +6,11 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 
 from simstudy import layout
-from simstudy.report.files import save_figure, write_text
+from simstudy.report.files import figure, save_figure, write_text
 from simstudy.report.plots import plot_timeline
 from simstudy.traffic.features import Distribution, Features, TrafficMatrix, iteration_profile
 from simstudy.validation import Validation
@@ -33,7 +29,7 @@ def _matrix(ax: Axes, m: TrafficMatrix, title: str) -> None:
     ax.set_xlabel("to rank")
     ax.set_ylabel("from rank")
     ax.set_title(title, fontsize=9)
-    plt.colorbar(im, ax=ax, fraction=0.046, label="bytes / max")
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, label="bytes / max")
 
 
 def _cdf(ax: Axes, d: Distribution, label: str, scale: float = 1.0) -> None:
@@ -44,7 +40,7 @@ def _cdf(ax: Axes, d: Distribution, label: str, scale: float = 1.0) -> None:
 
 def plot_distributions(features: dict[str, Features], path: Path) -> Path:
     """CDFs of burst durations, idle durations, burst sizes and flow sizes, one line per trace."""
-    fig, axes = plt.subplots(1, 4, figsize=(13, 3.2))
+    fig, axes = figure(1, 4, figsize=(13, 3.2))
     panels: list[tuple[str, Callable[[Features], Distribution], float]] = [
         ("burst duration (ms)", lambda f: f.on_off.bursts, 1e3),
         ("idle duration (ms)", lambda f: f.on_off.idles, 1e3),
@@ -63,7 +59,7 @@ def plot_distributions(features: dict[str, Features], path: Path) -> Path:
 
 
 def plot_matrices(matrices: dict[str, TrafficMatrix], path: Path) -> Path:
-    fig, axes = plt.subplots(1, len(matrices), figsize=(4.6 * len(matrices), 3.8), squeeze=False)
+    fig, axes = figure(1, len(matrices), figsize=(4.6 * len(matrices), 3.8), squeeze=False)
     for ax, (label, m) in zip(axes[0], matrices.items(), strict=True):
         _matrix(ax, m, f"traffic matrix: {label}")
     return save_figure(fig, path)
@@ -71,7 +67,7 @@ def plot_matrices(matrices: dict[str, TrafficMatrix], path: Path) -> Path:
 
 def plot_throughputs(features: dict[str, Features], path: Path) -> Path:
     """1 ms total throughput of each trace on one time axis (aligned origins)."""
-    fig, ax = plt.subplots(figsize=(10, 3.4))
+    fig, ax = figure(figsize=(10, 3.4))
     for label, f in features.items():
         tl = f.timeline_1ms
         ax.plot(tl.times_s * 1e3, tl.total * 8 / 1e9, lw=0.8, drawstyle="steps-post", label=label)
@@ -85,7 +81,7 @@ def plot_per_iteration(features: dict[str, Features], path: Path) -> Path:
     """Every whole iteration of each trace laid over the others, aligned at its start (thin lines),
     and each trace's mean iteration (thick), on one time axis: real against simulated, one
     iteration at a time, so that the eye and the verdict look at the same thing."""
-    fig, ax = plt.subplots(figsize=(10, 3.6))
+    fig, ax = figure(figsize=(10, 3.6))
     span = max((f.period.period_s for f in features.values() if np.isfinite(f.period.period_s)), default=np.nan)
     for (label, f), color in zip(features.items(), ("tab:blue", "tab:orange", "tab:green"), strict=False):
         prof = iteration_profile(f, span_s=span * 1.1 if np.isfinite(span) else None, bins=80)

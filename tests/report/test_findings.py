@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,23 @@ def test_the_loss_study_states_slowdown_tail_and_bursts(loss_study) -> None:  # 
     from simstudy.report.study import render_study
 
     assert "Burst structure" in render_study(loss_study).read_text()
+
+
+def test_reports_leave_the_matplotlib_backend_alone(tmp_path: Path) -> None:
+    """A notebook's inline backend survives importing the API and saving a report's figure."""
+    import subprocess
+    import sys
+
+    code = (
+        "import matplotlib, pathlib, sys\n"
+        "import simstudy.api, simstudy.report.study, simstudy.report.traffic, simstudy.report.plots\n"
+        "from simstudy.report.files import figure, save_figure\n"
+        "fig, ax = figure(figsize=(2, 2)); ax.plot([0, 1]); save_figure(fig, pathlib.Path(sys.argv[1]))\n"
+        "print(matplotlib.get_backend())\n"
+    )
+    out = tmp_path / "f.png"
+    env = {**os.environ, "MPLBACKEND": "svg"}
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, env=env,
+                          check=True, cwd=REPO)
+    assert proc.stdout.strip() == "svg"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
