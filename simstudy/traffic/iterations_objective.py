@@ -121,12 +121,15 @@ class _Repeat:
 
     @property
     def durations(self) -> FloatArray:
-        return np.diff(self.bounds)[self.single].astype(np.float64)
+        """Bins from each single cycle's end to the next's: the first cycle is left out, as its start
+        ends what went before (setup traffic, a rendezvous), not an iteration."""
+        return np.diff(self.bounds)[1:][self.single[1:]].astype(np.float64)
 
     @property
     def period(self) -> float:
-        """The typical single cycle's duration, bins."""
-        return interquartile_mean(self.durations)
+        """The typical single cycle's duration, bins (of two: their mean)."""
+        d = self.durations
+        return interquartile_mean(d) if len(d) > 2 else float(d.mean())
 
 
 def _bursts(v: FloatArray) -> tuple[IntArray, IntArray, FloatArray]:
