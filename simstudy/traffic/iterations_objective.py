@@ -257,7 +257,8 @@ def _found(volume: FloatArray, ids: IntArray, t0: float, chosen: dict[int, _Repe
     cum = np.vstack([np.zeros((1, volume.shape[1])), np.cumsum(volume, axis=0)])
     within = np.diff(cum[ref.bounds], axis=0)  # cycles x senders
     n = ref.cycles
-    per = within.sum(axis=0) / n
+    k = np.concatenate([[0], np.cumsum(np.round(ref.cycle_bytes / ref.quantum))])  # iterations at each bound
+    per = np.polyfit(k, cum[ref.bounds], 1)[0]  # the others: the slope of their bytes over iterations
     for e, r in chosen.items():
         per[e] = r.explained / r.single.sum()
     durations = np.concatenate([r.durations for r in chosen.values()])
