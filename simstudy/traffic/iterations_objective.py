@@ -259,10 +259,11 @@ def _found(volume: FloatArray, ids: IntArray, t0: float, chosen: dict[int, _Repe
     n = ref.cycles
     k = np.concatenate([[0], np.cumsum(np.round(ref.cycle_bytes / ref.quantum))])  # iterations at each bound
     per = np.polyfit(k, cum[ref.bounds], 1)[0]  # the others: the slope of their bytes over iterations
-    for e, r in chosen.items():  # its quantum, exact, where it is the same amount (not a few bytes of control)
-        if abs(r.quantum / per[e] - 1) <= AGREE:
-            per[e] = r.explained / r.single.sum()
-    durations = np.concatenate([r.durations for r in chosen.values()])
+    # its quantum, exact, where it is the same amount (not a few bytes of control, nor a multiple)
+    exact = {e: r for e, r in chosen.items() if abs(r.quantum / per[e] - 1) <= AGREE} or chosen
+    for e, r in exact.items():
+        per[e] = r.explained / r.single.sum()
+    durations = np.concatenate([r.durations for r in exact.values()])
     period_s = interquartile_mean(durations) * BIN_S
     edges = t0 + ref.bounds.astype(np.float64) * BIN_S
     reason = (f"the cycle length whose repeats explain the most bytes ({share:.0%}): {len(chosen)} of "
