@@ -66,6 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
+from scipy.stats import f_oneway
 
 from simstudy.traffic.iterations import Candidate, Iterations, interquartile_mean
 from simstudy.traffic.timeline import sender_bytes
@@ -203,6 +204,27 @@ def _explained(repeats: list[_Repeat], period: float) -> dict[int, _Repeat]:
     return best
 
 
+def _finer(fine: dict[int, _Repeat], coarse: dict[int, _Repeat]) -> bool:
+    """Whether `fine` cuts each cycle of `coarse` into m > 1 parts that are alike: every sender of
+    `coarse` has a repeat in `fine` of 1/m its quantum, explaining as much up to one of its cycles
+    (the coarser quantum's larger tolerance takes in a few bytes of setup), and the parts' durations
+    do not differ by their place in the cycle (a one-way analysis of variance by the place, at
+    `CHANCE`: a two-worker ring all-reduce's halves, one of them holding the compute)."""
+    if not set(coarse) <= set(fine):
+        return False
+    m = round(coarse[next(iter(coarse))].quantum / fine[next(iter(coarse))].quantum)
+    for e, c in coarse.items():
+        f = fine[e]
+        if m < 2 or abs(m * f.quantum / c.quantum - 1) > QUANTUM_TOLERANCE or f.explained < c.explained - c.quantum:
+            return False
+        place = np.cumsum(np.round(f.cycle_bytes / f.quantum)) % m  # where in the coarse cycle each part ends
+        d = np.diff(f.bounds).astype(np.float64)
+        groups = [d[f.single & (place == k)] for k in range(m)]
+        if min(len(g) for g in groups) < 2 or f_oneway(*groups).pvalue < CHANCE:
+            return False
+    return True
+
+
 def _candidate(period: float, chosen: dict[int, _Repeat], total: float, ids: IntArray, verdict: str) -> Candidate:
     """A cycle length as a `Candidate`: found by the senders whose repeats last that long, `acf` the
     share of all bytes they explain (the objective), cycles those of the one that explains most."""
@@ -241,6 +263,8 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
             if sum(r.explained for r in votes.values()) > sum(r.explained for r in scored[i][1].values()):
                 scored[i] = (period, votes)
     best = max(range(len(scored)), key=lambda i: sum(r.explained for r in scored[i][1].values()))
+    best = min((i for i in range(len(scored)) if _finer(scored[i][1], scored[best][1])),
+               key=lambda i: scored[i][0], default=best)
     period, chosen = scored[best]
     share = {i: sum(r.explained for r in v.values()) / total for i, (_, v) in enumerate(scored)}
     candidates = tuple(_candidate(p, v, total, ids, "chosen" if i == best else
