@@ -66,7 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
-from scipy.stats import f_oneway
+from scipy.stats import kruskal
 
 from simstudy.traffic.iterations import Candidate, Iterations, interquartile_mean
 from simstudy.traffic.timeline import sender_bytes
@@ -208,7 +208,7 @@ def _finer(fine: dict[int, _Repeat], coarse: dict[int, _Repeat]) -> bool:
     """Whether `fine` cuts each cycle of `coarse` into m > 1 parts that are alike: every sender of
     `coarse` has a repeat in `fine` of 1/m its quantum, explaining as much up to one of its cycles
     (the coarser quantum's larger tolerance takes in a few bytes of setup), and the parts' durations
-    do not differ by their place in the cycle (a one-way analysis of variance by the place, at
+    do not differ by their place in the cycle (a Kruskal-Wallis test by the place, at
     `CHANCE`: a two-worker ring all-reduce's halves, one of them holding the compute)."""
     if not set(coarse) <= set(fine):
         return False
@@ -218,9 +218,9 @@ def _finer(fine: dict[int, _Repeat], coarse: dict[int, _Repeat]) -> bool:
         if m < 2 or abs(m * f.quantum / c.quantum - 1) > QUANTUM_TOLERANCE or f.explained < c.explained - c.quantum:
             return False
         place = np.cumsum(np.round(f.cycle_bytes / f.quantum)) % m  # where in the coarse cycle each part ends
-        d = np.diff(f.bounds).astype(np.float64)
-        groups = [d[f.single & (place == k)] for k in range(m)]
-        if min(len(g) for g in groups) < 2 or f_oneway(*groups).pvalue < CHANCE:
+        d = np.diff(f.bounds)[1:].astype(np.float64)  # the first cycle left out, as in `durations`
+        groups = [d[f.single[1:] & (place[1:] == k)] for k in range(m)]
+        if min(len(g) for g in groups) < 2 or kruskal(*groups).pvalue < CHANCE:
             return False
     return True
 
