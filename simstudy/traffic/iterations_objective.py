@@ -23,11 +23,14 @@ stall), which keeps the run going but explains nothing, so a multiple kT never e
 T. A repeat counts only when chance would not give one as long (`CHANCE`), were the sender's
 burst ends spread at random over its bytes: large quanta over dense burst ends chain by chance.
 
-Not done yet (the old finder's rules for it are not carried over): the penalty for finer cuts. A
-finer cut T/m explains as much as T where every sender's bytes split into m equal parts that end
-at silences (the halves of a two-worker ring all-reduce, equal gradient buckets, the chunks of a
-TensorFlow all-reduce); it should win only when its parts are alike (no alternation of their
-durations), which this module does not test yet.
+**Penalty for finer cuts.** A finer cut T/m explains as much as T where every sender's bytes
+split into m equal parts that end at silences (the halves of a two-worker ring all-reduce, equal
+gradient buckets, the chunks of a TensorFlow all-reduce). Among the cycle lengths, the one that
+explains most gives way to the shortest T/m whose repeats hold 1/m of its quanta, explain as much
+up to one of its cycles per sender (the coarser quantum's larger tolerance takes in a few bytes
+of setup), and whose parts are alike: their durations do not differ by their place in the cycle
+(Kruskal-Wallis, at `CHANCE`). Not done yet: a chosen cut whose own halves differ, where no
+sender's repeat found the coarser cut (a lossy two-worker TensorFlow transformer).
 
 **Method.** (1) Each sender's traffic in 1 ms bins (`BIN_S`) is cut into bursts at every empty
 bin; the iteration ends at the end of a burst. (2) Quanta tried: the bytes between any two of
@@ -35,11 +38,12 @@ the sender's `BOUNDARIES` longest silences (an iteration ends at one of its long
 compute between iterations). (3) Each quantum's longest repeat is found by chaining each burst's
 end to the burst end q bytes later (`_longest_repeat`). (4) Every sender's repeats are candidate
 cycle lengths (their cycles' interquartile mean duration, `interquartile_mean`), scored by
-`explained`. (5) The chosen T gives: each agreeing sender's bytes per iteration (its quantum:
-its repeat's bytes over its cycles), the others' (their bytes in the steady window over its
-cycles), the period (the interquartile mean of all agreeing senders' cycle durations, so that
-jitter and stalls move it little), and the steady window (the cycles of the sender that explains
-the most).
+`explained`. (5) The chosen T gives: the bytes per iteration of each sender, the slope of its cumulative bytes
+over the reference's cycles (the sender that explains the most), or its quantum where that is the
+same amount (within `AGREE`: not a few bytes of control); the period, the interquartile mean of
+those senders' cycle durations, each cycle timed from the previous one's end, the first left out
+(its start ends setup traffic, not an iteration), so that jitter and stalls move it little; and the
+steady window (the reference's cycles).
 
 Tolerances, each with its meaning and source:
 
