@@ -29,20 +29,22 @@ gradient buckets, the chunks of a TensorFlow all-reduce). Among the cycle length
 explains most gives way to the shortest T/m whose repeats hold 1/m of its quanta, explain as much
 up to one of its cycles per sender (the coarser quantum's larger tolerance takes in a few bytes
 of setup), and whose parts are alike: their durations do not differ by their place in the cycle
-(Kruskal-Wallis, at `CHANCE`). Not done yet: a chosen cut whose own halves differ, where no
-sender's repeat found the coarser cut (a lossy two-worker TensorFlow transformer).
+(Kruskal-Wallis, at `CHANCE`). Not done: a chosen cut whose own halves differ stays chosen where
+no sender's repeat found the coarser cut.
 
 **Method.** (1) Each sender's traffic in 1 ms bins (`BIN_S`) is cut into bursts at every empty
 bin; the iteration ends at the end of a burst. (2) Quanta tried: the bytes between any two of
 the sender's `BOUNDARIES` longest silences (an iteration ends at one of its longer silences, the
-compute between iterations). (3) Each quantum's longest repeat is found by chaining each burst's
-end to the burst end q bytes later (`_longest_repeat`). (4) Every sender's repeats are candidate
-cycle lengths (their cycles' interquartile mean duration, `interquartile_mean`), scored by
-`explained`. (5) The chosen T gives: the bytes per iteration of each sender, the slope of its cumulative bytes
-over the reference's cycles (the sender that explains the most), or its quantum where that is the
-same amount (within `AGREE`: not a few bytes of control); the period, the interquartile mean of
-those senders' cycle durations, each cycle timed from the previous one's end, the first left out
-(its start ends setup traffic, not an iteration), so that jitter and stalls move it little; and the
+compute between iterations); a silence lasts from a burst of payload to the next one, bursts of
+control within it (below `CONTROL_BYTES`: heartbeats, rendezvous, metadata) do not end it.
+(3) Each quantum's longest repeat is found by chaining each burst's end to the burst end q bytes
+later (`_longest_repeat`). (4) Every sender's repeats are candidate cycle lengths (their cycles'
+interquartile mean duration, `interquartile_mean`), scored by `explained`. (5) The chosen T
+gives: the bytes per iteration of each sender, the slope of its cumulative bytes over the
+reference's cycles (the sender that explains the most), or its quantum where that is the same
+amount (within `AGREE`: not a few bytes of control); the period, the interquartile mean of those
+senders' cycle durations, each cycle timed from the previous one's end, the first left out (its
+start ends setup traffic, not an iteration), so that jitter and stalls move it little; and the
 steady window (the reference's cycles).
 
 Tolerances, each with its meaning and source:
@@ -58,6 +60,9 @@ Tolerances, each with its meaning and source:
 * `AGREE`: two cycle lengths are one when within 20%, closer than the nearest ratio of whole
   iterations that is not one (5/4), so that jitter does not split a vote and a multiple never
   joins it.
+* `CONTROL_BYTES`: a burst of less than one full TCP segment (1448 bytes: a 1500-byte Ethernet
+  MTU less 52 bytes of IP, TCP and timestamp headers) is control; payloads of megabytes are sent
+  in full segments.
 * `BOUNDARIES`: the 32 longest silences of a sender are tried as iteration ends (captures hold
   tens of iterations; a longer run of them is found from any two).
 """
@@ -78,6 +83,7 @@ from simstudy.traffic.timeline import sender_bytes
 __all__ = [
     "AGREE",
     "BIN_S",
+    "CONTROL_BYTES",
     "MIN_CYCLES",
     "QUANTUM_TOLERANCE",
     "Candidate",
@@ -103,6 +109,8 @@ BOUNDARIES = 32
 CHANCE = 0.01
 #: Most iterations one cycle of a repeat may bridge.
 BRIDGE = 2
+#: Bytes below which a burst is control, not payload: one full TCP segment.
+CONTROL_BYTES = 1448
 
 
 @dataclass(frozen=True)
@@ -182,8 +190,11 @@ def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
         return []
     starts, ends, at = _bursts(v)
     when = np.concatenate([starts[:1], ends])  # the bin at each entry of `at`
-    silence = np.concatenate([starts[1:] - ends[:-1], [len(v)]])  # after each burst
-    tried = np.unique(np.concatenate([[0], np.argsort(-silence, kind="stable")[:BOUNDARIES] + 1]))
+    payload = np.flatnonzero(np.diff(at) >= CONTROL_BYTES)  # bursts that are not control
+    if len(payload) == 0:
+        return []
+    silence = np.concatenate([starts[payload[1:]], [len(v)]]) - ends[payload]  # to the next payload
+    tried = np.unique(np.concatenate([[0], payload[np.argsort(-silence, kind="stable")[:BOUNDARIES]] + 1]))
     q = (at[tried][None, :] - at[tried][:, None]).ravel()
     q = np.unique(q[(q > 0) & (q * MIN_CYCLES <= at[-1])])
     out: list[_Repeat] = []
