@@ -1,6 +1,5 @@
-"""The iteration finder with a stated objective (`simstudy.traffic.iterations_objective`, not yet
-wired in): on jittery iterations whose bytes repeat, it finds the bytes per iteration exactly
-and the typical iteration."""
+"""The iteration finder (`simstudy.traffic.iterations`): on jittery iterations whose bytes repeat,
+it finds the bytes per iteration exactly and the typical iteration."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simstudy.traffic.iterations_objective import find_iterations, interquartile_mean
+from simstudy.traffic.iterations import find_iterations, interquartile_mean
 
 
 def _jittery(seed: int, n: int = 20) -> tuple[pd.DataFrame, float]:
@@ -78,3 +77,10 @@ def test_heartbeats_in_the_silence_between_iterations_do_not_hide_it(seed: int) 
 
 def test_no_iterations_without_repeating_bytes() -> None:
     assert find_iterations(pd.DataFrame(columns=["t_start_s", "t_end_s", "src", "dst", "bytes"])).count == 0
+
+
+def test_interquartile_mean_of_few_values_is_their_mean() -> None:
+    assert interquartile_mean(np.array([10.0, 20.0])) == 15.0
+    assert interquartile_mean(np.array([7.0])) == 7.0
+    assert np.isnan(interquartile_mean(np.zeros(0)))
+    assert interquartile_mean(np.array([1.0, 10.0, 11.0, 12.0, 100.0])) == 11.0
