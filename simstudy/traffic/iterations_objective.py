@@ -1,0 +1,354 @@
+"""Iterations found from the traffic alone: the period, the bytes per iteration, and where the
+whole iterations of steady training lie.
+
+A capture without metadata has no iteration marks, and its timing is shaped by TCP, token buckets
+and busy cores as much as by the job: iterations on one host jitter by tens of percent, a lossy
+link stalls one now and then. What does not jitter is **what each sender sends per iteration**:
+the same gradients, the same parameters, to a few bytes. So the iteration is found in bytes, and
+its period follows from when those bytes are sent.
+
+**Objective.** For a sender e with cumulative bytes C_e(t), a *repeat* of quantum q is a run of
+consecutive cycles, each holding q bytes of e (within `QUANTUM_TOLERANCE`) and ending where e
+falls silent; the bytes it explains are q times its cycles. The iteration is the cycle length T
+that maximises
+
+    explained(T) = sum over senders e of the bytes of e's longest repeat whose typical cycle
+                   lasts T (within `AGREE`),
+
+that is, the bytes of every sender explained by one repeating cycle, each sender counting as far
+as it agrees on T. A sender that never falls silent at the iteration's end (a parameter
+server's saturated link) explains nothing and does not vote. Only single cycles count as
+explained: a run may bridge a cycle of up to `BRIDGE` quanta (a silence filled by jitter or a
+stall), which keeps the run going but explains nothing, so a multiple kT never explains more than
+T. A repeat counts only when chance would not give one as long (`CHANCE`), were the sender's
+burst ends spread at random over its bytes: large quanta over dense burst ends chain by chance.
+
+**Penalty for finer cuts.** A finer cut T/m explains as much as T where every sender's bytes
+split into m equal parts that end at silences (the halves of a two-worker ring all-reduce, equal
+gradient buckets, the chunks of a TensorFlow all-reduce). Of the cycle lengths that explain the
+most, the shortest is taken; it gives way to the shortest T/m whose repeats hold 1/m of its
+quanta, explain as much up to one of its cycles per sender (the coarser quantum's larger
+tolerance takes in a few bytes of setup), and whose parts are alike; and the cut taken gives way
+to a coarser one that explains as much and in whose cycles its own parts differ. Parts differ
+where their durations differ by their place in the cycle (Kruskal-Wallis, at `CHANCE`) and their
+typical durations are more than `AGREE` apart (a two-worker ring all-reduce's halves, one of them
+holding the compute; not the 1 ms bins a period of 23.7 ms falls into).
+
+**Method.** (1) Each sender's traffic in 1 ms bins (`BIN_S`) is cut into bursts at every empty
+bin; the iteration ends at the end of a burst. (2) Quanta tried: the bytes between any two of
+the sender's `BOUNDARIES` longest silences (an iteration ends at one of its longer silences, the
+compute between iterations); a silence lasts from a burst of payload to the next one, bursts of
+control within it (below `CONTROL_BYTES`: heartbeats, rendezvous, metadata) do not end it.
+(3) Each quantum's longest repeat is found by chaining each burst's end to the burst end q bytes
+later (`_longest_repeat`). (4) Every sender's repeats are candidate cycle lengths (their cycles'
+interquartile mean duration, `interquartile_mean`), scored by `explained`. (5) The chosen T
+gives: the steady window, the reference's cycles (the sender that explains the most) where every
+chosen sender repeats (a parameter broadcast of a whole number of quanta is no iteration), from
+where any sender's first cycle starts to where any's last one ends; the bytes per iteration of
+each sender, the slope of its cumulative bytes over the reference's cycles, or its quantum where
+that is the same amount (within `AGREE`: not a few bytes of control); the period, the
+interquartile mean of those senders' cycle durations, each cycle timed from the previous one's
+end. The first cycle is left out of the slope and the durations (its start ends setup traffic,
+not an iteration), so that jitter and stalls move them little.
+
+Tolerances, each with its meaning and source:
+
+* `BIN_S`: a silence is at least one empty 1 ms bin (TCP's gaps within a burst are tens of
+  microseconds; the compute between iterations is milliseconds).
+* `QUANTUM_TOLERANCE`: bytes of one cycle equal the quantum within 0.1% (an iteration's payload
+  repeats to a few small control messages, hundreds of bytes in megabytes).
+* `MIN_CYCLES`: a repeat needs three cycles (two equal amounts are a coincidence of two bursts).
+* `CHANCE`: a repeat counts when fewer than 0.01 as long are expected by chance among all the
+  quanta tried (one chance repeat in a hundred captures).
+* `BRIDGE`: a cycle may bridge two quanta (one silence lost).
+* `AGREE`: two cycle lengths are one when within 20%, closer than the nearest ratio of whole
+  iterations that is not one (5/4), so that jitter does not split a vote and a multiple never
+  joins it.
+* `CONTROL_BYTES`: a burst of less than one full TCP segment (1448 bytes: a 1500-byte Ethernet
+  MTU less 52 bytes of IP, TCP and timestamp headers) is control; payloads of megabytes are sent
+  in full segments.
+* `BOUNDARIES`: the 32 longest silences of a sender are tried as iteration ends (captures hold
+  tens of iterations; a longer run of them is found from any two).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+from scipy.stats import kruskal
+
+from simstudy.traffic.iterations import Candidate, Iterations, interquartile_mean
+from simstudy.traffic.timeline import sender_bytes
+
+__all__ = [
+    "AGREE",
+    "BIN_S",
+    "CONTROL_BYTES",
+    "MIN_CYCLES",
+    "QUANTUM_TOLERANCE",
+    "Candidate",
+    "Iterations",
+    "find_iterations",
+    "interquartile_mean",
+]
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+#: Bin width of the series, seconds: a silence is at least one empty bin.
+BIN_S = 1e-3
+#: A cycle holds the quantum when its bytes are within this share of it.
+QUANTUM_TOLERANCE = 0.001
+#: Fewest cycles of a repeat.
+MIN_CYCLES = 3
+#: Cycle lengths within this share of each other are one.
+AGREE = 0.2
+#: Longest silences of a sender tried as iteration ends.
+BOUNDARIES = 32
+#: Largest expected number of repeats as long as one found, were the burst ends random.
+CHANCE = 0.01
+#: Most iterations one cycle of a repeat may bridge.
+BRIDGE = 2
+#: Bytes below which a burst is control, not payload: one full TCP segment.
+CONTROL_BYTES = 1448
+
+
+
+@dataclass(frozen=True)
+class _Repeat:
+    """One sender's repeat: the bin at which each cycle ends (the first: where the first starts)."""
+
+    sender: int
+    quantum: float
+    bounds: IntArray
+    cycle_bytes: FloatArray
+    single: NDArray[np.bool_]
+
+    @property
+    def cycles(self) -> int:
+        """Iterations along the chain, bridged ones included."""
+        return round(float(self.cycle_bytes.sum()) / self.quantum)
+
+    @property
+    def explained(self) -> float:
+        return float(self.cycle_bytes[self.single].sum())
+
+    @property
+    def durations(self) -> FloatArray:
+        """Bins from each single cycle's end to the next's: the first cycle is left out, as its start
+        ends what went before (setup traffic, a rendezvous), not an iteration."""
+        return np.diff(self.bounds)[1:][self.single[1:]].astype(np.float64)
+
+    @property
+    def period(self) -> float:
+        """The typical single cycle's duration, bins."""
+        return _typical(self.durations)
+
+
+def _typical(d: FloatArray) -> float:
+    """`interquartile_mean`, or the mean of two values (of which it gives NaN)."""
+    return interquartile_mean(d) if len(d) > 2 else float(np.mean(d))
+
+
+def _bursts(v: FloatArray) -> tuple[IntArray, IntArray, FloatArray]:
+    """A sender's bursts (runs of busy bins): first bin, end bin (exclusive), cumulative bytes at
+    each end (with 0 before the first)."""
+    busy = np.flatnonzero(v > 0)
+    cut = np.flatnonzero(np.diff(busy) > 1)
+    starts = np.concatenate([busy[:1], busy[cut + 1]]).astype(np.int64)
+    ends = np.concatenate([busy[cut], busy[-1:]]).astype(np.int64) + 1
+    cum = np.concatenate([[0.0], np.cumsum(v)])
+    return starts, ends, np.concatenate([[0.0], cum[ends]])
+
+
+def _longest_repeat(at: FloatArray, q: float) -> tuple[IntArray, NDArray[np.bool_]]:
+    """Indices into `at` (cumulative bytes at burst ends) of the chain that holds the most single
+    cycles, each next index q bytes on (within `QUANTUM_TOLERANCE` of q), or k q on where no
+    burst ends at q (k up to `BRIDGE`: a silence filled by jitter or a stall merges iterations);
+    and whether each step is a single cycle."""
+    n = len(at)
+    nxt, single = np.full(n, -1), np.zeros(n, np.bool_)
+    for k in range(BRIDGE, 0, -1):  # the smallest k that hits wins
+        target = at + k * q
+        after = np.clip(np.searchsorted(at, target), 0, n - 1)
+        before = np.clip(after - 1, 0, n - 1)
+        j = np.where(np.abs(at[after] - target) <= np.abs(at[before] - target), after, before)
+        hit = (np.abs(at[j] - target) <= QUANTUM_TOLERANCE * q) & (j > np.arange(n))
+        nxt, single = np.where(hit, j, nxt), np.where(hit, k == 1, single)
+    score = np.zeros(n, np.int64)
+    while True:  # single cycles along each chain, every link at once until none grows
+        grown = np.where(nxt >= 0, score[nxt] + single, 0)
+        if np.array_equal(grown, score):
+            break
+        score = grown
+    chain = [int(np.argmax(score))]
+    while nxt[chain[-1]] >= 0 and score[chain[-1]] > 0:
+        chain.append(int(nxt[chain[-1]]))
+    c = np.asarray(chain, dtype=np.int64)
+    return c, np.asarray(single[c[:-1]], dtype=np.bool_)
+
+
+def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
+    """Every quantum's longest repeat of one sender's bins (see the module docstring), one per
+    quantum (within `QUANTUM_TOLERANCE`), with at least `MIN_CYCLES` cycles."""
+    if np.count_nonzero(v) < 2:
+        return []
+    starts, ends, at = _bursts(v)
+    when = np.concatenate([starts[:1], ends])  # the bin at each entry of `at`
+    payload = np.flatnonzero(np.diff(at) >= CONTROL_BYTES)  # bursts that are not control
+    if len(payload) == 0:
+        return []
+    silence = np.concatenate([starts[payload[1:]], [len(v)]]) - ends[payload]  # to the next payload
+    tried = np.unique(np.concatenate([[0], payload[np.argsort(-silence, kind="stable")[:BOUNDARIES]] + 1]))
+    q = (at[tried][None, :] - at[tried][:, None]).ravel()
+    q = np.unique(q[(q > 0) & (q * MIN_CYCLES <= at[-1])])
+    out: list[_Repeat] = []
+    last = -math.inf
+    for x in q:  # ascending: quanta within the tolerance of the last one tried are the same
+        if x <= last * (1 + QUANTUM_TOLERANCE):
+            continue
+        last = x
+        chain, single = _longest_repeat(at, float(x))
+        chance = min(1.0, 2 * QUANTUM_TOLERANCE * x * len(at) / at[-1])  # a burst end near q bytes on
+        if single.sum() >= MIN_CYCLES and len(q) * len(at) * chance ** single.sum() <= CHANCE:
+            out.append(_Repeat(sender, float(x), when[chain], np.diff(at[chain]), single))
+    return out
+
+
+def _explained(repeats: list[_Repeat], period: float) -> dict[int, _Repeat]:
+    """Each sender's repeat that explains the most among those lasting `period` (within `AGREE`)."""
+    best: dict[int, _Repeat] = {}
+    for r in repeats:
+        if abs(r.period / period - 1) <= AGREE and (r.sender not in best or r.explained > best[r.sender].explained):
+            best[r.sender] = r
+    return best
+
+
+def _alike(fine: dict[int, _Repeat], coarse: dict[int, _Repeat]) -> bool | None:
+    """Whether `fine` cuts each cycle of `coarse` into m > 1 parts that are alike; None where it is
+    no such cut: every sender of `coarse` has a repeat in `fine` of 1/m its quantum, and the two
+    explain as much up to one cycle of `coarse` per sender (the coarser quantum's larger tolerance
+    takes in a few bytes of setup). The parts differ where their durations differ by their place
+    in the cycle: a Kruskal-Wallis test by the place, at `CHANCE`, and their typical durations
+    more than `AGREE` apart (a two-worker ring all-reduce's halves, one of them holding the
+    compute; not the 1 ms bins that a period of 23.7 ms falls into)."""
+    if not set(coarse) <= set(fine):
+        return None
+    m = round(coarse[next(iter(coarse))].quantum / fine[next(iter(coarse))].quantum)
+    differ = False
+    for e, c in coarse.items():
+        f = fine[e]
+        if m < 2 or abs(m * f.quantum / c.quantum - 1) > QUANTUM_TOLERANCE:
+            return None
+        if abs(f.explained - c.explained) > c.quantum:
+            return None
+        place = np.cumsum(np.round(f.cycle_bytes / f.quantum)) % m  # where in the coarse cycle each part ends
+        d = np.diff(f.bounds)[1:].astype(np.float64)  # the first cycle left out, as in `durations`
+        groups = [d[f.single[1:] & (place[1:] == k)] for k in range(m)]
+        if min(len(g) for g in groups) < 2:
+            return None
+        typical = [_typical(g) for g in groups]
+        differ |= max(typical) > (1 + AGREE) * min(typical) and kruskal(*groups).pvalue < CHANCE
+    return not differ
+
+
+def _candidate(period: float, chosen: dict[int, _Repeat], total: float, ids: IntArray, verdict: str) -> Candidate:
+    """A cycle length as a `Candidate`: found by the senders whose repeats last that long, `acf` the
+    share of all bytes they explain (the objective), cycles those of the one that explains most."""
+    ref = max(chosen.values(), key=lambda r: r.explained)
+    sent = np.array([r.explained for r in chosen.values()])
+    cvs = np.array([r.cycle_bytes[r.single].std() / r.quantum for r in chosen.values()])
+    d = np.concatenate([r.durations for r in chosen.values()])
+    return Candidate(period * BIN_S, tuple(f"sender {ids[r.sender]}: {r.quantum / 1e6:.4g} MB x {r.cycles}"
+                                           for r in chosen.values()), float(sent.sum() / total), ref.cycles,
+                     float((sent * cvs).sum() / sent.sum()), float(d.std() / d.mean()), verdict)
+
+
+def _none(reason: str, candidates: tuple[Candidate, ...] = ()) -> Iterations:
+    empty = np.zeros(0)
+    return Iterations(math.nan, candidates, reason, empty, empty, empty, (), np.zeros((0, 0)), 0,
+                      (math.nan, math.nan), (math.nan, math.nan), empty, "none")
+
+
+def find_iterations(rows: pd.DataFrame) -> Iterations:
+    """The iterations of a table's training rows (see the module docstring)."""
+    if len(rows) == 0:
+        return _none("no training traffic")
+    t0 = float(rows["t_start_s"].min())
+    ids, volume = sender_bytes(rows, BIN_S, t0)  # bins x senders
+    total = float(volume.sum())
+    repeats = [r for e in range(volume.shape[1]) for r in _repeats(volume[:, e], e)]
+    if not repeats or total <= 0:
+        return _none("no sender repeats the same bytes over three cycles ending at silences")
+    scored: list[tuple[float, dict[int, _Repeat]]] = []
+    for period in sorted({r.period for r in repeats}):
+        votes = _explained(repeats, period)
+        if not any(abs(p / period - 1) <= AGREE for p, _ in scored):
+            scored.append((period, votes))
+        else:  # the same cycle length as one scored: keep the one that explains more
+            i = next(i for i, (p, _) in enumerate(scored) if abs(p / period - 1) <= AGREE)
+            if sum(r.explained for r in votes.values()) > sum(r.explained for r in scored[i][1].values()):
+                scored[i] = (period, votes)
+    best = max(range(len(scored)), key=lambda i: sum(r.explained for r in scored[i][1].values()))
+    best = min((i for i in range(len(scored)) if _alike(scored[i][1], scored[best][1])),
+               key=lambda i: scored[i][0], default=best)
+    for i in sorted(range(len(scored)), key=lambda i: scored[i][0]):  # coarser cuts whose parts differ
+        if scored[i][0] > scored[best][0] and _alike(scored[best][1], scored[i][1]) is False:
+            best = i
+    period, chosen = scored[best]
+    share = {i: sum(r.explained for r in v.values()) / total for i, (_, v) in enumerate(scored)}
+    candidates = tuple(_candidate(p, v, total, ids, "chosen" if i == best else
+                                  f"explains {share[i]:.0%} of the bytes (chosen: {share[best]:.0%})")
+                       for i, (p, v) in enumerate(scored))
+    return _found(volume, ids, t0, chosen, candidates, share[best])
+
+
+def _steady(chosen: dict[int, _Repeat]) -> _Repeat:
+    """The cycles of the repeat that explains the most that overlap where every chosen sender
+    repeats (from the latest first cycle's start to the earliest last cycle's end): one sender's
+    setup traffic (a parameter broadcast) that happens to be a whole number of quanta is no
+    iteration. The first starts, the last ends, where any sender's does (within half a cycle)."""
+    ref = max(chosen.values(), key=lambda r: r.explained)
+    lo, hi = max(int(r.bounds[0]) for r in chosen.values()), min(int(r.bounds[-1]) for r in chosen.values())
+    i = max(int(np.searchsorted(ref.bounds, lo, side="right")) - 1, 0)
+    j = min(int(np.searchsorted(ref.bounds, hi, side="left")), len(ref.bounds) - 1)
+    if j - i < 1:
+        return ref
+    bounds = ref.bounds[i:j + 1].copy()
+    for r in chosen.values():  # the first cycle starts, the last ends, where any sender's does
+        bounds[0] = np.min(r.bounds[np.abs(r.bounds - bounds[0]) < ref.period / 2], initial=bounds[0])
+        bounds[-1] = np.max(r.bounds[np.abs(r.bounds - bounds[-1]) < ref.period / 2], initial=bounds[-1])
+    return dataclasses.replace(ref, bounds=bounds, cycle_bytes=ref.cycle_bytes[i:j], single=ref.single[i:j])
+
+
+def _found(volume: FloatArray, ids: IntArray, t0: float, chosen: dict[int, _Repeat],
+           candidates: tuple[Candidate, ...], share: float) -> Iterations:
+    """The iterations of the chosen repeats (see the module docstring, (5))."""
+    ref = _steady(chosen)
+    lo, hi = int(ref.bounds[0]), int(ref.bounds[-1])
+    cum = np.vstack([np.zeros((1, volume.shape[1])), np.cumsum(volume, axis=0)])
+    within = np.diff(cum[ref.bounds], axis=0)  # cycles x senders
+    n = ref.cycles
+    k = np.concatenate([[0], np.cumsum(np.round(ref.cycle_bytes / ref.quantum))])  # iterations at each bound
+    # the others: the slope of their bytes over iterations, the first cycle left out as in `durations`
+    per = np.polyfit(k[1:], cum[ref.bounds[1:]], 1)[0] if len(k) > 2 else np.diff(cum[ref.bounds], axis=0)[0]
+    # its quantum, exact, where it is the same amount (not a few bytes of control, nor a multiple)
+    exact = {e: r for e, r in chosen.items() if abs(r.quantum / per[e] - 1) <= AGREE} or chosen
+    for e, r in exact.items():
+        per[e] = r.explained / r.single.sum()
+    durations = np.concatenate([r.durations for r in exact.values()])
+    period_s = interquartile_mean(durations) * BIN_S
+    edges = t0 + ref.bounds.astype(np.float64) * BIN_S
+    reason = (f"the cycle length whose repeats explain the most bytes ({share:.0%}): {len(chosen)} of "
+              f"{volume.shape[1]} senders repeat the same bytes every cycle, ending at a silence; period = the "
+              f"typical duration of their cycles; bytes per iteration = each one's bytes per cycle"
+              + (", the others' bytes over the steady cycles / their number" if len(chosen) < volume.shape[1] else ""))
+    window = (t0 + lo * BIN_S, t0 + hi * BIN_S)
+    return Iterations(period_s, candidates, reason, edges[:-1], edges[1:], within.sum(axis=1),
+                      tuple(int(x) for x in ids), within, n, window, window, np.asarray(per, dtype=np.float64),
+                      "quantum")
