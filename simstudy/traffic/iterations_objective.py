@@ -128,6 +128,7 @@ class _Repeat:
     bounds: IntArray
     cycle_bytes: FloatArray
     single: NDArray[np.bool_]
+    tolerance: float
 
     @property
     def cycles(self) -> int:
@@ -166,9 +167,9 @@ def _bursts(v: FloatArray) -> tuple[IntArray, IntArray, FloatArray]:
     return starts, ends, np.concatenate([[0.0], cum[ends]])
 
 
-def _longest_repeat(at: FloatArray, q: float) -> tuple[IntArray, NDArray[np.bool_]]:
+def _longest_repeat(at: FloatArray, q: float, tolerance: float) -> tuple[IntArray, NDArray[np.bool_]]:
     """Indices into `at` (cumulative bytes at burst ends) of the chain that holds the most single
-    cycles, each next index q bytes on (within `QUANTUM_TOLERANCE` of q), or k q on where no
+    cycles, each next index q bytes on (within `tolerance` of q), or k q on where no
     burst ends at q (k up to `BRIDGE`: a silence filled by jitter or a stall merges iterations);
     and whether each step is a single cycle."""
     n = len(at)
@@ -178,7 +179,7 @@ def _longest_repeat(at: FloatArray, q: float) -> tuple[IntArray, NDArray[np.bool
         after = np.clip(np.searchsorted(at, target), 0, n - 1)
         before = np.clip(after - 1, 0, n - 1)
         j = np.where(np.abs(at[after] - target) <= np.abs(at[before] - target), after, before)
-        hit = (np.abs(at[j] - target) <= QUANTUM_TOLERANCE * q) & (j > np.arange(n))
+        hit = (np.abs(at[j] - target) <= tolerance * q) & (j > np.arange(n))
         nxt, single = np.where(hit, j, nxt), np.where(hit, k == 1, single)
     score = np.zeros(n, np.int64)
     while True:  # single cycles along each chain, every link at once until none grows
@@ -204,6 +205,9 @@ def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
     if len(payload) == 0:
         return []
     silence = np.concatenate([starts[payload[1:]], [len(v)]]) - ends[payload]  # to the next payload
+    # the control bytes a cycle is expected to hold: their rate (the mean bin below a full segment)
+    # times the cycle's duration (q at the sender's mean rate)
+    tolerance = max(QUANTUM_TOLERANCE, float(np.mean(v[v < CONTROL_BYTES])) * len(v) / at[-1])
     tried = np.unique(np.concatenate([[0], payload[np.argsort(-silence, kind="stable")[:BOUNDARIES]] + 1]))
     q = (at[tried][None, :] - at[tried][:, None]).ravel()
     q = np.unique(q[(q > 0) & (q * MIN_CYCLES <= at[-1])])
@@ -213,10 +217,10 @@ def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
         if x <= last * (1 + QUANTUM_TOLERANCE):
             continue
         last = x
-        chain, single = _longest_repeat(at, float(x))
-        chance = min(1.0, 2 * QUANTUM_TOLERANCE * x * len(at) / at[-1])  # a burst end near q bytes on
+        chain, single = _longest_repeat(at, float(x), tolerance)
+        chance = min(1.0, 2 * tolerance * x * len(at) / at[-1])  # a burst end near q bytes on
         if single.sum() >= MIN_CYCLES and len(q) * len(at) * chance ** single.sum() <= CHANCE:
-            out.append(_Repeat(sender, float(x), when[chain], np.diff(at[chain]), single))
+            out.append(_Repeat(sender, float(x), when[chain], np.diff(at[chain]), single, tolerance))
     return out
 
 
@@ -243,7 +247,7 @@ def _alike(fine: dict[int, _Repeat], coarse: dict[int, _Repeat]) -> bool | None:
     differ = False
     for e, c in coarse.items():
         f = fine[e]
-        if m < 2 or abs(m * f.quantum / c.quantum - 1) > QUANTUM_TOLERANCE:
+        if m < 2 or abs(m * f.quantum / c.quantum - 1) > max(f.tolerance, c.tolerance):
             return None
         if abs(f.explained - c.explained) > c.quantum:
             return None
