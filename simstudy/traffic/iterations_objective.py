@@ -8,9 +8,9 @@ the same gradients, the same parameters, to a few bytes. So the iteration is fou
 its period follows from when those bytes are sent.
 
 **Objective.** For a sender e with cumulative bytes C_e(t), a *repeat* of quantum q is a run of
-consecutive cycles, each holding q bytes of e (within `QUANTUM_TOLERANCE`) and ending where e
-falls silent; the bytes it explains are q times its cycles. The iteration is the cycle length T
-that maximises
+consecutive cycles, each holding q bytes of e (within `QUANTUM_TOLERANCE`, or the control bytes
+a cycle of e is expected to hold where they are more) and ending where e falls silent; the bytes
+it explains are q times its cycles. The iteration is the cycle length T that maximises
 
     explained(T) = sum over senders e of the bytes of e's longest repeat whose typical cycle
                    lasts T (within `AGREE`),
@@ -35,10 +35,12 @@ typical durations are more than `AGREE` apart (a two-worker ring all-reduce's ha
 holding the compute; not the 1 ms bins a period of 23.7 ms falls into).
 
 **Method.** (1) Each sender's traffic in 1 ms bins (`BIN_S`) is cut into bursts at every empty
-bin; the iteration ends at the end of a burst. (2) Quanta tried: the bytes between any two of
-the sender's `BOUNDARIES` longest silences (an iteration ends at one of its longer silences, the
-compute between iterations); a silence lasts from a burst of payload to the next one, bursts of
-control within it (below `CONTROL_BYTES`: heartbeats, rendezvous, metadata) do not end it.
+bin, and where a bin of control only (below `CONTROL_BYTES`) is followed by a full one (stray
+control packets that fill a silence do not join two iterations); the iteration ends at the end
+of a burst. (2) Quanta tried: the bytes between any two of the sender's `BOUNDARIES` longest
+silences (an iteration ends at one of its longer silences, the compute between iterations); a
+silence lasts from a burst of payload to the next one, bursts of control within it (below
+`CONTROL_BYTES`: heartbeats, rendezvous, metadata) do not end it.
 (3) Each quantum's longest repeat is found by chaining each burst's end to the burst end q bytes
 later (`_longest_repeat`). (4) Every sender's repeats are candidate cycle lengths (their cycles'
 interquartile mean duration, `interquartile_mean`), scored by `explained`. (5) The chosen T
@@ -56,7 +58,10 @@ Tolerances, each with its meaning and source:
 * `BIN_S`: a silence is at least one empty 1 ms bin (TCP's gaps within a burst are tens of
   microseconds; the compute between iterations is milliseconds).
 * `QUANTUM_TOLERANCE`: bytes of one cycle equal the quantum within 0.1% (an iteration's payload
-  repeats to a few small control messages, hundreds of bytes in megabytes).
+  repeats to a few small control messages, hundreds of bytes in megabytes), or within the control
+  bytes the cycle is expected to hold where they are more: the sender's mean bytes in a bin below
+  `CONTROL_BYTES` times the cycle's bins (the quantum at the sender's mean rate), so that a
+  sender's stray small packets, which fall into a cycle at random, are measured, not tuned.
 * `MIN_CYCLES`: a repeat needs three cycles (two equal amounts are a coincidence of two bursts).
 * `CHANCE`: a repeat counts when fewer than 0.01 as long are expected by chance among all the
   quanta tried (one chance repeat in a hundred captures).
@@ -157,10 +162,11 @@ def _typical(d: FloatArray) -> float:
 
 
 def _bursts(v: FloatArray) -> tuple[IntArray, IntArray, FloatArray]:
-    """A sender's bursts (runs of busy bins): first bin, end bin (exclusive), cumulative bytes at
-    each end (with 0 before the first)."""
+    """A sender's bursts (runs of busy bins, also cut where a full bin follows one of control
+    only): first bin, end bin (exclusive), cumulative bytes at each end (with 0 before the first)."""
     busy = np.flatnonzero(v > 0)
-    cut = np.flatnonzero(np.diff(busy) > 1)
+    full = v[busy] >= CONTROL_BYTES
+    cut = np.flatnonzero((np.diff(busy) > 1) | (~full[:-1] & full[1:]))
     starts = np.concatenate([busy[:1], busy[cut + 1]]).astype(np.int64)
     ends = np.concatenate([busy[cut], busy[-1:]]).astype(np.int64) + 1
     cum = np.concatenate([[0.0], np.cumsum(v)])
