@@ -1,6 +1,5 @@
-"""The iteration finder with a stated objective (`simstudy.traffic.iterations_objective`, not yet
-wired in): on jittery iterations whose bytes repeat, it finds the bytes per iteration exactly
-and the typical iteration."""
+"""The iteration finder (`simstudy.traffic.iterations`): on jittery iterations whose bytes repeat,
+it finds the bytes per iteration exactly and the typical iteration."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simstudy.traffic.iterations_objective import find_iterations, interquartile_mean
+from simstudy.traffic.iterations import find_iterations, interquartile_mean
 
 
 def _jittery(seed: int, n: int = 20) -> tuple[pd.DataFrame, float]:
@@ -76,45 +75,12 @@ def test_heartbeats_in_the_silence_between_iterations_do_not_hide_it(seed: int) 
     assert found.count >= 30
 
 
-def _sender(parts: list[tuple[int, float]], gaps: list[int]) -> pd.DataFrame:
-    """Rows of one sender in 1 ms bins: each part's bytes spread over its bins, then its silence."""
-    v: list[float] = []
-    for (width, nbytes), gap in zip(parts, gaps, strict=True):
-        v += [nbytes / width] * width + [0.0] * gap
-    busy = np.flatnonzero(np.array(v))
-    table = pd.DataFrame({"t_start_s": (busy + 0.5) * 1e-3, "src": 0, "dst": 1,
-                          "bytes": np.array(v)[busy].astype(np.int64)})
-    table["t_end_s"] = table["t_start_s"]
-    return table
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_a_senders_iterations_where_no_silence_length_separates_them(seed: int) -> None:
-    """Two buckets per iteration (1,054,248 and 372,992 bytes, a one-host parameter server's), the
-    silence between them up to as long as the one between iterations (0-15 ms and 3-15 ms: jitter
-    on shared cores; at 0 the second push follows the first in one burst): the bursts whose bytes
-    add up to one quantum are the iterations."""
-    rng = np.random.default_rng(seed)
-    n = 20
-    gaps = np.ravel(np.column_stack([rng.integers(0, 16, size=n), rng.integers(3, 16, size=n)])).tolist()
-    found = find_iterations(_sender([(1, 1_054_248.0), (1, 372_992.0)] * n, gaps))
-    assert found.bytes_per_iteration == pytest.approx(1_427_240, rel=1e-9)
-    assert found.count >= n - 3
-    assert found.period_s == pytest.approx((sum(gaps) / n + 2) * 1e-3, rel=0.15)
-
-
-@pytest.mark.parametrize(("compute", "per_iteration"), [((10, 20), 500_000), ((20, 40), 1_000_000)])
-def test_which_split_of_a_cycle_stands(compute: tuple[int, int], per_iteration: int) -> None:
-    """Two equal buckets per cycle, the first followed by 10-20 ms of silence, the second by
-    `compute`: where the halves are alike each half is an iteration; where one half holds the
-    compute (20-40 ms) the whole cycle is one."""
-    rng = np.random.default_rng(1)
-    n = 24
-    gaps = np.ravel(np.column_stack([rng.integers(10, 21, size=n), rng.integers(*compute, size=n)])).tolist()
-    found = find_iterations(_sender([(2, 500_000.0)] * 2 * n, gaps))
-    assert found.bytes_per_iteration == pytest.approx(per_iteration, rel=1e-9)
-
-
 def test_no_iterations_without_repeating_bytes() -> None:
     assert find_iterations(pd.DataFrame(columns=["t_start_s", "t_end_s", "src", "dst", "bytes"])).count == 0
 
+
+def test_interquartile_mean_of_few_values_is_their_mean() -> None:
+    assert interquartile_mean(np.array([10.0, 20.0])) == 15.0
+    assert interquartile_mean(np.array([7.0])) == 7.0
+    assert np.isnan(interquartile_mean(np.zeros(0)))
+    assert interquartile_mean(np.array([1.0, 10.0, 11.0, 12.0, 100.0])) == 11.0
