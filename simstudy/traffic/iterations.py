@@ -382,18 +382,36 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
     return _found(volume, ids, t0, chosen, candidates, share[best])
 
 
+def _first_start(r: _Repeat) -> int:
+    """Where a sender's first iteration begins: its first cycle's start, or one typical cycle before
+    that cycle's end where the cycle lasts longer (by more than `AGREE`): its start then ended setup
+    traffic (a parameter broadcast, a rendezvous), not an iteration, as `_Repeat.durations` takes it.
+    (A first cycle may be shorter: a trace that starts with a burst lacks the compute before it.)"""
+    if len(r.bounds) > 2 and (r.bounds[1] - r.bounds[0]) > (1 + AGREE) * r.period:
+        return int(r.bounds[1] - round(r.period))
+    return int(r.bounds[0])
+
+
 def _steady(chosen: dict[int, _Repeat]) -> _Repeat:
-    """The cycles of the repeat that explains the most that overlap where every chosen sender
-    repeats (from the latest first cycle's start to the earliest last cycle's end): one sender's
-    setup traffic (a parameter broadcast) that happens to be a whole number of quanta is no
-    iteration. The first starts, the last ends, where any sender's does (within half a cycle)."""
+    """The cycles of the repeat that explains the most that lie where every chosen sender repeats
+    (from the latest `_first_start` to the earliest last cycle's end, within half a cycle): one
+    sender's setup traffic (a parameter broadcast) that happens to be a whole number of quanta is
+    no iteration, nor is a cycle that holds setup traffic and an iteration. The first starts, the
+    last ends, where any sender's does (within half a cycle)."""
     ref = max(chosen.values(), key=lambda r: r.explained)
-    lo, hi = max(int(r.bounds[0]) for r in chosen.values()), min(int(r.bounds[-1]) for r in chosen.values())
-    i = max(int(np.searchsorted(ref.bounds, lo, side="right")) - 1, 0)
-    j = min(int(np.searchsorted(ref.bounds, hi, side="left")), len(ref.bounds) - 1)
+    lo = max(_first_start(r) for r in chosen.values())
+    hi = min(int(r.bounds[-1]) for r in chosen.values())
+    # the reference's cycles that lie in [lo, hi] (within half a cycle); one that straddles lo starts there
+    half = ref.period / 2
+    i = min(int(np.searchsorted(ref.bounds, lo - half, side="left")), len(ref.bounds) - 1)
+    straddled = i > 0 and ref.bounds[i] - lo > half
+    i -= int(straddled)
+    j = max(int(np.searchsorted(ref.bounds, hi + half, side="right")) - 1, 0)
     if j - i < 1:
         return ref
     bounds = ref.bounds[i:j + 1].copy()
+    if straddled:
+        bounds[0] = lo
     for r in chosen.values():  # the first cycle starts, the last ends, where any sender's does
         bounds[0] = np.min(r.bounds[np.abs(r.bounds - bounds[0]) < ref.period / 2], initial=bounds[0])
         bounds[-1] = np.max(r.bounds[np.abs(r.bounds - bounds[-1]) < ref.period / 2], initial=bounds[-1])
