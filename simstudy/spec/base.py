@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -19,3 +21,8 @@ class FieldError(ValueError):
         self.field = field
         self.message = message
         super().__init__(message)
+
+
+def listed(words: Sequence[str]) -> str:
+    """Words as a sentence lists them: `a, b or c`."""
+    return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else "".join(words)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from simstudy.spec.base import listed
+
 #: The collectives ASTRA-SIM's system layer simulates, by simstudy's kind name.
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 _ALL = frozenset(KINDS)
@@ -148,4 +150,4 @@ def system_implementations(name: str) -> dict[str, str]:
 
 def names_text() -> str:
     """The spec names as a sentence lists them: `a, b or c`."""
-    return f"{', '.join(NAMES[:-1])} or {NAMES[-1]}"
+    return listed(NAMES)

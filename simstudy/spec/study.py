@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
-from simstudy.spec.base import Spec
+from simstudy.spec.base import Spec, listed
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|[0-9]+))*$")
@@ -36,15 +36,11 @@ def _default_analyses() -> list[Analysis]:
 
 class Congestion(StrEnum):
     """How a network model treats transfers that share a link: one member per mode, with what it
-    means. The modes a backend models are listed in its entry of `simstudy.backends.registry`."""
+    means (`meaning`). The modes a backend models are listed in its entry of `simstudy.backends.registry`."""
 
-    #: every transfer a flow, links shared max-min fairly
     FLUID = "fluid"
-    #: ASTRA-SIM's congestion-unaware model: every transfer alone on its links
     UNAWARE = "unaware"
-    #: ASTRA-SIM's congestion-aware model: store-and-forward, one FIFO queue per link
     AWARE = "aware"
-    #: ns-3's packets: TCP, queues and losses (the ns3 backend's only mode)
     NS3 = "ns3"
 
     @property
@@ -80,11 +76,6 @@ _MEANINGS = {
 }
 
 
-def _listed(words: list[str]) -> str:
-    """'a, b or c'"""
-    return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else "".join(words)
-
-
 #: The modes a spec may give (`congestion:`, `--congestion`).
 CONGESTION_CHOICES = tuple(m.value for m in Congestion if m.chosen)
 
@@ -109,7 +100,7 @@ class BackendOptions(Spec):
     congestion: ChosenCongestion = Field(
         default=Congestion.FLUID,
         description="flowsim's network model: "
-        + _listed([f"{m.value} ({m.meaning})" for m in Congestion if m.chosen])
+        + listed([f"{m.value} ({m.meaning})" for m in Congestion if m.chosen])
         + "; with backend astrasim, aware selects the congestion-aware binary",
     )
     timeout_s: float = Field(default=3600.0, gt=0, description="seconds before one run is abandoned")
