@@ -64,7 +64,8 @@ def keep(cap: Path, name: str) -> None:
              "workers": len(meta.iterations), "servers": len(meta.ranks) - len(meta.iterations),
              "iterations_marked": n,
              "starts_s": {str(r): [s for s, _ in spans] for r, spans in meta.iterations.items()}}
-    if meta.spec["capture"].get("where", "namespaces") != "namespaces":  # each rank's ports (its sockets, from /proc)
+    hosts = {e.key.rsplit(":", 1)[0] for ends in meta.ranks.values() for e in ends}
+    if len(hosts) == 1:  # one host: each rank's ports (its sockets, from /proc)
         truth["endpoints"] = {str(r): [e.key for e in ends] for r, ends in meta.ranks.items()}
     (out / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     sizes = ", ".join(f"{f.name} {f.stat().st_size:,} B" for f in sorted(out.glob("*.pcap")))

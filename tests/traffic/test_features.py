@@ -26,7 +26,7 @@ from simstudy.traffic.features import (
     traffic_matrix,
     training_rows,
 )
-from simstudy.traffic.iterations import interquartile_mean
+from simstudy.traffic.iterations import find_iterations, interquartile_mean
 from simstudy.traffic.timeline import throughput_timeline
 
 PERIOD = 0.020
@@ -187,47 +187,44 @@ def test_the_typical_iteration_is_the_mean_of_the_middle_half(seed: int) -> None
     assert math.isnan(interquartile_mean(np.zeros(0)))
 
 
-def _sender(parts: list[tuple[int, float]], gaps: list[int]) -> np.ndarray:
-    """1 ms bins of one sender: each part's bytes in one bin, followed by its silence."""
+def _sender(parts: list[tuple[int, float]], gaps: list[int]) -> pd.DataFrame:
+    """Rows of one sender in 1 ms bins: each part's bytes spread over its bins, followed by its
+    silence."""
     v: list[float] = []
     for (width, nbytes), gap in zip(parts, gaps, strict=True):
         v += [nbytes / width] * width + [0.0] * gap
-    return np.array(v)
+    busy = np.flatnonzero(np.array(v))
+    t = (busy + 0.5) * 1e-3
+    return make_table({"t_start_s": t, "t_end_s": t, "src": np.zeros(len(t), dtype=int),
+                       "dst": np.ones(len(t), dtype=int), "bytes": np.array(v)[busy].astype(np.int64),
+                       "flow": np.zeros(len(t), dtype=int), "op": np.full(len(t), "tcp", dtype=object)})
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_a_senders_cycles_where_no_silence_length_separates_them(seed: int) -> None:
+def test_a_senders_iterations_where_no_silence_length_separates_them(seed: int) -> None:
     """Two buckets per iteration (1,054,248 and 372,992 bytes, a one-host parameter server's), the
     silence between them up to as long as the one between iterations (0-15 ms and 3-15 ms: jitter
-    on shared cores; at 0 the second push follows the first in one burst): grouped k bursts at a
-    time, the cycles hold a varying number of iterations; the bursts whose bytes add up to one
-    quantum are the iterations."""
-    from simstudy.traffic.iterations import _sender_cycles
-
+    on shared cores; at 0 the second push follows the first in one burst): the bursts whose bytes
+    add up to one quantum are the iterations."""
     rng = np.random.default_rng(seed)
     n = 20
     gaps = np.ravel(np.column_stack([rng.integers(0, 16, size=n), rng.integers(3, 16, size=n)])).tolist()
-    v = _sender([(1, 1_054_248.0), (1, 372_992.0)] * n, gaps)
-    c = _sender_cycles(v)
-    assert c is not None and np.all(np.abs(c.bytes / 1_427_240 - 1) < 1e-9)
-    assert len(c.bytes) >= n - 2  # nearly every iteration, where k bursts at a time hold runs of a few
-    assert c.period == pytest.approx(sum(gaps) / n + 2, rel=0.15)  # a median of jittery iterations
+    found = find_iterations(_sender([(1, 1_054_248.0), (1, 372_992.0)] * n, gaps))
+    assert found.bytes_per_iteration == pytest.approx(1_427_240, rel=1e-9)
+    assert found.count >= n - 3  # nearly every iteration (the first one's start is setup's end)
+    assert found.period_s == pytest.approx((sum(gaps) / n + 2) * 1e-3, rel=0.15)
 
 
-def test_which_split_of_a_cycle_stands() -> None:
-    """`_split_choice`, with the figures of real captures: each sender's bursts decide where they
-    repeat at the cycle or a split of it; else a strong periodic candidate at a split does (a
-    4-worker TensorFlow LSTM, 183 ms iterations cut in twos at 362 ms, no bursts); bursts that say
-    neither leave the first split (a one-host DDP CNN, 18 ms in threes at 56 ms, bursts of 31 ms)."""
-    from simstudy.traffic.iterations import _split_choice
-
-    strong = [0.0755, 0.1133, 0.1207, 0.1677, 0.1813, 0.2098, 0.2266, 0.2497, 0.3105, 0.3621]
-    assert _split_choice([2], 0.362, None, strong) == 2
-    assert _split_choice([2], 0.362, None, [0.3105, 0.3621]) == 1  # nothing repeats at half of it
-    assert _split_choice([2], 0.362, 0.360, strong) == 1  # the bursts are the cycle itself
-    assert _split_choice([2, 4], 0.532, 0.269, []) == 2  # the deepest stage the bursts agree with
-    assert _split_choice([3], 0.056, 0.031, [0.0149, 0.0159, 0.0437]) == 3
-    assert _split_choice([], 0.056, 0.031, [0.0149]) == 1
+@pytest.mark.parametrize(("compute", "per_iteration"), [((10, 20), 500_000), ((20, 40), 1_000_000)])
+def test_which_split_of_a_cycle_stands(compute: tuple[int, int], per_iteration: int) -> None:
+    """Two equal buckets per cycle, the first followed by 10-20 ms of silence, the second by
+    `compute`: where the halves are alike (10-20 ms after each) each half is an iteration; where
+    one half holds the compute (20-40 ms) the whole cycle is one."""
+    rng = np.random.default_rng(1)
+    n = 24
+    gaps = np.ravel(np.column_stack([rng.integers(10, 21, size=n), rng.integers(*compute, size=n)])).tolist()
+    found = find_iterations(_sender([(2, 500_000.0)] * 2 * n, gaps))
+    assert found.bytes_per_iteration == pytest.approx(per_iteration, rel=1e-9)
 
 
 def test_period_of_flat_or_tiny_traces_is_nan() -> None:

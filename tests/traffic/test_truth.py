@@ -85,9 +85,10 @@ def test_a_pacing_qdisc_is_not_the_iteration(tmp_path: Path) -> None:
     truth = write(job, tmp_path)
     f = _analyse(tmp_path)
     _check(f, truth, workers=4)
-    pacing = 38 * (job.mss + 66) * 8 / job.rate_bps
+    pacing = 38 * (job.mss + 66) * 8 / job.rate_bps  # its bursts do not repeat an iteration's bytes
     near = [c for c in f.period.candidates if abs(c.period_s / pacing - 1) < 0.1]
-    assert near and all(c.verdict != "chosen" for c in near), [(c.period_s, c.verdict) for c in near]
+    assert all(c.verdict != "chosen" for c in near), [(c.period_s, c.verdict) for c in near]
+    assert abs(f.period.period_s / pacing - 1) > 0.5
 
 
 def test_a_truncated_last_iteration_is_left_out(tmp_path: Path) -> None:

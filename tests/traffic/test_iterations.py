@@ -1,0 +1,86 @@
+"""The iteration finder (`simstudy.traffic.iterations`): on jittery iterations whose bytes repeat,
+it finds the bytes per iteration exactly and the typical iteration."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simstudy.traffic.iterations import find_iterations, interquartile_mean
+
+
+def _jittery(seed: int, n: int = 20) -> tuple[pd.DataFrame, float]:
+    """Two senders, each iteration two buckets (1,054,248 and 372,992 bytes in 1448-byte packets,
+    one per 0.1 ms), 2-15 ms of silence between the buckets and 20-40 ms between iterations."""
+    rng = np.random.default_rng(seed)
+    rows, t, starts = [], 0.0, []
+    for _ in range(n):
+        starts.append(t)
+        for bucket, gap in ((1_054_248, rng.uniform(2e-3, 15e-3)), (372_992, rng.uniform(20e-3, 40e-3))):
+            for src in (0, 1):
+                left, k = bucket, 0
+                while left > 0:
+                    size = min(1448, left)
+                    rows.append((t + k * 1e-4, src, 1 - src, size))
+                    left, k = left - size, k + 1
+            t += k * 1e-4 + gap
+    table = pd.DataFrame(rows, columns=["t_start_s", "src", "dst", "bytes"])
+    table["t_end_s"] = table["t_start_s"]
+    return table, interquartile_mean(np.diff(starts))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bytes_per_iteration_and_period_of_jittery_iterations(seed: int) -> None:
+    table, period = _jittery(seed)
+    found = find_iterations(table)
+    assert found.bytes_per_iteration == pytest.approx(2 * 1_427_240, rel=1e-9)
+    assert found.period_s == pytest.approx(period, rel=0.05)
+    assert found.count >= 15
+
+
+def _stalled_with_heartbeats(seed: int, n: int = 40) -> tuple[pd.DataFrame, float, float]:
+    """Two senders, each iteration 1,427,240 bytes in 1448-byte packets (one per 0.1 ms) stalled
+    once at a random packet for 3-5 ms, then 20-40 ms of compute in which both send a 17-byte
+    heartbeat every 2 ms: the stalls are the longest silences, the compute is cut into short ones.
+    Returns the table, the typical iteration and the mean bytes per iteration."""
+    rng = np.random.default_rng(seed)
+    rows, t, starts = [], 0.0, []
+    for _ in range(n):
+        starts.append(t)
+        stall_at, stall = int(rng.integers(50, 900)), rng.uniform(3e-3, 5e-3)
+        packets = [1448] * (1_427_240 // 1448) + [1_427_240 % 1448]
+        for k, size in enumerate(packets):
+            for src in (0, 1):
+                rows.append((t + k * 1e-4 + (stall if k >= stall_at else 0.0), src, 1 - src, size))
+        t += len(packets) * 1e-4 + stall
+        compute = rng.uniform(20e-3, 40e-3)
+        for beat in np.arange(1e-3, compute - 1e-3, 2e-3):
+            for src in (0, 1):
+                rows.append((t + beat, src, 1 - src, 17))
+        t += compute
+    table = pd.DataFrame(rows, columns=["t_start_s", "src", "dst", "bytes"])
+    table["t_end_s"] = table["t_start_s"]
+    return table, interquartile_mean(np.diff(starts)), float(table["bytes"].sum()) / n
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_heartbeats_in_the_silence_between_iterations_do_not_hide_it(seed: int) -> None:
+    """Bursts of control do not end a silence: the compute between iterations, cut by heartbeats,
+    is still where an iteration ends, not the stalls within one."""
+    table, period, per_iteration = _stalled_with_heartbeats(seed)
+    found = find_iterations(table)
+    assert found.bytes_per_iteration == pytest.approx(per_iteration, rel=1e-4)
+    assert found.period_s == pytest.approx(period, rel=0.05)
+    assert found.count >= 30
+
+
+def test_no_iterations_without_repeating_bytes() -> None:
+    assert find_iterations(pd.DataFrame(columns=["t_start_s", "t_end_s", "src", "dst", "bytes"])).count == 0
+
+
+def test_interquartile_mean_of_few_values_is_their_mean() -> None:
+    assert interquartile_mean(np.array([10.0, 20.0])) == 15.0
+    assert interquartile_mean(np.array([7.0])) == 7.0
+    assert np.isnan(interquartile_mean(np.zeros(0)))
+    assert interquartile_mean(np.array([1.0, 10.0, 11.0, 12.0, 100.0])) == 11.0
