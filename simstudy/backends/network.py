@@ -29,6 +29,12 @@ class Network:
     _graph: nx.Graph = field(default_factory=nx.Graph)
     _routes: dict[tuple[int, int], list[tuple[int, ...]]] = field(default_factory=dict)
     _switch_of: list[dict[int, str]] = field(default_factory=list)  # per dimension: host -> its line's switch
+    #: the fast path of graph routing: each host's one switch, the switches' own graph, and per
+    #: source switch its shortest-path predecessors (`_switch_paths`)
+    _attach: dict[int, str] = field(default_factory=dict)
+    _switches: nx.Graph = field(default_factory=nx.Graph)
+    _pred: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    _between: dict[tuple[str, str], list[tuple[int, ...]] | None] = field(default_factory=dict)
 
     @classmethod
     def from_topology(cls, topology: NetworkTopology) -> Network:
@@ -40,6 +46,12 @@ class Network:
             net.names.append(link.name)
             net._graph.add_edge(link.src, link.dst)
         switches = set(topology.switches)
+        net._switches = net._graph.subgraph(switches).copy()
+        for h in range(topology.hosts):
+            name = f"h{h}"
+            around = list(net._graph.adj[name]) if name in net._graph else []
+            if len(around) == 1 and around[0] in switches:  # a host on one switch is never a hop of a route
+                net._attach[h] = around[0]
         net._switch_of = [{} for _ in topology.routing.dims]
         for link in topology.links:
             if link.dim >= 0 and link.src.startswith("h") and link.dst in switches:
@@ -85,6 +97,47 @@ class Network:
         routing = self.topology.routing
         if routing.kind == "dimension_order":
             return [self._dims_route(src, dst)]
+        sa, sb = self._attach.get(src), self._attach.get(dst)
+        if sa is not None and sb is not None and src != dst:
+            between = self._switch_paths(sa, sb)
+            if between is not None:
+                link = self.topology.link_id
+                first, last = link(f"h{src}", sa), link(sb, f"h{dst}")
+                return [(first, *p, last) for p in between]
+        return self._graph_paths(src, dst)
+
+    def _switch_paths(self, sa: str, sb: str) -> list[tuple[int, ...]] | None:
+        """The links of the shortest paths from switch `sa` to switch `sb` (of every one, in the order
+        `_graph_paths` sorts them, with ECMP; of the only one without), once per pair of switches:
+        a host on one switch is the first or last hop of every route through it, so the routes of
+        all the hosts of two switches are theirs (`_graph_paths` is the reference). None where the
+        routing has no ECMP and several shortest paths: then which one networkx returns decides."""
+        key = (sa, sb)
+        if key in self._between:
+            return self._between[key]
+        pred = self._pred.get(sa)
+        if pred is None:
+            pred = self._pred[sa] = nx.predecessor(self._switches, sa)
+        if sb not in pred:
+            raise nx.NetworkXNoPath(f"no path from {sa} to {sb}")
+        node_paths: list[list[str]] = []
+        stack: list[list[str]] = [[sb]]
+        while stack:  # every shortest path, walked back from sb through the predecessors
+            tail = stack.pop()
+            if tail[0] == sa:
+                node_paths.append(tail)
+            else:
+                stack.extend([p, *tail] for p in pred[tail[0]])
+        found: list[tuple[int, ...]] | None = None
+        if self.topology.routing.ecmp or len(node_paths) == 1:
+            link = self.topology.link_id
+            found = [tuple(link(u, v) for u, v in itertools.pairwise(p)) for p in sorted(node_paths)]
+        self._between[key] = found
+        return found
+
+    def _graph_paths(self, src: int, dst: int) -> list[tuple[int, ...]]:
+        """The routes of a graph found on the whole graph, host to host (the reference)."""
+        routing = self.topology.routing
         a, b = f"h{src}", f"h{dst}"
         if routing.ecmp:
             node_paths = sorted(nx.all_shortest_paths(self._graph, a, b))
