@@ -4,7 +4,8 @@ checked complete against the spec's kinds (`simstudy.spec.aggregation.AGGREGATIO
 * `allreduce`: plain data parallelism as its framework preset sends it (`simstudy.compiler.frameworks`),
   anything with tensor, pipeline, context or expert parallelism or sharding as Megatron-LM and
   DeepSpeed do (`simstudy.compiler.hybrid`);
-* `parameter_server`: pushes and pulls to server shards (`simstudy.compiler.parameter_server`).
+* `parameter_server`: pushes and pulls to server shards (`simstudy.compiler.parameter_server`);
+* `gossip`: parameters sent to neighbours of a graph (`simstudy.compiler.gossip`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from simstudy.compiler.bundle import Bundle
 from simstudy.compiler.frameworks import compile_framework
+from simstudy.compiler.gossip import compile_gossip
 from simstudy.compiler.graph import ExecutionGraph
 from simstudy.compiler.hybrid import compile_hybrid
 from simstudy.compiler.parameter_server import compile_parameter_server
@@ -37,6 +39,7 @@ def _all_reduce(scenario: Scenario) -> ExecutionGraph:
 COMPILE: dict[str, CompileStep] = {
     "allreduce": _all_reduce,
     "parameter_server": compile_parameter_server,
+    "gossip": compile_gossip,
 }
 
 

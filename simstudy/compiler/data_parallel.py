@@ -4,14 +4,16 @@ framework preset (PyTorch DDP's buckets, Horovod's fused buffers, TensorFlow's p
 Per iteration on every rank: forward per layer; backward per layer in reverse order; one
 all-reduce per message, issued when the backward of its `ready_after` layer finishes (or after
 the whole backward when `overlap` is off); an optimizer step after every all-reduce; the next
-iteration's forward after the optimizer step. Every rank runs the same graph.
+iteration's forward after the optimizer step (with `parallelism.staleness` s, after the backward
+and the optimizer step of the iteration s before: `simstudy.compiler.passes.next_forward_after`).
+Every rank runs the same graph.
 """
 
 from __future__ import annotations
 
 from simstudy.compiler.costs import Bucket, ddp_buckets, layer_costs, optimizer_us, whole_us
 from simstudy.compiler.graph import Collective, ExecutionGraph, RankGraph
-from simstudy.compiler.passes import backward, forward
+from simstudy.compiler.passes import backward, forward, next_forward_after
 from simstudy.spec import Scenario
 
 
@@ -29,6 +31,8 @@ def compile_messages(scenario: Scenario, messages: list[Bucket], prefix: str) ->
     opt_us = whole_us(optimizer_us(scenario, model))
     template = RankGraph(rank=0)
     after: list[int] = []
+    ends: list[int] = []
+    syncs: list[int] = []
     for it in range(scenario.training.iterations):
         fwd = forward(template, costs, it, after)
         bwd = backward(template, costs, it, [fwd[-1]])
@@ -36,7 +40,9 @@ def compile_messages(scenario: Scenario, messages: list[Bucket], prefix: str) ->
         comms = [template.collective(f"allreduce.{prefix}{m.index}.it{it}", Collective.ALL_REDUCE, m.size_bytes,
                                      [bwd[m.ready_after] if p.overlap else last_bwd], iteration=it)
                  for m in messages if p.dp > 1]
-        after = [template.compute(f"optimizer.it{it}", opt_us, [last_bwd, *comms], iteration=it)]
+        ends.append(last_bwd)
+        syncs.append(template.compute(f"optimizer.it{it}", opt_us, [last_bwd, *comms], iteration=it))
+        after = next_forward_after(ends, syncs, p.staleness)
     return ExecutionGraph(ranks=[RankGraph(rank=r, tasks=template.tasks) for r in range(p.dp)])
 
 

@@ -40,3 +40,16 @@ def backward(g: RankGraph, costs: list[LayerCost], it: int, after: list[int]) ->
         ids[c.index] = tid
         prev = [tid]
     return ids
+
+
+def next_forward_after(ends: list[int], syncs: list[int], staleness: int) -> list[int]:
+    """What the next iteration's forward waits for, given each iteration so far's last compute
+    task before its synchronisation (`ends`: the end of its backward) and the task that ends its
+    synchronisation (`syncs`: the update after its all-reduces or receives). Staleness 0: the last
+    iteration's synchronisation. Staleness s: the last iteration's backward, and the
+    synchronisation of the iteration s before it (iteration i's must end before the forward of
+    iteration i + s + 1), so up to s synchronisations run behind the compute."""
+    if staleness == 0:
+        return syncs[-1:]
+    behind = len(syncs) - 1 - staleness
+    return ends[-1:] + ([syncs[behind]] if behind >= 0 else [])

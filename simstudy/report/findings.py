@@ -13,6 +13,10 @@ sentence against the summary, and no sentence is written that the numbers do not
   how iteration time grows against the lossless run, how far the slowest tenth of iterations
   (`iteration_p90_ms`) sits above the mean (the tail timeouts make), and how the traffic's burst
   structure (peak-to-mean, duty cycle) moves;
+* `against`: with more than one axis, each other value of the first axis against its first value
+  (the baseline: ring all-reduce, staleness 0), scenario by scenario over the other axes: the range
+  and median of the ratios of iteration time, the busiest rank's bytes and peak-to-mean throughput,
+  and the scenarios at both ends of the iteration time's range;
 * `failed` / `skipped`: what did not run, with the first reason.
 
 `network_differences(a, b)` compares two summaries of one study run on two networks (flowsim and
@@ -263,6 +267,47 @@ def network_differences(a: pd.DataFrame, b: pd.DataFrame, params: list[str], nam
     return out
 
 
+#: What `against` compares, with the words of its sentence.
+AGAINST_METRICS = (("iteration_ms", "iteration time"), ("bytes_per_iter_rank_max", "bytes sent by the busiest rank"),
+                   ("peak_to_mean", "peak-to-mean throughput"))
+
+
+def against_first(ok: pd.DataFrame, params: list[str]) -> list[Finding]:
+    """Each other value of the first axis against its first value, scenario by scenario."""
+    if len(params) < 2 or ok.empty:
+        return []
+    axis, rest = params[0], params[1:]
+    values = list(dict.fromkeys(ok[axis].astype(str)))
+    if len(values) < 2:
+        return []
+    frame = ok.assign(_v=ok[axis].astype(str), _rest=[_label(r, rest) for _, r in ok.iterrows()])
+    base = frame[frame["_v"] == values[0]].drop_duplicates("_rest").set_index("_rest")
+    out = []
+    for value in values[1:]:
+        other = frame[frame["_v"] == value].drop_duplicates("_rest").set_index("_rest")
+        pairs = other.index.intersection(base.index)
+        parts: list[str] = []
+        vals: dict[str, Any] = {"axis": axis, "baseline": values[0], "value": value, "pairs": len(pairs)}
+        for metric, what in AGAINST_METRICS:
+            if metric not in frame.columns:
+                continue
+            r = (other.loc[pairs, metric].astype(float) / base.loc[pairs, metric].astype(float)).dropna()
+            r = r[r.map(math.isfinite)]
+            if r.empty:
+                continue
+            vals[metric] = {str(k): float(x) for k, x in r.items()}
+            if r.max() - r.min() < 0.005:
+                parts.append(f"{what} {r.min():.2f}x")
+                continue
+            ends = f"; lowest at {r.idxmin()}, highest at {r.idxmax()}" if metric == "iteration_ms" else ""
+            parts.append(f"{what} {r.min():.2f}x-{r.max():.2f}x (median {r.median():.2f}x{ends})")
+        if parts:
+            over = ", ".join(f"`{p}`" for p in rest)
+            out.append(Finding("against", f"`{axis}`={value} against {values[0]}, scenario by scenario over {over} "
+                               f"({len(pairs)} pairs): " + "; ".join(parts) + ".", vals))
+    return out
+
+
 def failures(summary: pd.DataFrame, params: list[str], skipped: list[dict[str, Any]]) -> list[Finding]:
     out = []
     failed = summary[summary["status"] != "ok"]
@@ -284,7 +329,8 @@ def findings(summary: pd.DataFrame, params: list[str], skipped: list[dict[str, A
         return [Finding("empty", "The study has no scenarios.")]
     ok = summary[summary["status"] == "ok"]
     lead = lead_params(summary, params)
-    out = bound(ok, lead) + burstiness(ok, lead) + axis_effects(ok, params) + loss_effects(ok, lead)
+    out = bound(ok, lead) + burstiness(ok, lead) + axis_effects(ok, params) + against_first(ok, lead)
+    out += loss_effects(ok, lead)
     return out + failures(summary, params, skipped or [])
 
 

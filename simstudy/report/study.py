@@ -90,9 +90,25 @@ def plot_bars(data: BarData, path: Path) -> Path:
     return save_figure(fig, path, dpi=110)
 
 
+def timeline_rows(summary: pd.DataFrame, params: list[str]) -> pd.DataFrame:
+    """The scenarios whose throughput the report draws: all, up to TIMELINES_MAX; of more, every value
+    of the first axis side by side for the first settings of the other axes that fit (by setting)."""
+    ok = summary[summary["status"] == "ok"].drop_duplicates("key")
+    if len(ok) <= TIMELINES_MAX or len(params) < 2:
+        return ok.head(TIMELINES_MAX)
+    first, rest = params[0], params[1:]
+    values = list(dict.fromkeys(ok[first].astype(str)))
+    settings = ok[rest].astype(str).agg("|".join, axis=1)
+    kept = list(dict.fromkeys(settings))[:max(1, TIMELINES_MAX // len(values))]
+    order = {s: i for i, s in enumerate(kept)}
+    rows = ok[settings.isin(kept)]
+    rank = settings[rows.index].map(order) * len(values) + rows[first].astype(str).map(values.index)
+    return rows.loc[rank.sort_values(kind="stable").index].head(TIMELINES_MAX)
+
+
 def plot_timelines(result: SweepResult, path: Path, params: list[str]) -> Path | None:
-    """Throughput of up to TIMELINES_MAX scenarios, one panel each, on a shared time axis."""
-    ok = result.summary[result.summary["status"] == "ok"].drop_duplicates("key").head(TIMELINES_MAX)
+    """Throughput of up to TIMELINES_MAX scenarios (`timeline_rows`), one panel each, on a shared time axis."""
+    ok = timeline_rows(result.summary, params)
     if ok.empty:
         return None
     n = len(ok)

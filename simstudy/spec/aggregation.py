@@ -42,6 +42,8 @@ class AggregationKind(Spec):
     * the roles of its ranks: `extra_ranks` (ranks after the compute ranks) and `server_hosts`;
     * `all_reduce_algorithm`: the collective algorithm of its all-reduces over every rank
       (ASTRA-SIM's system.json), None when it runs none;
+    * `bounded_staleness`: its compile step honours `parallelism.staleness` (with plain data
+      parallelism); a kind that does not is refused with staleness > 0;
     * `check(parallelism)` and `check_capture(workers, preset)`: what it needs of the rest of the
       spec, as a `FieldError` (or `ValueError`) when that is not met.
     """
@@ -52,6 +54,7 @@ class AggregationKind(Spec):
     capture_strategy: ClassVar[str | None] = None
     ddp_buckets: ClassVar[bool] = False
     lockstep_backward: ClassVar[bool] = False
+    bounded_staleness: ClassVar[bool] = False
 
     kind: str
 
@@ -87,6 +90,7 @@ class AllReduce(AggregationKind):
     noun: ClassVar[str] = "all-reduce"
     capture_strategy: ClassVar[str | None] = "ddp"
     lockstep_backward: ClassVar[bool] = True
+    bounded_staleness: ClassVar[bool] = True
 
     kind: Literal["allreduce"] = "allreduce"
     algorithm: AllReduceAlgorithm = Field(
@@ -175,9 +179,79 @@ class ParameterServer(AggregationKind):
             raise ValueError("a capture runs parameter servers as ranks of their own: use placement: dedicated")
 
 
+GossipGraph = Literal["ring", "exponential", "random"]
+
+
+class Gossip(AggregationKind):
+    """Decentralized parallel SGD (D-PSGD, Lian et al., NeurIPS'17; the exponential graph of SGP,
+    Assran et al., ICML'19): no all-reduce and no server. After its backward pass each worker
+    sends its parameters (their full size in the job's precision) to `peers` neighbours of the
+    graph, receives the parameters of the `peers` workers that send to it, and averages them with
+    its own in its update step: `peers` x the parameter bytes leave every worker per iteration.
+
+    Graphs (each iteration's receivers of a rank are known when the job is compiled, so every send
+    has its receive): `ring`, the `peers` nearest ranks around the ring (r+1, r-1, r+2, r-2, ...:
+    `peers: 2` is D-PSGD's ring, r +- 1); `exponential`, the ranks 2^0, 2^1, 2^2, ... hops ahead
+    (SGP): `peers` of them per iteration in turn (`peers: 1`: one per iteration, 1 hop, then 2, then
+    4, ...; as many as there are powers of two below dp: all of them every iteration), received
+    from as many hops behind; `random`, the ring's neighbours on the ranks in a random order drawn
+    anew every iteration from `seed` (every rank still sends and receives `peers` messages).
+    """
+
+    noun: ClassVar[str] = "gossip"
+    implied_by: ClassVar[tuple[str, ...]] = ("graph", "peers", "seed")
+    bounded_staleness: ClassVar[bool] = True
+
+    kind: Literal["gossip"] = "gossip"
+    graph: GossipGraph = Field(
+        default="ring",
+        description="ring (the peers nearest ranks: r+1, r-1, r+2, ...), exponential (ranks 2^0, 2^1, ... hops "
+        "ahead, peers of them per iteration in turn) or random (the ring's neighbours on a random order of "
+        "the ranks, drawn per iteration from seed)",
+    )
+    peers: int = Field(default=1, ge=1, description="neighbours each worker sends its parameters to per iteration "
+                                                    "(and receives from)")
+    mode: Literal["sync", "async"] = Field(
+        default="sync",
+        description="sync: the next forward waits for this iteration's parameters from every neighbour; async: "
+        "it does not (AD-PSGD: a worker averages with what has arrived)",
+    )
+    seed: int = Field(default=0, ge=0, description="the seed of the random graph's orders")
+
+    @property
+    def synchronous(self) -> bool:
+        return self.mode == "sync"
+
+    def check(self, parallelism: Parallelism) -> None:
+        p = parallelism
+        if not p.is_plain_data_parallel:
+            raise FieldError("aggregation", "gossip averages whole replicas: it needs plain data parallelism (tp = "
+                                            "pp = cp = ep = 1, sharding none, one microbatch, no accumulation)")
+        if p.dp < 2:
+            raise FieldError("dp", f"gossip needs dp >= 2 workers to have neighbours, got dp = {p.dp}")
+        most = gossip_peers_max(self.graph, p.dp)
+        if self.peers > most:
+            what = (f"{most} powers of two below dp = {p.dp}" if self.graph == "exponential"
+                    else f"{most} other workers (dp = {p.dp})")
+            raise FieldError("aggregation.peers", f"the {self.graph} graph has at most {most} distinct peers per "
+                                                  f"worker ({what}); got peers = {self.peers}")
+        if p.staleness and self.mode == "async":
+            raise FieldError("staleness", "async gossip already starts the next forward without its neighbours' "
+                                          "parameters; staleness bounds a sync job's wait: use mode: sync or "
+                                          "staleness: 0")
+
+
+def gossip_peers_max(graph: str, workers: int) -> int:
+    """The most distinct peers a worker of `graph` has among `workers` (exponential: the powers of
+    two below `workers`; ring and random: every other worker)."""
+    if graph == "exponential":
+        return max(0, (workers - 1).bit_length())
+    return workers - 1
+
+
 #: Every aggregation kind; the first is the default (and what a dict without `kind` names unless
 #: it holds a key of another kind's `implied_by`).
-Aggregation = Annotated[AllReduce | ParameterServer, Field(discriminator="kind")]
+Aggregation = Annotated[AllReduce | ParameterServer | Gossip, Field(discriminator="kind")]
 
 #: kind -> its class, in the union's order: the one table of aggregation kinds in the spec.
 AGGREGATIONS: dict[str, type[AggregationKind]] = {
@@ -185,12 +259,14 @@ AGGREGATIONS: dict[str, type[AggregationKind]] = {
 
 
 def tag_aggregation(value: Any) -> Any:
-    """An aggregation dict without `kind` gets the kind its keys imply (`implied_by`), else the
-    default kind; anything else is returned as it is."""
+    """An aggregation dict without `kind` gets the kind its keys imply (`implied_by`; of two, the
+    first that has every key given: `{mode: async}` is a parameter server, `{peers: 2, mode: async}`
+    gossip), else the default kind; anything else is returned as it is."""
     if not isinstance(value, dict) or "kind" in value:
         return value
-    kind = next((k for k, m in AGGREGATIONS.items() if any(key in value for key in m.implied_by)),
-                next(iter(AGGREGATIONS)))
+    implied = [k for k, m in AGGREGATIONS.items() if any(key in value for key in m.implied_by)]
+    kind = next((k for k in implied if set(value) <= set(AGGREGATIONS[k].model_fields)),
+                next(iter(implied), next(iter(AGGREGATIONS))))
     return {"kind": kind, **value}
 
 

@@ -12,6 +12,7 @@ from simstudy.spec.aggregation import (
     AggregationKind,
     AllReduce,
     AllReduceAlgorithm,
+    Gossip,
     ParameterServer,
     extra_ranks_of,
     tag_aggregation,
@@ -26,6 +27,7 @@ __all__ = [
     "AggregationKind",
     "AllReduce",
     "AllReduceAlgorithm",
+    "Gossip",
     "Parallelism",
     "ParameterServer",
     "Zero",
@@ -63,7 +65,7 @@ class Zero(Spec):
 #: Parallelism fields added after run keys were first written: left out of the canonical JSON at
 #: their defaults, so that earlier scenarios keep their sweep run keys.
 NEW_DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "ep_a2a": "collective", "sp": False, "virtual_stages": 1,
-                                "grad_accumulation_steps": 1, "zero": None}
+                                "grad_accumulation_steps": 1, "zero": None, "staleness": 0}
 
 
 class Parallelism(Spec):
@@ -150,6 +152,14 @@ class Parallelism(Spec):
         description="accumulation steps per iteration (DeepSpeed's gradient_accumulation_steps): each runs the "
         "schedule of `microbatches` microbatches, gradients are reduced over the data-parallel group after the "
         "last only; batch_size_per_worker = steps x microbatches x micro-batch size",
+    )
+    staleness: int = Field(
+        default=0, ge=0,
+        description="bounded staleness s (stale-synchronous parallel, Ho et al., NIPS'13; SAPipe): iteration i+1's "
+        "forward may start before iteration i's gradient synchronisation (all-reduces or gossip receives, and "
+        "the update after them) has finished, as long as it finishes before the forward of iteration i+s+1; 0: "
+        "every forward waits for the synchronisation of the iteration before. Data parallelism with "
+        "aggregation allreduce or gossip (sync)",
     )
 
     @model_serializer(mode="wrap")
@@ -246,6 +256,16 @@ class Parallelism(Spec):
                 raise FieldError("microbatches", f"the interleaved schedule needs microbatches a multiple of pp = "
                                                  f"{self.pp} (as Megatron-LM does), got {self.microbatches}")
 
+    def _check_staleness(self) -> None:
+        """Bounded staleness is compiled for plain data parallelism by the kinds that say so."""
+        if self.staleness and not (self.aggregation.bounded_staleness and self.is_plain_data_parallel):
+            takes = " or ".join(k for k, m in AGGREGATIONS.items() if m.bounded_staleness)
+            got = (f"aggregation {self.aggregation.kind}" if not self.aggregation.bounded_staleness
+                   else self.product if self.tp * self.pp * self.cp > 1 else "more than plain data parallelism")
+            raise FieldError("staleness", f"staleness = {self.staleness} is modelled for plain data parallelism (tp = "
+                                          f"pp = cp = ep = 1, sharding none, one microbatch, no accumulation) with "
+                                          f"aggregation {takes}; got {got} (use staleness: 0)")
+
     def _check_framework(self) -> None:
         """What the framework preset needs of the rest of the parallelism (the preset says)."""
         self.framework.check(self)
@@ -253,6 +273,7 @@ class Parallelism(Spec):
     @model_validator(mode="after")
     def _check(self) -> Parallelism:
         self.aggregation.check(self)
+        self._check_staleness()
         self._check_framework()
         self._check_llm()
         if self.schedule == "1f1b" and self.pp > 1 and self.microbatches < self.pp:

@@ -1,4 +1,5 @@
-"""Hand-made bundles: one collective per rank, as ASTRA-SIM's microbenchmarks."""
+"""Hand-made bundles (one collective per rank, as ASTRA-SIM's microbenchmarks), and the check that
+flowsim agrees with an ASTRA-SIM binary on a bundle (`agree`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from pathlib import Path
 
 from simstudy import chakra
+from simstudy.backends import AstraSimBackend, FlowsimBackend
 from simstudy.chakra import CollectiveType, GlobalMetadata, Node, NodeType
 from simstudy.compiler import Bundle
 
@@ -78,3 +80,16 @@ def write_bundle(out: Path, dims: list[tuple[str, int, float, float]], traces: l
         topo_file = out / "topology.json"
         topo_file.write_text(json.dumps(topology))
     return Bundle(out / "w", out / "network.yml", out / "system.json", comm_group=group_file, topology=topo_file)
+
+
+def agree(binary: Path, aware: bool, b: Bundle, tmp: Path, *, rel: float = 0.0) -> None:
+    """flowsim's `aware` (or `unaware`) mode finishes every rank of `b` within `rel` of the ASTRA-SIM
+    binary's finish time (0: at the same nanosecond), with the same bytes between the same ranks."""
+    mode = "aware" if aware else "unaware"
+    a = AstraSimBackend(binary, aware=aware).run(b, tmp / f"a_{mode}", timeout_s=300)
+    f = FlowsimBackend(congestion=mode).run(b, tmp / f"f_{mode}", timeout_s=300)
+    for fr, ar in zip(f.ranks, a.ranks, strict=True):
+        assert abs(fr.finish_ns - ar.finish_ns) <= rel * ar.finish_ns, (mode, fr, ar)
+    fb = f.traffic.groupby(["src", "dst"], observed=True)["bytes"].sum()
+    ab = a.traffic.groupby(["src", "dst"], observed=True)["bytes"].sum()
+    assert fb.equals(ab)

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from simstudy.backends import AstraSimBackend, FlowsimBackend
 from simstudy.compiler import compile_scenario
 from simstudy.spec import Scenario
+from tests.backends.bundles import agree as check
 
 pytestmark = pytest.mark.astrasim
 
@@ -87,14 +87,7 @@ def bundle(case: str, tmp: Path, topology: dict[str, Any] | None = None) -> Any:
 
 
 def agree(binary: Path, aware: bool, b: Any, tmp: Path) -> None:
-    mode = "aware" if aware else "unaware"
-    a = AstraSimBackend(binary, aware=aware).run(b, tmp / f"a_{mode}", timeout_s=300)
-    f = FlowsimBackend(congestion=mode).run(b, tmp / f"f_{mode}", timeout_s=300)
-    for fr, ar in zip(f.ranks, a.ranks, strict=True):
-        assert abs(fr.finish_ns - ar.finish_ns) <= 0.001 * ar.finish_ns, (mode, fr, ar)
-    fb = f.traffic.groupby(["src", "dst"], observed=True)["bytes"].sum()
-    ab = a.traffic.groupby(["src", "dst"], observed=True)["bytes"].sum()
-    assert fb.equals(ab)
+    check(binary, aware, b, tmp, rel=0.001)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -37,6 +37,28 @@ CASES = {
     "tp_ps": ({"model": GPT, "parallelism": {"dp": 2, "tp": 2, "aggregation": PS1},
                "topology": {"kind": "switch", "npus": 4}},
               "parallelism.tp", ["parameter server", "tp = 2"]),
+    "gossip_peers": ({"model": "small_cnn", "parallelism": {"dp": 8, "aggregation": {"graph": "exponential",
+                                                                                      "peers": 4}},
+                      "topology": {"kind": "switch", "npus": 8}},
+                     "parallelism.aggregation.peers", ["exponential", "3 powers of two below dp = 8", "peers = 4"]),
+    "gossip_ring_peers": ({"model": "small_cnn", "parallelism": {"dp": 3, "aggregation": {"peers": 3}},
+                           "topology": {"kind": "switch", "npus": 3}},
+                          "parallelism.aggregation.peers", ["2 other workers", "peers = 3"]),
+    "gossip_one_worker": ({"model": "small_cnn", "parallelism": {"dp": 1, "aggregation": {"kind": "gossip"}},
+                           "topology": {"kind": "switch", "npus": 1}},
+                          "parallelism.dp", ["dp >= 2", "dp = 1"]),
+    "gossip_tp": ({"model": GPT, "parallelism": {"dp": 2, "tp": 2, "aggregation": {"kind": "gossip"}},
+                   "topology": {"kind": "switch", "npus": 4}},
+                  "parallelism.aggregation", ["gossip", "plain data parallelism"]),
+    "staleness_ps": ({"model": GPT, "parallelism": {"dp": 4, "staleness": 1, "aggregation": PS1},
+                      "topology": {"kind": "switch", "npus": 4}},
+                     "parallelism.staleness", ["staleness = 1", "allreduce or gossip", "parameter_server"]),
+    "staleness_tp": ({"model": GPT, "parallelism": {"dp": 2, "tp": 2, "staleness": 2},
+                      "topology": {"kind": "switch", "npus": 4}},
+                     "parallelism.staleness", ["staleness = 2", "plain data parallelism", "dp*tp*pp = 2*2*1"]),
+    "staleness_async_gossip": ({"model": "small_cnn", "parallelism": {"dp": 4, "staleness": 1, "aggregation": {
+        "peers": 2, "mode": "async"}}, "topology": {"kind": "switch", "npus": 4}},
+                               "parallelism.staleness", ["async gossip", "mode: sync"]),
 }
 
 

@@ -167,3 +167,61 @@ def test_reports_leave_the_matplotlib_backend_alone(tmp_path: Path) -> None:
                           check=True, cwd=REPO)
     assert proc.stdout.strip() == "svg"
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def gossip_study(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    tmp = tmp_path_factory.mktemp("gossip")
+    return _sweep(tmp, """
+name: gossip_small
+base: {model: small_cnn, training: {batch_size_per_worker: 16, iterations: 2},
+       topology: {kind: switch, npus: 4, bandwidth_gbps: 10, latency_ns: 500}}
+axes:
+  parallelism.aggregation:
+    - {kind: allreduce, algorithm: ring}
+    - {kind: gossip, graph: exponential, peers: 1}
+    - {kind: gossip, graph: ring, peers: 2}
+  topology.npus: [4, 8, 16]
+""")
+
+
+def test_each_value_of_the_first_axis_is_stated_against_its_first(gossip_study) -> None:  # type: ignore[no-untyped-def]
+    """Gossip against ring all-reduce, scenario by scenario: a worker of the exponential graph sends the
+    parameters once, a ring all-reduce 2(n-1)/n x the gradient, so the busiest rank's bytes are
+    n / (2(n-1)) of all-reduce's (0.67x at 4 workers, 0.53x at 16); with 2 peers, n / (n-1)."""
+    params = gossip_study.expansion.param_names
+    against = [f for f in findings(gossip_study.summary, params) if f.kind == "against"]
+    assert [f.values["value"] for f in against] == ["gossip(graph=exponential,peers=1)", "gossip(graph=ring,peers=2)"]
+    for f, per_worker in zip(against, (lambda n: n / (2 * (n - 1)), lambda n: n / (n - 1)), strict=True):
+        assert f.values["pairs"] == 3 and f.values["baseline"] == "allreduce(algorithm=ring)"
+        ratios = f.values["bytes_per_iter_rank_max"]
+        for n in (4, 8, 16):
+            assert ratios[f"topology.npus={n}"] == pytest.approx(per_worker(n), rel=1e-3)
+        low, high = min(ratios.values()), max(ratios.values())
+        assert f"bytes sent by the busiest rank {low:.2f}x-{high:.2f}x" in f.sentence
+        its = f.values["iteration_ms"]
+        assert f"lowest at {min(its, key=its.__getitem__)}, highest at {max(its, key=its.__getitem__)}" in f.sentence
+
+
+def test_one_axis_has_no_comparison_scenario_by_scenario(gossip_study) -> None:  # type: ignore[no-untyped-def]
+    one = gossip_study.summary[gossip_study.summary["topology.npus"] == 8]
+    assert not [f for f in findings(one, ["parallelism.aggregation"]) if f.kind == "against"]
+
+
+def test_timelines_show_the_first_axis_side_by_side(gossip_study) -> None:  # type: ignore[no-untyped-def]
+    """Up to 12 scenarios are drawn; of more, every value of the first axis for the first settings of the
+    others (here 9 scenarios: all drawn in sweep order; cut to 4 panels: 3 aggregations at 4 workers)."""
+    from simstudy.report import study
+
+    params = gossip_study.expansion.param_names
+    summary = gossip_study.summary
+    assert list(study.timeline_rows(summary, params)["key"]) == list(summary["key"])
+    limit = study.TIMELINES_MAX
+    try:
+        study.TIMELINES_MAX = 4
+        rows = study.timeline_rows(summary, params)
+    finally:
+        study.TIMELINES_MAX = limit
+    assert list(rows["topology.npus"]) == [4, 4, 4]
+    assert list(rows["parallelism.aggregation"].astype(str)) == list(dict.fromkeys(
+        summary["parallelism.aggregation"].astype(str)))

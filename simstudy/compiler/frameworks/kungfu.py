@@ -32,7 +32,7 @@ from typing import Any
 
 from simstudy.compiler.costs import Bucket, layer_costs, optimizer_us, whole_us
 from simstudy.compiler.graph import ExecutionGraph, RankGraph
-from simstudy.compiler.passes import backward, forward
+from simstudy.compiler.passes import backward, forward, next_forward_after
 from simstudy.spec import Scenario
 from simstudy.spec.framework import KungFu
 
@@ -92,7 +92,8 @@ def kungfu_messages(scenario: Scenario) -> list[Bucket]:
 
 def compile_kungfu(scenario: Scenario) -> ExecutionGraph:
     """Forward, backward, and per layer (once its backward is done) every chunk reduced up and
-    broadcast down its graph with sends and receives; the optimizer step after all of them."""
+    broadcast down its graph with sends and receives; the optimizer step after all of them
+    (`parallelism.staleness`: see `simstudy.compiler.passes.next_forward_after`)."""
     p = scenario.parallelism
     fw = p.framework
     assert isinstance(fw, KungFu)
@@ -105,6 +106,8 @@ def compile_kungfu(scenario: Scenario) -> ExecutionGraph:
     ups = [parents(g) for g in graphs]
     ranks = [RankGraph(rank=r) for r in range(n)]
     after: list[list[int]] = [[] for _ in range(n)]
+    ends: list[list[int]] = [[] for _ in range(n)]
+    syncs: list[list[int]] = [[] for _ in range(n)]
     seq = 0
     for it in range(scenario.training.iterations):
         bwd_of: list[dict[int, int]] = []
@@ -137,5 +140,7 @@ def compile_kungfu(scenario: Scenario) -> ExecutionGraph:
                 seq += 1
         for r in range(n):
             last_bwd = bwd_of[r][costs[0].index]
-            after[r] = [ranks[r].compute(f"optimizer.it{it}", opt_us, [last_bwd, *comms[r]], iteration=it)]
+            ends[r].append(last_bwd)
+            syncs[r].append(ranks[r].compute(f"optimizer.it{it}", opt_us, [last_bwd, *comms[r]], iteration=it))
+            after[r] = next_forward_after(ends[r], syncs[r], p.staleness)
     return ExecutionGraph(ranks=ranks)
