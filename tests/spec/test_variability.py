@@ -45,9 +45,7 @@ def test_bad_variability_names_file_and_field(tmp_path: Path, variability: dict[
     path = _scenario(tmp_path, variability)
     with pytest.raises(SpecError) as err:
         load_spec(Scenario, path)
-    assert err.value.file == str(path)
-    assert err.value.field == field
-    assert words in err.value.message
+    assert (err.value.file, err.value.field) == (str(path), field) and words in err.value.message
 
 
 def test_good_variability_loads_with_its_defaults(tmp_path: Path) -> None:
