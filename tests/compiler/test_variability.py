@@ -12,10 +12,10 @@ import pytest
 
 from simstudy import chakra
 from simstudy.chakra import Node, NodeType
-from simstudy.compiler import compile_scenario
+from simstudy.compiler import compile_cluster, compile_scenario
 from simstudy.compiler.costs import whole_us
 from simstudy.compiler.variability import draw, rank_factors
-from simstudy.spec import Jitter, Scenario, Variability
+from simstudy.spec import Cluster, Jitter, Scenario, Variability
 from simstudy.spec.system import MIN_FACTOR
 
 
@@ -151,3 +151,23 @@ def test_stragglers_in_other_strategies_scale_only_their_ranks(parts: dict[str, 
             assert all(a.duration_micros == whole_us(b.duration_micros * 3) for b, a in pairs)
         else:
             assert s == p, r
+
+
+def test_a_cluster_jobs_stragglers_are_its_own_ranks(tmp_path: Path) -> None:
+    """Job b's rank 1 sits on NPU 5 (b has NPUs 4-7): that NPU's compute is scaled, job a's are not."""
+    def cluster(system: dict[str, Any] | None) -> Cluster:
+        b: dict[str, Any] = {"name": "b", "model": "small_cnn", "gpus": 4}
+        if system is not None:
+            b["system"] = system
+        return Cluster.model_validate({"kind": "cluster", "topology": {"kind": "switch", "npus": 8},
+                                       "jobs": [{"name": "a", "model": "small_cnn", "gpus": 4}, b]})
+
+    def ets(c: Cluster, out: Path) -> list[bytes]:
+        bundle = compile_cluster(c, out).bundle
+        return [bundle.et_path(r).read_bytes() for r in range(8)]
+
+    plain = ets(cluster(None), tmp_path / "plain")
+    slow = ets(cluster({"variability": {"stragglers": [{"ranks": [1], "slowdown": 2}]}}), tmp_path / "slow")
+    assert [r for r in range(8) if plain[r] != slow[r]] == [5]
+    for b, a in zip(compute_nodes(plain[5]), compute_nodes(slow[5]), strict=True):
+        assert a.duration_micros == whole_us(b.duration_micros * 2)
