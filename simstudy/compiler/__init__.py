@@ -16,6 +16,7 @@ from simstudy.compiler.graph import Collective, ExecutionGraph, RankGraph, Task,
 from simstudy.compiler.resolve import resolve
 from simstudy.compiler.tensor import megatron
 from simstudy.compiler.topology_file import scenario_topology, topology_of, write_topology
+from simstudy.compiler.variability import apply_variability
 from simstudy.layout import JOBS, SCENARIO, TOPOLOGY
 from simstudy.spec import Cluster, Scenario, SpecError, topology_dims
 from simstudy.spec.collectives import FALLBACK
@@ -100,9 +101,9 @@ def check_fit(scenario: Scenario, source: str | Path | None = None) -> None:
 
 
 def build_graph(scenario: Scenario) -> ExecutionGraph:
-    """The per-rank execution graph of a resolved scenario."""
+    """The per-rank execution graph of a resolved scenario, its compute varied as `system.variability` says."""
     check_fit(scenario)
-    graph = compile_aggregation(scenario)
+    graph = apply_variability(compile_aggregation(scenario), scenario)
     graph.check()
     return graph
 

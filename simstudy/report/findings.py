@@ -17,6 +17,10 @@ sentence against the summary, and no sentence is written that the numbers do not
   (the baseline: ring all-reduce, staleness 0), scenario by scenario over the other axes: the range
   and median of the ratios of iteration time, the busiest rank's bytes and peak-to-mean throughput,
   and the scenarios at both ends of the iteration time's range;
+* `variability`: along swept compute-variability paths (below `system.variability`: stragglers,
+  jitter), per value of the other axes, the throughput each configuration loses against the one
+  without variability (every such path at 0, [], {} or null): `samples_per_s` (each worker at its
+  own pace) where the summary has it, else the inverse of `iteration_ms`;
 * `failed` / `skipped`: what did not run, with the first reason.
 
 `network_differences(a, b)` compares two summaries of one study run on two networks (flowsim and
@@ -237,6 +241,53 @@ def loss_effects(ok: pd.DataFrame, params: list[str]) -> list[Finding]:
     return out
 
 
+#: Where a study sweeps compute variability (`system.variability.*`).
+VARIABILITY = "system.variability"
+
+
+def _varies_nothing(value: Any) -> bool:
+    """A swept variability value that adds nothing: 0, an empty list or mapping, null."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return True
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value == 0
+    return str(value).strip() in ("", "0", "0.0", "[]", "{}", "None", "null")
+
+
+def variability_effects(ok: pd.DataFrame, params: list[str]) -> list[Finding]:
+    axes = [p for p in params if p == VARIABILITY or p.startswith(f"{VARIABILITY}.")]
+    if not axes or ok.empty:
+        return []
+    per_worker = "samples_per_s" in ok.columns and ok["samples_per_s"].notna().all()
+    if not per_worker and "iteration_ms" not in ok.columns:
+        return []
+    rate = ok["samples_per_s"].astype(float) if per_worker else 1e3 / ok["iteration_ms"].astype(float)
+    unit = " samples/s" if per_worker else " iterations/s"
+    frame = ok.assign(_rate=rate, _plain=ok[axes].apply(lambda r: all(_varies_nothing(v) for v in r), axis=1))
+    rest = [p for p in params if p not in axes]
+    groups = list(frame.groupby(rest, sort=False)) if rest else [((), frame)]
+    out: list[Finding] = []
+    for name, g in groups:
+        ref = g[g["_plain"]]
+        if ref.empty or not float(ref["_rate"].iloc[0]) > 0:
+            continue
+        base = float(ref["_rate"].iloc[0])
+        where = ", ".join(f"{p}={v}" for p, v in zip(rest, name if isinstance(name, tuple) else (name,), strict=True))
+        losses: dict[str, float] = {}
+        for _, r in g[~g["_plain"]].iterrows():
+            what = ", ".join(f"{a.split('.')[-1]}={r[a]}" for a in axes if not _varies_nothing(r[a]))
+            losses[what] = 1 - float(r["_rate"]) / base
+        if not losses:
+            continue
+        worst = max(losses, key=lambda k: losses[k])
+        parts = [f"{k} {'loses' if v >= 0 else 'gains'} {abs(v):.1%}" for k, v in losses.items()]
+        out.append(Finding("variability", f"{where + ': ' if where else ''}against {_fmt(base)}{unit} without "
+                           f"stragglers or jitter, throughput " + "; ".join(parts) + f" (most: {worst}).",
+                           {"metric": "samples_per_s" if per_worker else "1/iteration_ms", "group": where,
+                            "reference": base, "loss": losses}))
+    return out
+
+
 def network_differences(a: pd.DataFrame, b: pd.DataFrame, params: list[str], names: tuple[str, str] = (
         "flowsim", "ns-3"), *, agree: float = 0.10) -> list[Finding]:
     """Where two networks' runs of one study differ: scenarios matched on `params`, the ratio of
@@ -330,7 +381,7 @@ def findings(summary: pd.DataFrame, params: list[str], skipped: list[dict[str, A
     ok = summary[summary["status"] == "ok"]
     lead = lead_params(summary, params)
     out = bound(ok, lead) + burstiness(ok, lead) + axis_effects(ok, params) + against_first(ok, lead)
-    out += loss_effects(ok, lead)
+    out += loss_effects(ok, lead) + variability_effects(ok, lead)
     return out + failures(summary, params, skipped or [])
 
 

@@ -178,9 +178,13 @@ def render_study(result: SweepResult, *, baseline: BaselineReport | None = None)
     made: list[tuple[str, Path]] = []
     ok = summary[summary["status"] == "ok"]
     if not ok.empty:
-        for spec in _plot_specs(result, params):
+        specs = _plot_specs(result, params)
+        ys = [spec.y for spec in specs]
+        for spec in specs:
             if spec.y in summary.columns:
-                made.append((spec.y, plot_bars(bar_data(summary, params, spec), plots / f"{spec.y}.png")))
+                # a metric plotted more than once gets the axis in its file name: `samples_per_s_by_<x>`
+                name = spec.y if ys.count(spec.y) == 1 or spec.x is None else f"{spec.y}_by_{spec.x}"
+                made.append((name, plot_bars(bar_data(summary, params, spec), plots / f"{name}.png")))
         tl = plot_timelines(result, plots / "timelines.png", params)
         if tl is not None:
             made.append(("throughput timelines", tl))

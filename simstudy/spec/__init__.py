@@ -20,7 +20,7 @@ from simstudy.spec.model import Layer, Model, ModelSpec, ZooModel
 from simstudy.spec.parallelism import AllReduce, Gossip, Parallelism, ParameterServer
 from simstudy.spec.scenario import Scenario, canonical_json
 from simstudy.spec.study import BackendOptions, BackendSpec, Baseline, Congestion, PlotSpec, Study
-from simstudy.spec.system import LayerTime, MeasuredCompute, System
+from simstudy.spec.system import Jitter, LayerTime, MeasuredCompute, Straggler, System, Variability
 from simstudy.spec.topology import (
     BinaryTreeStar,
     Clique,
@@ -58,6 +58,7 @@ __all__ = [
     "FatTree",
     "FullyConnected",
     "Gossip",
+    "Jitter",
     "Job",
     "Layer",
     "LayerTime",
@@ -75,12 +76,14 @@ __all__ = [
     "Spec",
     "SpecError",
     "Star",
+    "Straggler",
     "Study",
     "Switch",
     "System",
     "Topology",
     "Training",
     "Tree",
+    "Variability",
     "ZooModel",
     "canonical_json",
     "host_tors",

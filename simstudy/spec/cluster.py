@@ -29,7 +29,7 @@ from simstudy.spec.base import FieldError, Spec
 from simstudy.spec.model import ModelSpec
 from simstudy.spec.parallelism import Parallelism, dp_auto, fill_dp
 from simstudy.spec.scenario import tag_model
-from simstudy.spec.system import System
+from simstudy.spec.system import System, check_variability
 from simstudy.spec.topology import BinaryTreeStar, FatTree, Tiered, Topology, Tree
 from simstudy.spec.training import Training
 
@@ -122,6 +122,8 @@ class Job(Spec):
                                      "leave dp out to fill gpus")
         if self.placement.npus is not None and len(self.placement.npus) != need:
             raise FieldError("placement.npus", f"{len(self.placement.npus)} NPUs listed; the job has {need} ranks")
+        if self.system is not None:
+            check_variability(self.system, need, self.training.iterations, "system")
         return self
 
     @property
@@ -253,6 +255,12 @@ class Cluster(Spec):
             if job.name in seen:
                 raise FieldError(f"jobs.{i}.name", f"job name {job.name!r} is used by jobs {seen[job.name]} and {i}")
             seen[job.name] = i
+            if job.system is None:  # the cluster's system: its stragglers must be ranks of every such job
+                try:
+                    check_variability(self.system, job.ranks, job.training.iterations, "system")
+                except FieldError as exc:
+                    raise FieldError(exc.field, f"job {job.name!r} (jobs.{i}) runs on the cluster's system: "
+                                                f"{exc.message}") from None
         placements(self.topology, self.jobs)
         return self
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from simstudy.spec.base import Spec
+from simstudy.spec.base import FieldError, Spec
 
 
 class LayerTime(Spec):
@@ -33,6 +33,106 @@ class MeasuredCompute(Spec):
         if not self.layers and self.forward_us is None and self.backward_us is None and self.optimizer_us is None:
             raise ValueError("give per-layer times (layers), totals (forward_us, backward_us) or optimizer_us")
         return self
+
+
+#: A normal draw is clipped to at least this factor, so that no compute node's time goes to 0 or below.
+MIN_FACTOR = 0.01
+
+
+class Jitter(Spec):
+    """Random compute time: every compute node of a rank in one iteration takes its time times one
+    draw, the same draw for all of that rank's compute nodes in that iteration. A draw's mean is 1.
+
+    Draws are numpy's `Generator` (PCG64) seeded from `(seed, rank, iteration)` (`correlated`:
+    `(seed, iteration)`), so they do not depend on compile order or parallelism: the same seed gives
+    the same draws on every machine and backend."""
+
+    distribution: Literal["normal", "lognormal", "empirical"] = Field(
+        default="normal",
+        description=f"normal: 1 + cv x N(0, 1), clipped to at least {MIN_FACTOR} so that no time goes to 0 or "
+        "below; lognormal: mean 1 and coefficient of variation cv; empirical: one of `samples` (uniformly, "
+        "with replacement) over their mean",
+    )
+    cv: float | None = Field(
+        default=None, ge=0,
+        description="coefficient of variation (standard deviation / mean) of a draw (normal, lognormal); 0: no "
+        "jitter; empirical draws take theirs from the samples",
+    )
+    samples: tuple[float, ...] = Field(
+        default=(), description="empirical: measured compute times (any unit, e.g. per-step ms), each > 0"
+    )
+    seed: int = Field(default=0, ge=0, description="seed of the draws")
+    correlated: bool = Field(
+        default=False,
+        description="false: an independent draw per rank and iteration; true: one draw per iteration shared by "
+        "every rank (the whole job slows and speeds up together)",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Jitter:
+        if self.distribution == "empirical":
+            if not self.samples:
+                raise FieldError("samples", "an empirical distribution needs samples: measured compute times, e.g. "
+                                            "[10.2, 9.8, 11.5]")
+            if self.cv is not None:
+                raise FieldError("cv", "an empirical distribution takes its spread from samples; leave cv out")
+        else:
+            if self.samples:
+                raise FieldError("samples", f"samples are for distribution: empirical, not {self.distribution}")
+            if self.cv is None:
+                raise FieldError("cv", f"a {self.distribution} distribution needs cv (coefficient of variation "
+                                       ">= 0, e.g. 0.1)")
+        if any(not 0 < s < float("inf") for s in self.samples):
+            raise FieldError("samples", f"expected finite times > 0, got {list(self.samples)}")
+        return self
+
+
+class Straggler(Spec):
+    """Ranks whose compute is `slowdown` times slower in some iterations."""
+
+    ranks: tuple[int, ...] = Field(min_length=1, description="the job's ranks that straggle (0-based)")
+    slowdown: float = Field(gt=0, description="factor on their compute nodes' times (2: twice as long)")
+    iterations: tuple[int, int] | None = Field(
+        default=None,
+        description="[first, last] iteration (0-based, inclusive, as the traffic table's `iteration`) in which "
+        "they straggle; default every iteration",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Straggler:
+        if any(r < 0 for r in self.ranks):
+            raise FieldError("ranks", f"expected ranks >= 0, got {list(self.ranks)}")
+        if len(set(self.ranks)) != len(self.ranks):
+            raise FieldError("ranks", f"a rank is listed twice: {list(self.ranks)}")
+        if self.iterations is not None and not 0 <= self.iterations[0] <= self.iterations[1]:
+            raise FieldError("iterations", f"expected [first, last] with 0 <= first <= last, got "
+                                           f"{list(self.iterations)}")
+        return self
+
+
+class Variability(Spec):
+    """How compute time varies between ranks and iterations: random jitter and stragglers.
+
+    A compute node's time is its time times the rank's jitter draw for the iteration times the
+    slowdown of every straggler entry that names the rank and iteration, rounded half up to whole
+    microseconds (the Chakra ET's unit) and at least 1 us for a node that had any time. It is
+    written into the ET files, so every backend runs the same times."""
+
+    jitter: Jitter | None = Field(default=None, description="random compute time per rank and iteration")
+    stragglers: tuple[Straggler, ...] = Field(default=(), description="ranks that compute slower")
+
+    def check_job(self, ranks: int, iterations: int) -> None:
+        """Stragglers must name ranks and iterations of a job of `ranks` ranks and `iterations`
+        iterations; a FieldError names the straggler's field (relative to this spec)."""
+        for i, s in enumerate(self.stragglers):
+            bad = [r for r in s.ranks if r >= ranks]
+            if bad:
+                raise FieldError(f"stragglers.{i}.ranks", f"rank {bad[0]} is not in the job: it has {ranks} ranks "
+                                                          f"(0-{ranks - 1})")
+            if s.iterations is not None and s.iterations[1] >= iterations:
+                raise FieldError(f"stragglers.{i}.iterations",
+                                 f"iteration {s.iterations[1]} is not run: training.iterations is {iterations} "
+                                 f"(0-{iterations - 1})")
 
 
 class System(Spec):
@@ -66,3 +166,16 @@ class System(Spec):
     local_mem_bw_gbps: float = Field(
         default=1600.0, gt=0, description="local memory bandwidth, GB/s (ASTRA-SIM local-mem-bw)"
     )
+    variability: Variability | None = Field(
+        default=None, description="compute jitter and stragglers (default: every rank computes alike, every iteration)"
+    )
+
+
+def check_variability(system: System, ranks: int, iterations: int, prefix: str) -> None:
+    """`system.variability.check_job`, its FieldError naming the field below `prefix` (`system`)."""
+    if system.variability is None:
+        return
+    try:
+        system.variability.check_job(ranks, iterations)
+    except FieldError as exc:
+        raise FieldError(f"{prefix}.variability.{exc.field}", exc.message) from None

@@ -85,6 +85,7 @@ def run_metrics(result: RunResult, scenario: Scenario | Cluster) -> dict[str, fl
         "finish_min_ms": float(finish.min()),
         "finish_mean_ms": float(finish.mean()),
         "iteration_ms": float(finish.max()) / iters,
+        "samples_per_s": samples_per_s(finish, scenario),
         **iteration_tail(result),
         "compute_ms_mean": float(compute.mean()),
         "comm_ms_mean": float(comm.mean()),
@@ -99,6 +100,21 @@ def run_metrics(result: RunResult, scenario: Scenario | Cluster) -> dict[str, fl
         "backend_wall_s": float(result.wall_time_s),
         **job_metrics(result),
     }
+
+
+def samples_per_s(finish_ms: np.ndarray, scenario: Scenario | Cluster) -> float:
+    """Training throughput: samples per second, each compute rank at its own pace. A compute rank
+    trains its share of an iteration's samples (dp x batch / compute ranks) every iteration, so
+    the job's rate is the sum over compute ranks of share x iterations / the rank's finish. The ranks
+    of a synchronous job finish together, so this is dp x batch x iterations / the finish; the
+    workers of an asynchronous parameter server (dedicated servers excluded) each count at their
+    own pace, so a straggler slows only its own share. NaN for a cluster (see the jobs' figures)."""
+    if isinstance(scenario, Cluster):
+        return math.nan
+    p = scenario.parallelism
+    share = p.dp * scenario.training.batch_size_per_worker * scenario.training.iterations / p.compute_ranks
+    ranks = finish_ms[: p.compute_ranks]
+    return float(share * np.sum(1e3 / ranks)) if len(ranks) and (ranks > 0).all() else math.nan
 
 
 def iteration_tail(result: RunResult) -> dict[str, float]:
