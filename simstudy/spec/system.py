@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from simstudy.spec.base import FieldError, Spec
 
@@ -169,6 +169,15 @@ class System(Spec):
     variability: Variability | None = Field(
         default=None, description="compute jitter and stragglers (default: every rank computes alike, every iteration)"
     )
+
+    @model_serializer(mode="wrap")
+    def _drop_new_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Leave `variability` out when unset, so that scenarios written before it keep their
+        canonical JSON (and their sweep run keys)."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("variability", 0) is None:
+            del data["variability"]
+        return data
 
 
 def check_variability(system: System, ranks: int, iterations: int, prefix: str) -> None:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from simstudy.spec import Cluster, Scenario, SpecError, load_spec
+from simstudy.spec.scenario import canonical_json
 
 
 def _scenario(tmp_path: Path, variability: dict[str, Any], **extra: Any) -> Path:
@@ -86,3 +87,13 @@ def test_cluster_checks_stragglers_against_each_jobs_ranks(tmp_path: Path, own: 
     jobs[1]["gpus"] = 4
     path.write_text(yaml.safe_dump(data))
     assert load_spec(Cluster, path).jobs[1].ranks == 4
+
+
+def test_a_scenario_without_variability_keeps_its_run_key() -> None:
+    """`variability` unset is left out of the canonical JSON (as parallelism's later fields are), so
+    that the run keys of scenarios written before it do not change; set, it is in."""
+    base = {"name": "k", "model": "small_cnn", "parallelism": {"dp": 2}, "topology": {"kind": "switch", "npus": 2}}
+    plain = Scenario.model_validate(base)
+    assert "variability" not in canonical_json(plain)
+    varied = Scenario.model_validate({**base, "system": {"variability": {"jitter": {"cv": 0.1}}}})
+    assert '"variability":' in canonical_json(varied)
