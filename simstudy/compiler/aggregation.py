@@ -51,7 +51,7 @@ def compile_aggregation(scenario: Scenario) -> ExecutionGraph:
 
 #: Ranks up to which a job whose ranks run graphs of their own (parameter servers, KungFu) is compiled
 #: whole for `distinct_graphs`; a larger one is compiled at this many compute ranks and scaled.
-WHOLE_LIMIT = 4096
+WHOLE_LIMIT = 1024
 
 
 @dataclass(frozen=True)
