@@ -184,6 +184,18 @@ def measure(cases: list[str], modes: list[str], backends: list[str], timeout_s: 
     return rows
 
 
+def against(w: Workload, backend: str, mode: str, wall_s: float | None, peak_bytes: float | None) -> str:
+    """`--estimate`'s wall time and memory of one run beside the measured ones, with estimate / measured:
+    what benchmarks/scale.py and benchmarks/fluid_scale.py print under each run."""
+    est = estimate_of(backend, mode, w)
+    if est is None:
+        return f"estimate {backend} {mode}: no model"
+    s, b = est
+    wall = f" ({s / wall_s:.2f}x measured)" if wall_s else ""
+    peak = f" ({b / peak_bytes:.2f}x measured)" if peak_bytes else ""
+    return f"estimate {backend} {mode}: {s:,.1f} s{wall}, {b / GIB:,.2f} GiB{peak}"
+
+
 def header() -> None:
     print(f"{'case':<13} {'run':<17} {'ranks':>6} {'ET nodes':>10} {'messages':>11} {'wall s':>8} {'est s':>8} "
           f"{'x':>5} {'peak GiB':>9} {'est GiB':>8} {'x':>5}")

@@ -289,10 +289,12 @@ def count(spec: Scenario | Cluster, source: str | Path | None = None) -> Workloa
 
 def _runs(spec: Scenario | Cluster) -> list[tuple[str, str]]:
     """The backends and modes a spec can run on that have a model: flowsim in every mode, ASTRA-SIM's
-    binaries where it takes the network (ASTRA-SIM's own dimensions, not a graph)."""
+    binaries where they take the network (ASTRA-SIM's own dimensions, not a graph; the aware one: one)."""
     out = [("flowsim", m) for m in ("unaware", "aware", "fluid")]
     if not is_graph(spec.topology):
-        out += [("astrasim", "unaware"), ("astrasim", "aware")]
+        out.append(("astrasim", "unaware"))
+        if len(topology_dims(spec.topology)) == 1:  # the congestion-aware binary takes one dimension
+            out.append(("astrasim", "aware"))
     return [r for r in out if r in COSTS]
 
 
