@@ -39,7 +39,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simstudy.backends.estimate import COSTS, GIB, Workload, count, memory_terms, time_terms  # noqa: E402
+from simstudy.backends.estimate import (  # noqa: E402
+    COSTS,
+    GIB,
+    ROW_BUFFERED,
+    ROW_BYTES,
+    ROW_S,
+    Workload,
+    count,
+    memory_terms,
+    time_terms,
+)
 from simstudy.backends.locate import find_astra_sim  # noqa: E402
 from simstudy.spec import Scenario  # noqa: E402
 
@@ -155,9 +165,14 @@ def child(kind: str, arg: dict[str, Any], work: Path, timeout_s: float) -> dict[
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def estimate_of(backend: str, mode: str, w: Workload) -> tuple[float, float] | None:
+def estimate_of(backend: str, mode: str, w: Workload, rows: bool = False) -> tuple[float, float] | None:
+    """(seconds, bytes) of the simulation alone, as `simstudy.backends.estimate.estimate` adds them up."""
     model = COSTS.get((backend, mode))
-    return None if model is None else (model.wall_s(w), model.bytes(w))
+    if model is None:
+        return None
+    kept = rows and backend == "flowsim"
+    return (model.wall_s(w) + (ROW_S * w.messages if kept else 0.0),
+            model.bytes(w) + (ROW_BYTES * min(w.messages, ROW_BUFFERED) if kept else 0.0))
 
 
 def measure(cases: list[str], modes: list[str], backends: list[str], timeout_s: float) -> list[dict[str, Any]]:
@@ -184,10 +199,12 @@ def measure(cases: list[str], modes: list[str], backends: list[str], timeout_s: 
     return rows
 
 
-def against(w: Workload, backend: str, mode: str, wall_s: float | None, peak_bytes: float | None) -> str:
-    """`--estimate`'s wall time and memory of one run beside the measured ones, with estimate / measured:
-    what benchmarks/scale.py and benchmarks/fluid_scale.py print under each run."""
-    est = estimate_of(backend, mode, w)
+def against(w: Workload, backend: str, mode: str, wall_s: float | None, peak_bytes: float | None, *,
+            rows: bool = False) -> str:
+    """`--estimate`'s wall time and memory of one run (keeping its traffic rows or not) beside the
+    measured ones, with estimate / measured: what benchmarks/scale.py and benchmarks/fluid_scale.py
+    print under each run."""
+    est = estimate_of(backend, mode, w, rows)
     if est is None:
         return f"estimate {backend} {mode}: no model"
     s, b = est

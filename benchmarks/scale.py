@@ -165,6 +165,7 @@ def main() -> None:
                 if args.rows:
                     fr = child("flowsim", {"bundle": str(b), "mode": mode, "traffic": "rows"}, root / f"r{n}{mode}")
                     row(f"  flowsim {mode}, rows kept", fr, a)
+                    print(f"  {against(w, 'flowsim', mode, fr and fr['wall'], fr and fr['rss_mb'] * 2**20, rows=True)}")
                 subprocess.run(["rm", "-rf", str(b), str(root / f"f{n}{mode}"), str(root / f"a{n}{mode}"),
                                 str(root / f"r{n}{mode}")], check=False)
         if not args.skip_rows_1024:
@@ -178,7 +179,8 @@ def main() -> None:
             a = child("astrasim", {"bundle": str(b), "mode": "unaware", "trace": True}, root / "ar50")
             row("flowsim unaware rows / ASTRA-SIM", f, a)
             w = count(Scenario.model_validate(json.loads((b / "scenario.json").read_text())))
-            print(f"  {against(w, 'flowsim', 'unaware', f and f['wall'], f and f['rss_mb'] * 2**20)}")
+            print(f"  {against(w, 'flowsim', 'unaware', f and f['wall'], f and f['rss_mb'] * 2**20, rows=True)}")
+            print(f"  {against(w, 'astrasim', 'unaware', a and a['wall'], a and a['rss_mb'] * 2**20)}")
 
 
 if __name__ == "__main__":

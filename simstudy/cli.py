@@ -74,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.estimate:
         if not args.spec:
             raise SpecError(None, "--estimate", "estimates a scenario spec: give one")
-        print(api.estimate(args.spec))
+        print(api.estimate(args.spec, traffic=args.traffic))
         return EXIT_OK
     spec = _backend_spec(name=args.backend, congestion="aware" if args.aware else args.congestion,
                          timeout_s=args.timeout, traffic=args.traffic, traffic_bin_s=args.traffic_bin)

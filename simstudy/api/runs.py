@@ -207,7 +207,7 @@ def run(
     return open_run(target)
 
 
-def estimate(spec: SpecSource | Scenario | Cluster) -> Estimate:
+def estimate(spec: SpecSource | Scenario | Cluster, *, traffic: Literal["rows", "links", "none"] = "rows") -> Estimate:
     """What a run of `spec` would cost, estimated without simulating it.
 
     Ranks, distinct graphs, ET nodes, messages, flows at peak, and peak memory and wall time per
@@ -219,6 +219,7 @@ def estimate(spec: SpecSource | Scenario | Cluster) -> Estimate:
 
     Args:
         spec: A spec file, a mapping, or a loaded `Scenario` / `Cluster`.
+        traffic: What the run would keep (as `run` takes it): the rows cost time and buffers.
 
     Returns:
         The counts (``.workload``) and each backend's and mode's cost (``.costs``).
@@ -228,7 +229,7 @@ def estimate(spec: SpecSource | Scenario | Cluster) -> Estimate:
     """
     with input_errors():
         scenario, file = runnable(spec)
-        return estimate_spec(scenario, file)
+        return estimate_spec(scenario, file, rows=traffic == "rows")
 
 
 # -- studies ---------------------------------------------------------------------------------------

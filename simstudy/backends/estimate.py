@@ -123,6 +123,12 @@ COSTS: dict[tuple[str, str], Model] = {
     ("astrasim", "aware"): Model((0.0, 3440.0, 0.0), (0.0, 0.0, 2.231e-5, 0.0), _FIT),
 }
 
+#: Keeping the traffic rows (`traffic: rows`, streamed to Parquet): seconds and buffer bytes per row
+#: written, from one pair of runs: ResNet-50 DP 1,024 on a ring, 10,475,520 rows, 8.6 s and 490 MB
+#: with rows (benchmarks/scale.py's rows case) against 0.7 s and 0.16 GiB without (benchmarks/estimate.py's
+#: rn1024ring); the buffers are taken not to grow beyond that many rows (they are written in batches).
+ROW_S, ROW_BYTES, ROW_BUFFERED = 7.5e-7, 33.0, 10_475_520
+
 
 @dataclass(frozen=True)
 class Cost:
@@ -299,10 +305,12 @@ def _runs(spec: Scenario | Cluster) -> list[tuple[str, str]]:
 
 
 def estimate(spec: Scenario | Cluster, source: str | Path | None = None, *,
-             runs: list[tuple[str, str]] | None = None) -> Estimate:
+             runs: list[tuple[str, str]] | None = None, rows: bool = False) -> Estimate:
     """Count `spec` and estimate each of its runs (`runs`: (backend, mode) pairs; default every one
-    that has a model and takes the spec's network)."""
+    that has a model and takes the spec's network), keeping its traffic rows or not (`rows`)."""
     w = count(spec, source)
+    row_s = ROW_S * w.messages if rows else 0.0
+    row_bytes = ROW_BYTES * min(w.messages, ROW_BUFFERED) if rows else 0.0
     compile_model = COSTS.get(("compile", ""))
     compile_s = compile_model.wall_s(w) if compile_model is not None else 0.0
     compile_bytes = compile_model.bytes(w) if compile_model is not None else 0.0
@@ -311,8 +319,9 @@ def estimate(spec: Scenario | Cluster, source: str | Path | None = None, *,
         model = COSTS.get((backend, mode))
         if model is None:
             continue
-        sim = model.wall_s(w)
-        costs.append(Cost(backend, mode, int(max(model.bytes(w), compile_bytes)), compile_s + sim, sim))
+        sim = model.wall_s(w) + (row_s if backend == "flowsim" else 0.0)
+        held = model.bytes(w) + (row_bytes if backend == "flowsim" else 0.0)
+        costs.append(Cost(backend, mode, int(max(held, compile_bytes)), compile_s + sim, sim))
     name = Path(source).name if source is not None else spec.name
     return Estimate(name, w, tuple(costs), machine_memory())
 
@@ -332,7 +341,7 @@ def check_memory(spec: Scenario | Cluster, backend: BackendSpec, source: str | P
     run = _mode(backend)
     if run not in COSTS:
         return None
-    est = estimate(spec, source, runs=[run])
+    est = estimate(spec, source, runs=[run], rows=backend.traffic in ("rows", "pcap"))
     have = available()
     cost = est.costs[0]
     if have is not None and cost.memory_bytes > have:
