@@ -240,10 +240,10 @@ def fit(rows: list[dict[str, Any]], workloads: dict[str, Workload]) -> None:
 
     for key in dict.fromkeys((r["backend"], r["mode"]) for r in rows if "error" not in r):
         got = [r for r in rows if (r["backend"], r["mode"]) == key and "error" not in r]
-        compile = key[0] == "compile"
+        compile, every = key[0] == "compile", key[0] == "astrasim"
         known = [r for r in got if r["peak"] > 0]  # a published compile gives no memory
-        mem = np.array([memory_terms(workloads[r["case"]], compile=compile) for r in got])
-        wall = np.array([time_terms(workloads[r["case"]], compile=compile) for r in got])
+        mem = np.array([memory_terms(workloads[r["case"]], compile=compile, every_rank=every) for r in got])
+        wall = np.array([time_terms(workloads[r["case"]], compile=compile, every_rank=every) for r in got])
         peak = np.array([max(r["peak"], 1) for r in got], dtype=float)
         secs = np.array([r["wall"] for r in got], dtype=float)
         use = np.array([r["peak"] > 0 for r in got])
