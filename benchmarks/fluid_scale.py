@@ -17,7 +17,8 @@ Cases (`--cases`, comma-separated; default all that the zoo can build):
   gpt4096, gpt2x2048, gpt16k  the same shapes and fabrics with GPT-2 medium (16 heads, 24 layers:
              TP 8 x PP 8, DP 64 / 32 / 256), standing in for LLaMA-3 70B until the zoo has it
 
-A run that passes `--timeout` seconds is stopped and printed as '>' its timeout.
+A run that passes `--timeout` seconds is stopped and printed as '>' its timeout. Under each run:
+`simstudy run --estimate`'s wall time and memory of it and estimate / measured.
 
 Usage: python benchmarks/fluid_scale.py [--cases rn256,lingjun] [--timeout 1800] [--modes fluid,unaware]
 """
@@ -34,7 +35,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from estimate import against  # benchmarks/estimate.py: the estimate beside each run
+
+if TYPE_CHECKING:
+    from simstudy.backends.estimate import Workload
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
@@ -160,6 +166,18 @@ def compile_case(case: str, out: Path) -> Path | None:
     return compile_any(spec, out).bundle.directory
 
 
+def estimate_workload(case: str) -> Workload | None:
+    """What `simstudy run --estimate` counts of the case (None for the study, which runs several)."""
+    from simstudy.backends.estimate import count
+    from simstudy.spec import Cluster, Scenario
+
+    make = CASES[case][1]
+    if make is None:
+        return None
+    raw = make()
+    return count(Cluster.model_validate(raw) if raw.get("kind") == "cluster" else Scenario.model_validate(raw))
+
+
 def needs_zoo(case: str) -> str | None:
     """Why a case cannot be built here (the zoo lacks LLaMA-3 70B or tp/pp/sp), or None."""
     if not case.startswith("llama"):
@@ -232,6 +250,7 @@ def main() -> None:
             bundle = compile_case(case, Path(tmp) / case / "bundle")
             if bundle is not None:
                 print(f"{label:<32} {'compile':<8} {time.perf_counter() - t0:>8.1f}", flush=True)
+            workload = estimate_workload(case)
             results = {m: run_child(case, m, bundle, Path(tmp) / case / m, args.timeout) for m in modes}
             for m in modes:
                 r = results[m]
@@ -252,6 +271,10 @@ def main() -> None:
                 note += f"  {r['error']}" if "error" in r else ""
                 print(f"{label:<32} {m:<8} {fmt_wall(r, args.timeout):>8} {peak:>9} {count:>13} {rate:>12} "
                       f"{finish:>10} {ratio:>10}{note}", flush=True)
+                if workload is not None:
+                    done = "error" not in r and not r.get("timeout")
+                    print(f"{'':<32} {against(workload, 'flowsim', m, r['wall'] if done else None, r.get('peak'))}",
+                          flush=True)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ none`; the binary runs with its trace off); `--rows` also times flowsim keeping 
 Goals on a 2-core machine: 4,096 GPUs within 1x ASTRA-SIM's wall time and 1.5x its memory; 16,384
 GPUs in under 10 minutes and 16 GiB; rows at 1,024 NPUs within 1.5x ASTRA-SIM's memory.
 
+Under each run: `simstudy run --estimate`'s wall time and memory of it and estimate / measured.
+
 Usage: ASTRA_SIM_BIN=... python benchmarks/scale.py [--sizes 4096,16384] [--modes unaware,aware]
        [--skip-astrasim-above N] [--rows] [--skip-rows-1024]
 """
@@ -38,6 +40,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from estimate import against  # benchmarks/estimate.py: the estimate beside each run
+
+from simstudy.backends.estimate import count
 from simstudy.backends.locate import find_astra_sim
 from simstudy.compiler import compile_scenario
 from simstudy.spec import Scenario
@@ -153,9 +158,14 @@ def main() -> None:
                 f = child("flowsim", {"bundle": str(b), "mode": mode}, root / f"f{n}{mode}")
                 a = child("astrasim", {"bundle": str(b), "mode": mode}, root / f"a{n}{mode}") if run_astra else None
                 row(f"flowsim {mode} / ASTRA-SIM {mode}", f, a)
+                w = count(llama(n, one_dim))
+                print(f"  {against(w, 'flowsim', mode, f and f['wall'], f and f['rss_mb'] * 2**20)}")
+                if run_astra:
+                    print(f"  {against(w, 'astrasim', mode, a and a['wall'], a and a['rss_mb'] * 2**20)}")
                 if args.rows:
                     fr = child("flowsim", {"bundle": str(b), "mode": mode, "traffic": "rows"}, root / f"r{n}{mode}")
                     row(f"  flowsim {mode}, rows kept", fr, a)
+                    print(f"  {against(w, 'flowsim', mode, fr and fr['wall'], fr and fr['rss_mb'] * 2**20, rows=True)}")
                 subprocess.run(["rm", "-rf", str(b), str(root / f"f{n}{mode}"), str(root / f"a{n}{mode}"),
                                 str(root / f"r{n}{mode}")], check=False)
         if not args.skip_rows_1024:
@@ -168,6 +178,9 @@ def main() -> None:
             f = child("flowsim", {"bundle": str(b), "mode": "unaware", "traffic": "rows"}, root / "fr50")
             a = child("astrasim", {"bundle": str(b), "mode": "unaware", "trace": True}, root / "ar50")
             row("flowsim unaware rows / ASTRA-SIM", f, a)
+            w = count(Scenario.model_validate(json.loads((b / "scenario.json").read_text())))
+            print(f"  {against(w, 'flowsim', 'unaware', f and f['wall'], f and f['rss_mb'] * 2**20, rows=True)}")
+            print(f"  {against(w, 'astrasim', 'unaware', a and a['wall'], a and a['rss_mb'] * 2**20)}")
 
 
 if __name__ == "__main__":

@@ -71,6 +71,11 @@ def _run(args: argparse.Namespace) -> int:
     raw = [args.workload, args.network, args.system]
     if args.spec and (any(raw) or args.topology):
         raise SpecError(None, "", "give either a scenario spec or --workload/--network/--system, not both")
+    if args.estimate:
+        if not args.spec:
+            raise SpecError(None, "--estimate", "estimates a scenario spec: give one")
+        print(api.estimate(args.spec, traffic=args.traffic))
+        return EXIT_OK
     spec = _backend_spec(name=args.backend, congestion="aware" if args.aware else args.congestion,
                          timeout_s=args.timeout, traffic=args.traffic, traffic_bin_s=args.traffic_bin)
     bar = _progress_bar(args.quiet or args.backend == "astrasim")
@@ -90,7 +95,7 @@ def _run(args: argparse.Namespace) -> int:
         given.check()
         out = Path(args.output) if args.output else Path("results/runs") / given.name
     try:
-        result = api.run(given, out, backend=spec, astra_sim=args.astra_sim, progress=bar)
+        result = api.run(given, out, backend=spec, astra_sim=args.astra_sim, progress=bar, force=args.force)
     finally:
         bar.close()
     times = result.times
@@ -182,7 +187,7 @@ def _sweep(args: argparse.Namespace) -> int:
     executor = get_executor(args.executor, workers=args.workers, scheduler=args.scheduler,
                             connect_timeout_s=args.connect_timeout, workdir=out.resolve() / "slurm", slurm=slurm)
     done = api.sweep(study, out, executor=executor, astra_sim=args.astra_sim, source=args.study,
-                     progress=not args.quiet)
+                     progress=not args.quiet, force=args.force)
     assert done.sweep is not None
     result = done.sweep
     exp = result.expansion
@@ -535,6 +540,11 @@ COMMANDS = (
         _arg("--traffic-bin", type=float, default=1e-3, metavar="SECONDS",
              help=_field_help("traffic_bin_s") + " (default: 0.001)"),
         _arg("--quiet", action="store_true", help="no progress bar"),
+        _arg("--estimate", action="store_true",
+             help="print ranks, distinct graphs, messages, flows at peak and each backend's memory and wall time, "
+                  "estimated without simulating; run nothing"),
+        _arg("--force", action="store_true",
+             help="run even when the memory estimate exceeds the memory this machine has available"),
         _arg("--workload", help="ET prefix: <prefix>.<rank>.et (an existing ASTRA-SIM input set)"),
         _arg("--network", help="ASTRA-SIM network.yml"),
         _arg("--system", help="ASTRA-SIM system.json"),
@@ -567,6 +577,9 @@ COMMANDS = (
         _arg("--show", type=int, default=3, help="dry run: how many resolved scenarios to print"),
         _arg("--quiet", action="store_true", help="no progress bar, no skipped list"),
         _arg("--no-report", action="store_true", help="skip report.md and plots"),
+        _arg("--force", action="store_true",
+             help="local: also run scenarios whose memory estimate exceeds the memory this machine has available "
+                  "(skipped by default, with the reason in skipped.json)"),
         _congestion(None),
     )),
     _Command("analyze", "analyse a capture directory (pcaps), a run directory or switch counters", _analyze, (

@@ -29,6 +29,7 @@ from simstudy.api.pages import dashboard as dashboard
 from simstudy.api.pages import trace as trace
 from simstudy.api.runs import Run as Run
 from simstudy.api.runs import StudyResult as StudyResult
+from simstudy.api.runs import estimate as estimate
 from simstudy.api.runs import open_run as open_run
 from simstudy.api.runs import open_study as open_study
 from simstudy.api.runs import run as run

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from simstudy.backends.estimate import EstimateError
 from simstudy.chakra import ChakraFormatError
 from simstudy.compiler import BundleError, CompileError
 from simstudy.report.chrome_trace import TraceError
@@ -40,7 +41,7 @@ def input_error_types() -> tuple[type[BaseException], ...]:
     from simstudy.traffic.cluster import ClusterError
 
     return (InputError, SpecError, CompileError, BundleError, ChakraFormatError, SweepError, PcapError, SourceError,
-            MetaError, FileNotFoundError, DashboardError, TraceError, ClusterError, CountersError)
+            MetaError, FileNotFoundError, DashboardError, TraceError, ClusterError, CountersError, EstimateError)
 
 
 @contextlib.contextmanager

@@ -16,6 +16,8 @@ from simstudy.api.inputs import InputError, SpecSource, input_errors
 from simstudy.api.specs import load_study, runnable
 from simstudy.backends import make_backend, simulate
 from simstudy.backends.base import Progress, empty_spans
+from simstudy.backends.estimate import Estimate, check_memory
+from simstudy.backends.estimate import estimate as estimate_spec
 from simstudy.backends.rundir import run_input_set
 from simstudy.compiler import Bundle
 from simstudy.linktable import read_links
@@ -155,6 +157,7 @@ def run(
     astra_sim: str | Path | None = None,
     progress: Callable[[Progress], None] | None = None,
     render: bool = True,
+    force: bool = False,
 ) -> Run:
     """Simulate one scenario (or cluster, or an existing ASTRA-SIM input set) into a run directory.
 
@@ -175,12 +178,14 @@ def run(
         progress: Called with a `simstudy.backends.base.Progress` as the run advances (flowsim, ns3):
             the fraction of its transfers done, the simulated time, transfers and wall seconds.
         render: Also draw timeline.png into the run directory, as ``simstudy run`` does.
+        force: Run even when the memory estimate (`estimate`) exceeds the memory this machine has
+            available; without it such a run is refused before it allocates anything per rank.
 
     Returns:
         The finished run, read from its directory.
 
     Raises:
-        InputError: The spec or the input set is not valid.
+        InputError: The spec or the input set is not valid, or the run would not fit in memory.
         simstudy.backends.BackendError: The simulation did not complete.
     """
     options = backend_spec(backend, congestion="aware" if aware else congestion, traffic=traffic,
@@ -196,8 +201,35 @@ def run(
             scenario, file = runnable(spec)
             name = Path(file).stem if file else scenario.name
             target = Path(out) if out is not None else Path("results/runs") / name
+            if not force:
+                check_memory(scenario, options, file)
             simulate(scenario, target, options, astra_sim=astra_sim, source=file, render=draw, progress=progress)
     return open_run(target)
+
+
+def estimate(spec: SpecSource | Scenario | Cluster, *, traffic: Literal["rows", "links", "none"] = "rows") -> Estimate:
+    """What a run of `spec` would cost, estimated without simulating it.
+
+    Ranks, distinct graphs, ET nodes, messages, flows at peak, and peak memory and wall time per
+    backend and congestion mode, beside the memory this machine has available
+    (``print(estimate(...))`` shows it as ``simstudy run --estimate`` does).
+
+    Counted from the spec and from compiling each distinct graph once (one per pipeline stage):
+    a spec of millions of GPUs is estimated in seconds, with nothing allocated per rank.
+
+    Args:
+        spec: A spec file, a mapping, or a loaded `Scenario` / `Cluster`.
+        traffic: What the run would keep (as `run` takes it): the rows cost time and buffers.
+
+    Returns:
+        The counts (``.workload``) and each backend's and mode's cost (``.costs``).
+
+    Raises:
+        InputError: The spec does not validate or does not fit its model.
+    """
+    with input_errors():
+        scenario, file = runnable(spec)
+        return estimate_spec(scenario, file, rows=traffic == "rows")
 
 
 # -- studies ---------------------------------------------------------------------------------------
@@ -273,6 +305,7 @@ def sweep(
     astra_sim: str | Path | None = None,
     source: str | Path | None = None,
     progress: bool = False,
+    force: bool = False,
 ) -> StudyResult:
     """Run every valid scenario of a study (finished runs are reused) and summarise them.
 
@@ -294,6 +327,8 @@ def sweep(
         source: The file a `Study` object came from (named in errors; its references are relative
             to it). Not needed for studies from `load_study`, whose references are absolute.
         progress: Show a progress bar.
+        force: Run every scenario, also those whose memory estimate exceeds the memory this machine
+            has available (by default, on the local executor, they are skipped with the reason).
 
     Returns:
         The summary (``.summary``, one row per scenario) and the runs.
@@ -309,7 +344,7 @@ def sweep(
         runner = executor if not isinstance(executor, str) else get_executor(
             executor, workers=workers, scheduler=scheduler, connect_timeout_s=connect_timeout_s,
             workdir=target.resolve() / "slurm", slurm=slurm)
-        result = run_study(spec, file, target, executor=runner, astra_sim=astra_sim, progress=progress)
+        result = run_study(spec, file, target, executor=runner, astra_sim=astra_sim, progress=progress, force=force)
     skipped = [{"index": s.index, "params": s.params, "reason": s.reason} for s in result.expansion.skipped]
     return StudyResult(result.out, result.summary, result.records, skipped, result)
 

@@ -24,7 +24,7 @@ from simstudy.spec.collectives import FALLBACK, KINDS
 
 __all__ = ["GROUP_DELAY_NS", "CollectiveConfig", "Pattern", "Phase", "PhaseSpec", "TreeTurns", "broadcast_messages",
            "broadcast_root", "chunk_messages", "chunking", "collective_pattern", "collective_phases",
-           "dimension_phases", "phase_messages", "uses_trees"]
+           "dimension_phases", "first_member_messages", "phase_messages", "uses_trees"]
 
 #: The MemBus delay of a communicator group's ring (ASTRA-SIM's `Transmition::Fast`).
 GROUP_DELAY_NS = 10
@@ -218,6 +218,16 @@ def chunk_messages(cfg: CollectiveConfig, kind: str, members: Sequence[int], chu
     if not parts:
         return empty_pattern()
     return Pattern(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("step", "src", "dst", "nbytes")))
+
+
+def first_member_messages(cfg: CollectiveConfig, kind: str, members: Sequence[int], size: int,
+                          group: bool) -> tuple[int, list[Pattern]]:
+    """What the first member of a collective of `size` bytes sends: the number of chunks, and its
+    messages of one chunk in each phase."""
+    chunk_bytes, chunks = chunking(size, cfg.splits, kind, cfg.npus)
+    parts = [phase_messages(ph, members, cfg.dim_sizes, first_only=True)
+             for ph in collective_phases(cfg, kind, members, chunk_bytes, group)]
+    return chunks, parts
 
 
 def uses_trees(cfg: CollectiveConfig, kind: str, members: Sequence[int], group: bool) -> bool:

@@ -25,6 +25,12 @@ def ddp_messages(scenario: Scenario) -> list[Bucket]:
 def compile_messages(scenario: Scenario, messages: list[Bucket], prefix: str) -> ExecutionGraph:
     """The graph of pure data parallelism (tp = pp = 1) with one all-reduce per message, in the
     order given, named `allreduce.<prefix><index>.it<iteration>`."""
+    template = message_template(scenario, messages, prefix)
+    return ExecutionGraph(ranks=[RankGraph(rank=r, tasks=template.tasks) for r in range(scenario.parallelism.dp)])
+
+
+def message_template(scenario: Scenario, messages: list[Bucket], prefix: str) -> RankGraph:
+    """The one graph every rank of `compile_messages` runs."""
     p = scenario.parallelism
     model = scenario.resolved_model
     costs = layer_costs(scenario, model)
@@ -43,7 +49,7 @@ def compile_messages(scenario: Scenario, messages: list[Bucket], prefix: str) ->
         ends.append(last_bwd)
         syncs.append(template.compute(f"optimizer.it{it}", opt_us, [last_bwd, *comms], iteration=it))
         after = next_forward_after(ends, syncs, p.staleness)
-    return ExecutionGraph(ranks=[RankGraph(rank=r, tasks=template.tasks) for r in range(p.dp)])
+    return template
 
 
 def compile_data_parallel(scenario: Scenario) -> ExecutionGraph:

@@ -380,13 +380,39 @@ def _peer_map(template_rank: int, template: _Rank, rank: int, spec: _Rank) -> di
     return {a: b for a, b in out.items() if a != b} or None
 
 
-def compile_hybrid(scenario: Scenario) -> ExecutionGraph:
-    """The execution graph of any dp x tp x pp x cp (x ep) combination, with any sharding and schedule."""
+@dataclass(frozen=True)
+class _Plan:
+    """What every rank's program of a job is made from: its partition and layout (`layout.groups`
+    holds the groups registered so far)."""
+
+    scenario: Scenario
+    part: Partition
+    job: Job
+    layout: Layout
+
+    @property
+    def keys(self) -> int:
+        """Programs of the job: one per stage (per stage and tensor index layer-wise)."""
+        p = self.scenario.parallelism
+        return p.pp * p.tp if self.part.layerwise else p.pp
+
+    def representative(self, key: int) -> int:
+        """The first rank of program `key` (the one its template is built for)."""
+        tp = self.scenario.parallelism.tp
+        if self.part.layerwise:
+            return self.layout.rank(key % tp, 0, key // tp, 0)
+        return self.layout.rank(0, 0, key, 0)
+
+
+def _plan(scenario: Scenario) -> _Plan:
     p = scenario.parallelism
     part = partition(scenario)
-    job = Job(p, split=p.tp > 1 and not part.layerwise)
-    layout = Layout(p.dp, p.tp, p.pp, p.cp, p.ep)
-    dims.register_groups(layout, job)
+    return _Plan(scenario, part, Job(p, split=p.tp > 1 and not part.layerwise), Layout(p.dp, p.tp, p.pp, p.cp, p.ep))
+
+
+def _rank_spec(plan: _Plan, r: int) -> _Rank:
+    """Everything rank `r`'s graph depends on (its groups registered in `plan.layout` when new)."""
+    p, part, layout = plan.scenario.parallelism, plan.part, plan.layout
     v = p.virtual_stages
 
     def stage_rank(g: int, t: int, d: int, c: int) -> int:
@@ -395,48 +421,75 @@ def compile_hybrid(scenario: Scenario) -> ExecutionGraph:
             return layout.rank(g % p.tp, d, g // p.tp, c)
         return layout.rank(t, d, g % p.pp, c)
 
+    c = layout.coord(r)
+    if part.layerwise:
+        stages = [c.s * p.tp + c.t]
+        ops: list[ChunkOp] = [(k, mb, 0) for k, mb in schedule(p.schedule, part.parts, stages[0], p.microbatches)]
+    else:
+        stages = [k * p.pp + c.s for k in range(v)]
+        ops = ([(k, mb, 0) for k, mb in schedule(p.schedule, part.parts, c.s, p.microbatches)] if v == 1
+               else interleaved_schedule(p.pp, c.s, p.microbatches, v))
+    groups = dims.rank_groups(layout, plan.job, c)
+    experts = dims.BY_NAME["ep"].members(layout, c) if p.ep > 1 and dims.BY_NAME["ep"].members else ()
+    ring = None
+    if p.cp > 1:
+        ring = (layout.rank(c.t, c.d, c.s, (c.c - 1) % p.cp), layout.rank(c.t, c.d, c.s, (c.c + 1) % p.cp))
+    return _Rank(
+        chunks=[[part.works[i] for i in part.stages[gs]] for gs in stages],
+        ops=ops,
+        prevs=[stage_rank(gs - 1, c.t, c.d, c.c) if gs > 0 else None for gs in stages],
+        nexts=[stage_rank(gs + 1, c.t, c.d, c.c) if gs + 1 < part.parts else None for gs in stages],
+        groups=groups,
+        dp=p.dp * p.cp,
+        edp=p.dp * p.cp // p.ep,
+        ring=ring,
+        experts=experts,
+        stages=stages,
+        per_chunk=part.parts // v,
+    )
+
+
+def _build(plan: _Plan, r: int, spec: _Rank) -> RankGraph:
+    """Rank `r`'s own graph (a template for the ranks that run the same program)."""
+    g = RankGraph(rank=r)
+    builder = _Builder(plan.scenario, plan.job, spec, g)
+    after: list[int] = []
+    for it in range(plan.scenario.training.iterations):
+        after = builder.iteration(it, after)
+    return g
+
+
+def compile_hybrid(scenario: Scenario) -> ExecutionGraph:
+    """The execution graph of any dp x tp x pp x cp (x ep) combination, with any sharding and schedule."""
+    plan = _plan(scenario)
+    layout = plan.layout
+    dims.register_groups(layout, plan.job)
     graphs: list[RankGraph] = []
     # One program per stage (chunk stages, or stage and tensor index layer-wise): built for the first
     # rank that runs it, bound to the groups and peers of every other rank that does.
     templates: dict[tuple[int, ...], tuple[RankGraph, _Rank]] = {}
     for r in range(layout.npus):
-        c = layout.coord(r)
-        if part.layerwise:
-            stages = [c.s * p.tp + c.t]
-            ops: list[ChunkOp] = [(k, mb, 0) for k, mb in schedule(p.schedule, part.parts, stages[0], p.microbatches)]
-        else:
-            stages = [k * p.pp + c.s for k in range(v)]
-            ops = ([(k, mb, 0) for k, mb in schedule(p.schedule, part.parts, c.s, p.microbatches)] if v == 1
-                   else interleaved_schedule(p.pp, c.s, p.microbatches, v))
-        groups = dims.rank_groups(layout, job, c)
-        experts = dims.BY_NAME["ep"].members(layout, c) if p.ep > 1 and dims.BY_NAME["ep"].members else ()
-        ring = None
-        if p.cp > 1:
-            ring = (layout.rank(c.t, c.d, c.s, (c.c - 1) % p.cp), layout.rank(c.t, c.d, c.s, (c.c + 1) % p.cp))
-        spec = _Rank(
-            chunks=[[part.works[i] for i in part.stages[gs]] for gs in stages],
-            ops=ops,
-            prevs=[stage_rank(gs - 1, c.t, c.d, c.c) if gs > 0 else None for gs in stages],
-            nexts=[stage_rank(gs + 1, c.t, c.d, c.c) if gs + 1 < part.parts else None for gs in stages],
-            groups=groups,
-            dp=p.dp * p.cp,
-            edp=p.dp * p.cp // p.ep,
-            ring=ring,
-            experts=experts,
-            stages=stages,
-            per_chunk=part.parts // v,
-        )
-        found = templates.get(tuple(stages))
+        spec = _rank_spec(plan, r)
+        found = templates.get(tuple(spec.stages))
         if found is not None:
             template, tspec = found
             graphs.append(RankGraph(rank=r, tasks=template.tasks, groups=_group_map(tspec, spec),
                                     peers=_peer_map(template.rank, tspec, r, spec)))
             continue
-        g = RankGraph(rank=r)
-        builder = _Builder(scenario, job, spec, g)
-        after: list[int] = []
-        for it in range(scenario.training.iterations):
-            after = builder.iteration(it, after)
-        templates[tuple(stages)] = (g, spec)
+        g = _build(plan, r, spec)
+        templates[tuple(spec.stages)] = (g, spec)
         graphs.append(g)
     return ExecutionGraph(ranks=graphs, groups=dict(layout.groups))
+
+
+def distinct_hybrid(scenario: Scenario) -> tuple[list[tuple[RankGraph, int]], dict[int, tuple[int, ...]]]:
+    """Only the distinct graphs of `compile_hybrid` (one per program, built for its first rank), each
+    with how many ranks run it, and the groups they use: what the job costs, without a structure per
+    rank (a job of millions of ranks is estimated in the time of its stages)."""
+    plan = _plan(scenario)
+    per = plan.layout.npus // plan.keys
+    graphs = []
+    for key in range(plan.keys):
+        r = plan.representative(key)
+        graphs.append((_build(plan, r, _rank_spec(plan, r)), per))
+    return graphs, dict(plan.layout.groups)

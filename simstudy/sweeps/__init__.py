@@ -28,7 +28,7 @@ from simstudy.sweeps.executors import (
     default_workers,
     get_executor,
 )
-from simstudy.sweeps.expand import Expansion, Point, Skipped, expand, label, override, run_key
+from simstudy.sweeps.expand import Expansion, Point, Skipped, admit, expand, label, override, run_key
 from simstudy.sweeps.runner import RunRecord, RunTask, execute, read_record
 from simstudy.sweeps.slurm import SlurmExecutor, SlurmOptions, live_slurm_jobs
 from simstudy.sweeps.summary import (
@@ -56,6 +56,7 @@ __all__ = [
     "SlurmOptions",
     "SweepError",
     "SweepResult",
+    "admit",
     "compare_baseline",
     "default_workers",
     "execute",
@@ -132,15 +133,21 @@ def run_study(
     executor: Executor | None = None,
     astra_sim: str | Path | None = None,
     progress: bool = True,
+    force: bool = False,
 ) -> SweepResult:
     """Run every valid point of `study` (references relative to `source`) into `out`.
 
     Finished runs are reused. A failing run is recorded and the sweep goes on. Ctrl-C stops the
-    sweep; every run finished so far is kept and the next call resumes.
+    sweep; every run finished so far is kept and the next call resumes. On the local executor, a
+    point whose memory estimate exceeds what this machine has available is skipped with the reason
+    in skipped.json (`force`: run it anyway).
     """
     t0 = time.perf_counter()
     out = Path(out).resolve()
+    executor = executor or LocalExecutor()
     expansion = expand(study, source)
+    if not force and isinstance(executor, LocalExecutor):
+        expansion = admit(expansion, study.backend_spec)
     runs = out / layout.RUNS_DIR
     runs.mkdir(parents=True, exist_ok=True)
     _remove_stale(runs)
@@ -158,7 +165,6 @@ def run_study(
         tasks.append(RunTask(key, first[key].scenario, str(runs / key), study.backend_spec,
                              astra_sim=str(Path(astra_sim).absolute()) if astra_sim else None,
                              features="features" in study.analyses))
-    executor = executor or LocalExecutor()
     bar = tqdm(total=len(expansion.unique_keys), initial=len(records), disable=not progress, unit="run",
                desc=study.name, dynamic_ncols=True)
     try:

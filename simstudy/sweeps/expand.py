@@ -14,8 +14,18 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from simstudy.backends.estimate import refused
 from simstudy.backends.registry import backend_key
-from simstudy.spec import Cluster, Scenario, SpecError, Study, canonical_json, resolve_references, spec_error
+from simstudy.spec import (
+    BackendSpec,
+    Cluster,
+    Scenario,
+    SpecError,
+    Study,
+    canonical_json,
+    resolve_references,
+    spec_error,
+)
 from simstudy.spec.load import is_reference
 from simstudy.spec.paths import check_path
 from simstudy.spec.scenario import tag_model
@@ -242,3 +252,23 @@ def expand(study: Study, source: str | Path) -> Expansion:
                                         f"({'for the same reason' if len(reasons) == 1 else 'for these reasons'}: "
                                         f"{why}); nothing would run")
     return Expansion(study, points, skipped)
+
+
+def admit(expansion: Expansion, backend: BackendSpec) -> Expansion:
+    """The expansion with every point whose run would not fit in this machine's memory (its estimate,
+    `simstudy.backends.estimate`) moved to the skipped ones, with the reason."""
+    points: list[Point] = []
+    skipped = list(expansion.skipped)
+    verdicts: dict[str, str | None] = {}
+    for p in expansion.points:
+        if p.key not in verdicts:
+            verdicts[p.key] = refused(p.scenario, backend)
+        reason = verdicts[p.key]
+        if reason is None:
+            points.append(p)
+        else:
+            skipped.append(Skipped(p.index, p.params, reason))
+    if len(points) == len(expansion.points):
+        return expansion
+    skipped.sort(key=lambda s: s.index)
+    return Expansion(expansion.study, points, skipped)

@@ -32,9 +32,7 @@ from simstudy.backends.network import Network
 from simstudy.backends.patterns import (
     broadcast_messages,
     broadcast_root,
-    chunking,
-    collective_phases,
-    phase_messages,
+    first_member_messages,
 )
 from simstudy.backends.traffic_build import COLLECTIVE_KIND, WorkloadInfo
 from simstudy.chakra import CollectiveType, Node, NodeType
@@ -435,10 +433,8 @@ def identical_ranks(info: WorkloadInfo, symmetric: Callable[[str, tuple[int, ...
 def _first_member_messages(info: WorkloadInfo, kind: str, members: list[int], size: int, group: bool) -> int:
     """The messages the first member of a collective sends, over all its chunks (0 where the
     collective cannot run: the run says why)."""
-    chunk_bytes, chunks = chunking(size, info.chunks, kind, info.npus)
     try:
-        phases = collective_phases(info.collectives, kind, members, chunk_bytes, group)
-        dims = info.dim_sizes()
-        return chunks * sum(len(phase_messages(ph, members, dims, first_only=True).src) for ph in phases)
+        chunks, phases = first_member_messages(info.collectives, kind, members, size, group)
     except (ValueError, BackendError):
         return 0
+    return chunks * sum(len(p.src) for p in phases)

@@ -22,16 +22,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simstudy.compiler.costs import Bucket
-from simstudy.compiler.data_parallel import compile_messages, ddp_messages
+from simstudy.compiler.data_parallel import compile_messages, ddp_messages, message_template
 from simstudy.compiler.frameworks.horovod import horovod_messages
 from simstudy.compiler.frameworks.kungfu import compile_kungfu, kungfu_messages
 from simstudy.compiler.frameworks.tensorflow_mwms import mwms_packs
-from simstudy.compiler.graph import ExecutionGraph
+from simstudy.compiler.graph import ExecutionGraph, RankGraph
 from simstudy.compiler.registry import require_complete
 from simstudy.spec import Scenario
 from simstudy.spec.framework import PRESETS as SPEC_PRESETS
 
-__all__ = ["PRESETS", "Preset", "compile_framework", "messages"]
+__all__ = ["PRESETS", "Preset", "compile_framework", "framework_template", "messages"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,12 @@ class Preset:
         if self.compile_graph is not None:
             return self.compile_graph(scenario)
         return compile_messages(scenario, self.messages(scenario), self.label)
+
+    def template(self, scenario: Scenario) -> RankGraph | None:
+        """The one graph every rank runs (None: a preset whose ranks run graphs of their own)."""
+        if self.compile_graph is not None:
+            return None
+        return message_template(scenario, self.messages(scenario), self.label)
 
 
 PRESETS: dict[str, Preset] = {
@@ -64,6 +70,11 @@ def messages(scenario: Scenario) -> list[Bucket]:
     """The gradient messages of one iteration under the scenario's framework preset (KungFu: one
     per gradient tensor, each then cut into chunks and sent along its graph)."""
     return PRESETS[scenario.parallelism.framework.name].messages(scenario)
+
+
+def framework_template(scenario: Scenario) -> RankGraph | None:
+    """The one graph every rank of plain data parallelism runs under its preset (None: one per rank)."""
+    return PRESETS[scenario.parallelism.framework.name].template(scenario)
 
 
 def compile_framework(scenario: Scenario) -> ExecutionGraph:
