@@ -439,14 +439,19 @@ def _trace(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: How the bar names each phase of a run (`simstudy.backends.base.PHASES`).
+_PHASE_WORDS = {"compile": "compiling", "route": "routing", "simulate": "simulating", "write": "writing"}
+
+
 class _Bar:
-    """A tqdm bar fed with a run's `Progress` (nothing when quiet): the fraction of its transfers
-    done, the simulated time reached and how fast it goes (simulated time and transfers per
-    second), and the ETA tqdm makes of the fraction."""
+    """A tqdm bar fed with a run's `Progress` (nothing when quiet): the phase (compiling, routing,
+    simulating, writing), the fraction of its transfers done, the simulated time reached and how
+    fast it goes (simulated time and transfers per second), and the ETA tqdm makes of the fraction."""
 
     def __init__(self, quiet: bool) -> None:
         self.bar: object | None = None
         self.quiet = quiet
+        self.phase = ""
 
     def __call__(self, progress: Progress) -> None:
         if self.quiet:
@@ -454,12 +459,16 @@ class _Bar:
         from tqdm import tqdm
 
         if self.bar is None:
-            self.bar = tqdm(total=1000, desc="simulating", file=sys.stderr,
-                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining},{postfix}")
+            self.bar = tqdm(total=1000, desc=_PHASE_WORDS.get(progress.phase, progress.phase), file=sys.stderr,
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
         bar = self.bar
         assert isinstance(bar, tqdm)
-        bar.set_postfix_str(_rates(progress), refresh=False)
+        bar.set_description_str(_PHASE_WORDS.get(progress.phase, progress.phase), refresh=False)
+        bar.set_postfix_str(_rates(progress) if progress.phase in ("simulate", "write") else "", refresh=False)
         bar.update(max(0, int(progress.fraction * 1000) - bar.n))
+        if progress.phase != self.phase:
+            bar.refresh()  # a new phase shows its name at once
+            self.phase = progress.phase
 
     def close(self) -> None:
         bar = self.bar
@@ -469,7 +478,7 @@ class _Bar:
 
 
 def _rates(p: Progress) -> str:
-    """' sim 12.345 ms at 0.41 ms/s, 1.2 M transfers at 35.1 k/s'"""
+    """'sim 12.345 ms at 0.41 ms/s, 1.2 M transfers at 35.1 k/s'"""
 
     def si(x: float) -> str:
         for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
@@ -477,7 +486,7 @@ def _rates(p: Progress) -> str:
                 return f"{x / div:.1f} {unit}"
         return f"{x:.0f}"
 
-    return (f" sim {p.sim_ns / 1e6:.3f} ms at {p.sim_ns_per_s / 1e6:.3g} ms/s, "
+    return (f"sim {p.sim_ns / 1e6:.3f} ms at {p.sim_ns_per_s / 1e6:.3g} ms/s, "
             f"{si(p.transfers)} transfers at {si(p.transfers_per_s)}/s")
 
 

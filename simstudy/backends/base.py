@@ -18,16 +18,23 @@ class BackendError(RuntimeError):
     """A simulation that did not complete: names the backend, the cause and the log tail."""
 
 
+#: The phases of a run, in order: compiling the spec into a bundle, reading its traces and routing
+#: its network, simulating, writing the run directory.
+PHASES = ("compile", "route", "simulate", "write")
+
+
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """How far a run has got: `fraction` of its expected transfers simulated (of its ET nodes
-    done, when it expects none), the simulated time reached, the transfers simulated so far and
-    the wall seconds spent: what a progress bar shows as rates and an ETA."""
+    """How far a run has got: its `phase` (one of `PHASES`), the `fraction` of its expected
+    transfers simulated (of its ET nodes done, when it expects none), the simulated time reached,
+    the transfers simulated so far and the wall seconds spent: what a progress bar shows as rates
+    and an ETA."""
 
     fraction: float
     sim_ns: int = 0
     transfers: int = 0
     wall_s: float = 0.0
+    phase: str = "simulate"
 
     @property
     def transfers_per_s(self) -> float:

@@ -43,6 +43,8 @@ def simulate(
     `details.jobs` gives every job's times and slowdown (see `backends.jobs`)."""
 
     def prepare(d: Path) -> Bundle:
+        if progress is not None:
+            progress(Progress(0.0, phase="compile"))
         return compile_any(scenario, d, source=source).bundle
 
     runner: Backend = make_backend(backend, astra_sim=astra_sim, progress=progress)

@@ -159,6 +159,9 @@ def test_progress_tells_simulated_time_and_transfers(tmp_path: Path) -> None:
     assert abs(middle.fraction - middle.transfers / result.output.transfers) < 0.01
     assert middle.transfers_per_s > 0 and middle.sim_ns_per_s > 0
     assert [p.sim_ns for p in seen] == sorted(p.sim_ns for p in seen)
+    # routing first, then simulating, then writing (the last report, with the run's whole)
+    phases = [p.phase for i, p in enumerate(seen) if i == 0 or p.phase != seen[i - 1].phase]
+    assert phases == ["route", "simulate", "write"]
 
 
 @pytest.mark.slow

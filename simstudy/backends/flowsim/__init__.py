@@ -84,6 +84,8 @@ class FlowsimBackend:
 
     def run(self, bundle: Any, workdir: Path, *, timeout_s: float | None = None) -> RunResult:
         t0 = time.perf_counter()
+        if self.progress is not None:
+            self.progress(Progress(0.0, phase="route"))
         info = WorkloadInfo.from_bundle(bundle)
         net = Network.from_topology(info.topology)
         workdir.mkdir(parents=True, exist_ok=True)
@@ -102,10 +104,14 @@ class FlowsimBackend:
         if self.progress is not None:
             engine.progress = _ticker(self.progress, lambda: sink.transfers + len(rows.buf) + engine.comms.simulated(),
                                       t0, engine.expected_transfers())
+            self.progress(Progress(0.0, wall_s=time.perf_counter() - t0))  # the simulation starts
         try:
             engine.run()
         finally:
             extra = self.network_done(engine.comms.model)
+        if self.progress is not None:
+            self.progress(Progress(1.0, engine.sched.now, sink.transfers + len(rows.buf) + engine.comms.simulated(),
+                                   time.perf_counter() - t0, phase="write"))
         rows.flush()
         output = sink.close()
         states = engine.ranks * (info.npus if engine.identical else 1)
