@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from simstudy.backends.registry import backend_key
+from simstudy.backends.registry import backend_key, check_network
 from simstudy.spec import Cluster, Scenario, SpecError, Study, canonical_json, resolve_references, spec_error
 from simstudy.spec.load import is_reference
 from simstudy.spec.paths import check_path
@@ -233,6 +233,8 @@ def expand(study: Study, source: str | Path) -> Expansion:
             err = spec_error(exc, data, None, None)
             skipped.append(Skipped(index, params, f"{err.field}: {err.message}"))
             continue
+        if isinstance(scenario, Cluster):
+            check_network(scenario, study.backend_spec, source)  # the study's backend for every point
         points.append(Point(index, params, scenario, run_key(scenario, bid)))
     if skipped and not points:
         reasons = list(dict.fromkeys(s.reason for s in skipped))
