@@ -18,6 +18,8 @@ REMOTE_MEMORY = "remote_memory.json"
 COMM_GROUP = "comm_group.json"
 SCENARIO = "scenario.json"
 JOBS = "jobs.json"
+#: a cluster's `network` (how its jobs share links and pick paths), when it is not max-min and ECMP
+SHARING = "sharing.json"
 TOPOLOGY = "topology.json"
 ET_SUFFIX = ".et"
 

@@ -133,6 +133,9 @@ class AstraSimBackend:
         refusal = astra_sim_refusal(bundle)
         if refusal is not None:
             raise BackendError(f"astrasim: {refusal}")
+        if (bundle.directory / layout.SHARING).is_file():
+            raise BackendError(f"astrasim: {bundle.directory / layout.SHARING}: the cluster's network (sharing policy, "
+                               "path selection) is modelled by flowsim's fluid mode only")
         binary = self.binary()
         bundle.check()
         npus = bundle.npus

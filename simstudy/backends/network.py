@@ -35,6 +35,9 @@ class Network:
     _switches: nx.Graph = field(default_factory=nx.Graph)
     _pred: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     _between: dict[tuple[str, str], list[tuple[int, ...]] | None] = field(default_factory=dict)
+    #: (source, destination) -> the path every flow between them takes, whatever ECMP would pick
+    #: (Crux's path selection, `flowsim.sharing.intensity_paths`); empty: ECMP alone
+    pinned: dict[tuple[int, int], int] = field(default_factory=dict)
 
     @classmethod
     def from_topology(cls, topology: NetworkTopology) -> Network:
@@ -90,7 +93,11 @@ class Network:
 
     def pick(self, src: int, dst: int, flow: int, n: int) -> int:
         """Which of `n` equal-cost paths ECMP gives a flow: a hash of (source, destination, flow),
-        with flow 0 for every flow when the routing hashes host pairs."""
+        with flow 0 for every flow when the routing hashes host pairs; a pinned pair's path for every flow."""
+        if self.pinned:
+            found = self.pinned.get((src, dst))
+            if found is not None:
+                return found
         return zlib.crc32(f"{src},{dst},{flow if self.per_flow else 0}".encode()) % n
 
     def _paths(self, src: int, dst: int) -> list[tuple[int, ...]]:

@@ -19,7 +19,8 @@ from simstudy.backends import ns3
 from simstudy.backends.astrasim import AstraSimBackend
 from simstudy.backends.base import Backend, Progress
 from simstudy.backends.flowsim import FlowsimBackend
-from simstudy.spec import BackendSpec, Congestion, SpecError
+from simstudy.backends.flowsim.sharing import refusal
+from simstudy.spec import BackendSpec, Cluster, Congestion, SpecError
 from simstudy.spec.study import BackendName
 
 #: `make(spec, mode, astra_sim, progress)`: the backend of a spec, run in congestion `mode`;
@@ -124,3 +125,14 @@ def make_backend(spec: BackendSpec, *, astra_sim: str | Path | None = None,
     if missing is not None:
         raise SpecError(None, "backend", missing)
     return found.make(spec, found.mode(spec), astra_sim, progress)
+
+
+def check_network(cluster: Cluster, spec: BackendSpec, source: str | Path | None = None) -> None:
+    """A cluster's `network` (sharing policies, Crux's paths) needs a backend that shares links by
+    rates: flowsim's fluid mode. Otherwise a SpecError naming `source` and the field."""
+    field = cluster.network.given()
+    if field is None:
+        return
+    mode = entry(spec).mode(spec)
+    if spec.name != "flowsim" or not mode.fluid:
+        raise SpecError(source, field, refusal(mode, spec.name))

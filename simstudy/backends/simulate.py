@@ -11,7 +11,7 @@ from pathlib import Path
 
 from simstudy.backends.base import Backend, Progress, RunResult
 from simstudy.backends.jobs import WithJobs, alone_times
-from simstudy.backends.registry import make_backend
+from simstudy.backends.registry import check_network, make_backend
 from simstudy.backends.rundir import run_to_dir
 from simstudy.compiler import Bundle, compile_any
 from simstudy.spec import BackendSpec, Cluster, Scenario
@@ -47,6 +47,8 @@ def simulate(
             progress(Progress(0.0, phase="compile"))
         return compile_any(scenario, d, source=source).bundle
 
+    if isinstance(scenario, Cluster):
+        check_network(scenario, backend, source)
     runner: Backend = make_backend(backend, astra_sim=astra_sim, progress=progress)
     if isinstance(scenario, Cluster):
 

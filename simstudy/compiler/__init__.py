@@ -11,13 +11,22 @@ from simstudy.compiler.astra_config import system_json, write_config_files, writ
 from simstudy.compiler.atomic import atomic_directory
 from simstudy.compiler.bundle import Bundle, BundleError
 from simstudy.compiler.chakra_out import write_traces
-from simstudy.compiler.cluster import JobInfo, build_cluster_graph, job_scenario, read_jobs, write_jobs
+from simstudy.compiler.cluster import (
+    JobInfo,
+    SharingInfo,
+    build_cluster_graph,
+    job_scenario,
+    read_jobs,
+    read_sharing,
+    write_jobs,
+    write_sharing,
+)
 from simstudy.compiler.graph import Collective, ExecutionGraph, RankGraph, Task, TaskKind
 from simstudy.compiler.resolve import resolve
 from simstudy.compiler.tensor import megatron
 from simstudy.compiler.topology_file import scenario_topology, topology_of, write_topology
 from simstudy.compiler.variability import apply_variability
-from simstudy.layout import JOBS, SCENARIO, TOPOLOGY
+from simstudy.layout import JOBS, SCENARIO, SHARING, TOPOLOGY
 from simstudy.spec import Cluster, Scenario, SpecError, topology_dims
 from simstudy.spec.collectives import FALLBACK
 
@@ -30,6 +39,7 @@ __all__ = [
     "ExecutionGraph",
     "JobInfo",
     "RankGraph",
+    "SharingInfo",
     "Task",
     "TaskKind",
     "build_graph",
@@ -39,6 +49,7 @@ __all__ = [
     "compile_scenario",
     "job_scenario",
     "read_jobs",
+    "read_sharing",
     "resolve",
     "resolve_cluster",
 ]
@@ -161,6 +172,7 @@ def compile_cluster(cluster: Cluster, out: str | Path, *, source: str | Path | N
         write_config_files(topology_dims(resolved.topology), system, graph.groups, tmp)
         write_topology(tmp / TOPOLOGY, topology_of(resolved.topology))
         write_jobs(tmp / JOBS, resolved)
+        write_sharing(tmp / SHARING, resolved)
         write_json(tmp / SCENARIO, resolved.model_dump(mode="json"))
     return CompileResult(Bundle.from_dir(out), resolved, et_bytes, time.perf_counter() - t0)
 

@@ -6,7 +6,8 @@ of their own (the job's ranks, or the job's sub-groups mapped onto NPUs: one gro
 sub-group, so no two jobs share one), its sends and receives name NPUs, and every node carries the
 job's index (`simstudy.job`). A job that starts later waits for a compute node of `start_ms`.
 NPUs no job uses run one empty compute node (ASTRA-SIM needs a trace for every NPU).
-`jobs.json` beside the traces says which NPUs, start and iterations each job has.
+`jobs.json` beside the traces says which NPUs, start and iterations each job has; `sharing.json`,
+only when the cluster's `network` is not today's (max-min, ECMP), how the jobs share the network.
 """
 
 from __future__ import annotations
@@ -44,6 +45,33 @@ class JobInfo:
     def from_json(cls, d: dict[str, Any]) -> JobInfo:
         return cls(int(d["index"]), str(d["name"]), tuple(int(n) for n in d["npus"]), int(d["start_ns"]),
                    int(d["iterations"]))
+
+
+@dataclass(frozen=True)
+class SharingInfo:
+    """A cluster's `network` as a backend reads it: the policy, its parameters, and per job (in
+    job order) its weight and priority."""
+
+    sharing: str
+    slope: float
+    routing: str
+    weights: tuple[float, ...]
+    priorities: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sharing": self.sharing, "mltcp_slope": self.slope, "routing": self.routing,
+                "weights": list(self.weights), "priorities": list(self.priorities)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SharingInfo:
+        return cls(str(d["sharing"]), float(d["mltcp_slope"]), str(d["routing"]),
+                   tuple(float(w) for w in d["weights"]), tuple(int(p) for p in d["priorities"]))
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> SharingInfo:
+        net = cluster.network
+        return cls(net.sharing, net.mltcp.slope, net.routing.policy, tuple(j.weight for j in cluster.jobs),
+                   tuple(j.priority for j in cluster.jobs))
 
 
 def job_scenario(cluster: Cluster, index: int) -> Scenario:
@@ -117,6 +145,23 @@ def write_jobs(path: Path, cluster: Cluster) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps([j.to_json() for j in jobs_info(cluster)], indent=1) + "\n", encoding="utf-8")
     tmp.replace(path)
+
+
+def write_sharing(path: Path, cluster: Cluster) -> None:
+    """`sharing.json`, when the cluster's network is not today's (else nothing: the bundle stays as it was)."""
+    if cluster.network.default:
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(SharingInfo.of(cluster).to_json(), indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_sharing(directory: Path) -> SharingInfo | None:
+    """How the jobs of a cluster bundle share the network (None: max-min and ECMP, or one scenario)."""
+    path = directory / layout.SHARING
+    if not path.is_file():
+        return None
+    return SharingInfo.from_json(json.loads(path.read_text(encoding="utf-8")))
 
 
 def read_jobs(directory: Path) -> list[JobInfo] | None:

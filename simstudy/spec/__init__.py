@@ -4,7 +4,7 @@ Layer 1 of the design: pure values, no I/O beyond loading YAML.
 """
 
 from simstudy.spec.base import Spec
-from simstudy.spec.cluster import Cluster, Job, Placement, host_tors, npu_hosts, placements
+from simstudy.spec.cluster import Cluster, Job, NetworkSharing, Placement, host_tors, npu_hosts, placements
 from simstudy.spec.load import (
     SpecError,
     load_document,
@@ -67,6 +67,7 @@ __all__ = [
     "Model",
     "ModelSpec",
     "MultiDim",
+    "NetworkSharing",
     "Parallelism",
     "ParameterServer",
     "Placement",

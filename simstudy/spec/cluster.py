@@ -23,7 +23,7 @@ import random
 import re
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from simstudy.spec.base import FieldError, Spec
 from simstudy.spec.model import ModelSpec
@@ -36,6 +36,10 @@ from simstudy.spec.training import Training
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 PlacementPolicy = Literal["packed", "spread", "random"]
+#: How jobs share a link in flowsim's fluid mode (`NetworkSharing.sharing`).
+SharingPolicy = Literal["fair", "weighted", "priority", "mltcp"]
+#: How a flow between two hosts with several equal-cost paths gets one (`Routing.policy`).
+RoutingPolicy = Literal["ecmp", "intensity"]
 
 
 class Placement(Spec):
@@ -81,6 +85,58 @@ class Placement(Spec):
         return self.npus is not None or self.hosts is not None
 
 
+class Mltcp(Spec):
+    """MLTCP's rule (Rajasekaran et al., HotNets'24): a job's flows are more aggressive the more of
+    their iteration's bytes they have sent, so jobs that compete slide apart into interleaving."""
+
+    slope: float = Field(
+        default=1.0, ge=0,
+        description="a job's flows weigh 1 + slope x the fraction of its current iteration's bytes already sent "
+        "(MLTCP scales each flow's window increase by F(bytes ratio), a line rising with the ratio; its HotNets'24 "
+        "paper could not be read here for its constants, so the default 1 is our choice: a job about to finish its "
+        "iteration's communication gets at most twice the share of one that starts it)",
+    )
+
+
+class Routing(Spec):
+    """Which of a pair's equal-cost paths its flows take."""
+
+    policy: RoutingPolicy = Field(
+        default="ecmp",
+        description="ecmp: the topology's hash of each flow (today's routing); intensity: Crux's path selection "
+        "(SIGCOMM'24): jobs in order of GPU intensity (compute time per iteration over bytes per iteration, "
+        "highest first) pin each of their host pairs, most bytes first, to the path whose busiest link carries the "
+        "fewest bytes per iteration so far (ties: the lesser sum, then ECMP's pick and the paths after it)",
+    )
+
+
+class NetworkSharing(Spec):
+    """How the jobs of a cluster share the network (flowsim's `fluid` congestion mode only)."""
+
+    sharing: SharingPolicy = Field(
+        default="fair",
+        description="fair: max-min fair rates (the default); weighted: weighted max-min, a flow's share of a "
+        "bottleneck proportional to its job's weight; priority: strict priority classes (a job's priority, lower "
+        "first; max-min within a class, a class gets what the classes before it leave); mltcp: weights that grow "
+        "with the bytes a job has sent of its iteration (MLTCP, see mltcp.slope)",
+    )
+    mltcp: Mltcp = Field(default_factory=Mltcp, description="sharing: mltcp: its slope")
+    routing: Routing = Field(default_factory=Routing, description="path selection: ecmp or intensity (Crux)")
+
+    @property
+    def default(self) -> bool:
+        """Whether it is today's network: max-min fair, ECMP (nothing for a backend to do)."""
+        return self.sharing == "fair" and self.routing.policy == "ecmp"
+
+    def given(self) -> str | None:
+        """The field that asks for more than max-min and ECMP (None: nothing does)."""
+        if self.sharing != "fair":
+            return "network.sharing"
+        if self.routing.policy != "ecmp":
+            return "network.routing.policy"
+        return None
+
+
 class Job(Spec):
     """One training job of a cluster: a scenario without a topology, plus placement and start time."""
 
@@ -94,6 +150,22 @@ class Job(Spec):
     training: Training = Field(default_factory=Training, description="batch, iterations, precision")
     placement: Placement = Field(default_factory=Placement, description="where the job's ranks run")
     start_ms: float = Field(default=0.0, ge=0, description="when the job starts, ms after the cluster starts")
+    weight: float = Field(
+        default=1.0, gt=0,
+        description="network.sharing: weighted: the job's weight (its flows' share of a bottleneck is proportional "
+        "to it); read by no other policy",
+    )
+    priority: int = Field(
+        default=0, ge=0,
+        description="network.sharing: priority: the job's class (0 first: a class gets what the classes before it "
+        "leave of each link); read by no other policy",
+    )
+
+    @model_serializer(mode="wrap")
+    def _drop_new_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Leave out `weight` and `priority` at their defaults, so that clusters written before
+        them keep their canonical JSON (and their sweep run keys)."""
+        return _without(handler(self), _JOB_DEFAULTS)
 
     @model_validator(mode="before")
     @classmethod
@@ -244,6 +316,15 @@ class Cluster(Spec):
     topology: Topology = Field(description="the network every job runs on")
     system: System = Field(default_factory=System, description="compute settings of jobs that set none")
     jobs: tuple[Job, ...] = Field(min_length=1, description="the jobs, each with placement and start time")
+    network: NetworkSharing = Field(
+        default_factory=NetworkSharing,
+        description="how the jobs share links and pick paths (flowsim's fluid mode; default: max-min, ECMP)",
+    )
+
+    @model_serializer(mode="wrap")
+    def _drop_new_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Leave out `network` at its default (see `Job`'s)."""
+        return _without(handler(self), {"network": NetworkSharing().model_dump(mode="json")})
 
     @model_validator(mode="after")
     def _check(self) -> Cluster:
@@ -274,7 +355,21 @@ class Cluster(Spec):
         return placements(self.topology, self.jobs)
 
     def alone(self, index: int) -> Cluster:
-        """The cluster with only job `index`, on the NPUs it has here: the reference of its slowdown."""
+        """The cluster with only job `index`, on the NPUs it has here: the reference of its slowdown,
+        on today's network (max-min, ECMP: the same reference whatever the cluster's `network`)."""
         job = self.jobs[index]
-        pinned = job.model_copy(update={"placement": Placement(npus=self.placed[index])})
-        return self.model_copy(update={"jobs": (pinned,), "name": f"{self.name}.{job.name}.alone"})
+        pinned = job.model_copy(update={"placement": Placement(npus=self.placed[index]), **_JOB_DEFAULTS})
+        return self.model_copy(update={"jobs": (pinned,), "name": f"{self.name}.{job.name}.alone",
+                                       "network": NetworkSharing()})
+
+
+#: Job fields added after run keys were first written, at their defaults (left out of the canonical JSON).
+_JOB_DEFAULTS: dict[str, Any] = {"weight": 1.0, "priority": 0}
+
+
+def _without(data: Any, defaults: dict[str, Any]) -> Any:
+    if isinstance(data, dict):
+        for key, default in defaults.items():
+            if key in data and data[key] == default:
+                del data[key]
+    return data

@@ -15,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from simstudy.backends.estimate import refused
-from simstudy.backends.registry import backend_key
+from simstudy.backends.registry import backend_key, check_network
 from simstudy.spec import (
     BackendSpec,
     Cluster,
@@ -243,6 +243,8 @@ def expand(study: Study, source: str | Path) -> Expansion:
             err = spec_error(exc, data, None, None)
             skipped.append(Skipped(index, params, f"{err.field}: {err.message}"))
             continue
+        if isinstance(scenario, Cluster):
+            check_network(scenario, study.backend_spec, source)  # the study's backend for every point
         points.append(Point(index, params, scenario, run_key(scenario, bid)))
     if skipped and not points:
         reasons = list(dict.fromkeys(s.reason for s in skipped))

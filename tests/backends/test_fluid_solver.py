@@ -4,17 +4,21 @@ result of simstudy was computed with until it came) to the last ns: random small
 communicator groups as two jobs, sends), on their ASTRA-SIM dimensions and on graph topologies
 with equal-cost paths (leaf-spine, fat-tree and 3-tier Clos, ECMP per flow or per pair, uplinks
 oversubscribed so that flows meet), through the full path and with every shortcut: the same
-finish times, spans and traffic rows."""
+finish times, spans and traffic rows; and with the NPUs split into two jobs that share the network
+by weights, priority classes or MLTCP's bytes ratio (a cluster's `network`)."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from simstudy import layout
 from simstudy.backends import FlowsimBackend
+from simstudy.compiler import JobInfo, SharingInfo
 from simstudy.compiler.topology_file import topology_of
 from simstudy.spec import Scenario
 from tests.backends.fastpaths import PATHS, Case, assert_same, cases, run_solvers
@@ -23,6 +27,7 @@ from tests.backends.fastpaths import PATHS, Case, assert_same, cases, run_solver
 #: see docs/concepts/backend.md, "Congestion models at scale").
 NATIVE = 60
 GRAPHS = 90
+SHARED = 40
 
 
 def examples(n: int) -> settings:
@@ -62,9 +67,25 @@ def graph_cases(draw: st.DrawFn) -> Case:
     return case
 
 
-def check(case: Case, paths: tuple[str, ...]) -> None:
+@st.composite
+def sharings(draw: st.DrawFn, npus: int) -> tuple[list[JobInfo], SharingInfo]:
+    """Two jobs (the NPUs below a random cut, and the rest) and how they share the network."""
+    cut = draw(st.integers(1, npus - 1))
+    jobs = [JobInfo(0, "a", tuple(range(cut)), 0, 1), JobInfo(1, "b", tuple(range(cut, npus)), 0, 1)]
+    sharing = SharingInfo(draw(st.sampled_from(["weighted", "priority", "mltcp"])),
+                          draw(st.sampled_from([0.5, 1.0, 4.0])), draw(st.sampled_from(["ecmp", "intensity"])),
+                          tuple(draw(st.sampled_from([0.5, 1.0, 3.0])) for _ in jobs),
+                          tuple(draw(st.integers(0, 2)) for _ in jobs))
+    return jobs, sharing
+
+
+def check(case: Case, paths: tuple[str, ...], shared: tuple[list[JobInfo], SharingInfo] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         bundle = case.bundle(Path(tmp) / "b")
+        if shared is not None:
+            jobs, sharing = shared
+            (bundle.directory / layout.JOBS).write_text(json.dumps([j.to_json() for j in jobs]), encoding="utf-8")
+            (bundle.directory / layout.SHARING).write_text(json.dumps(sharing.to_json()), encoding="utf-8")
         for name in paths:
             assert_same(run_solvers(bundle, Path(tmp) / name, PATHS[name]), "reference")
 
@@ -83,6 +104,16 @@ def test_graphs_with_ecmp(case: Case) -> None:
     """Leaf-spine, fat-tree and 3-tier Clos fabrics, ECMP per flow or per pair, jobs side by side
     and staggered starts: where flows meet on oversubscribed uplinks and on the NICs."""
     check(case, ("full", "all"))
+
+
+@examples(SHARED)
+@given(st.data())
+def test_jobs_sharing_by_weights_classes_and_bytes(data: st.DataObject) -> None:
+    """Two jobs on a leaf-spine, fat-tree or Clos (routing ECMP or Crux's pinned paths), sharing
+    links by weights, priority classes (flows that wait at rate 0) or MLTCP's weights, which move
+    as bytes are sent."""
+    case = data.draw(graph_cases())
+    check(case, ("full", "all"), data.draw(sharings(case.npus)))
 
 
 def test_reference_is_selectable(tmp_path: Path) -> None:

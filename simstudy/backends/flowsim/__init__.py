@@ -13,8 +13,9 @@ import pandas as pd
 from simstudy import layout
 from simstudy.backends.base import SPAN_KINDS, Progress, RankStats, RunResult, empty_spans
 from simstudy.backends.flowsim.engine import Engine, identical_ranks
-from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, NETMODELS, NetModel
+from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, NETMODELS, FluidNet, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
+from simstudy.backends.flowsim.sharing import prepare as prepare_sharing
 from simstudy.backends.flowsim.shortcuts import DEFAULT, FULL, Shortcuts
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.flowsim.tcp import TCP_NETMODELS
@@ -88,6 +89,7 @@ class FlowsimBackend:
             self.progress(Progress(0.0, phase="route"))
         info = WorkloadInfo.from_bundle(bundle)
         net = Network.from_topology(info.topology)
+        shares = prepare_sharing(info, net, self.congestion)  # a cluster's network: how its jobs share links
         workdir.mkdir(parents=True, exist_ok=True)
         sink = make_sink(self.traffic, path=workdir / layout.TRAFFIC, net=net, bin_s=self.traffic_bin_s)
         rows = _Rows(sink)
@@ -98,9 +100,15 @@ class FlowsimBackend:
         lossy = self.congestion in TCP_NETMODELS and any(x > 0 for x in net.loss)
         identical = (cuts.identical_ranks and model is None and not lossy
                      and identical_ranks(info, planner.symmetric))
+        # MLTCP counts every byte a job sends: no collective is timed alone, outside the shared model
         engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows,
                         identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count,
-                        isolated=cuts.isolated, solver=self.fluid_solver, model=model)
+                        isolated=cuts.isolated and not (shares is not None and shares.dynamic),
+                        solver=self.fluid_solver, model=model)
+        if shares is not None:
+            fluid = engine.comms.model
+            assert isinstance(fluid, FluidNet)  # `prepare_sharing` refuses every other mode
+            fluid.shares = shares
         if self.progress is not None:
             engine.progress = _ticker(self.progress, lambda: sink.transfers + len(rows.buf) + engine.comms.simulated(),
                                       t0, engine.expected_transfers())

@@ -16,6 +16,11 @@ one representative rank (then `mult` says how many links of each orbit the route
   connected to the change through shared links only. A message arrives its path latency after
   its last byte left; a flow that kept one rate all along arrives exactly
   int(latency + size / rate) after it started, as ASTRA-SIM charges an uncontended message.
+
+A fluid model's `shares` (None: max-min fair) may weigh the flows instead (`Shares`, the policies
+of `sharing`): weighted max-min (a flow's share of a bottleneck proportional to its weight), and
+strict priority classes (each class, lower first, filled max-min on what the classes before it
+left of each link; a flow left nothing waits, at rate 0, until its component is solved again).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import math
 import operator
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, Union
 
 import numpy as np
 
@@ -63,6 +68,23 @@ class Clock(Protocol):
     def busy(self) -> bool: ...
 
     def advance(self, t_next: int | None) -> None: ...
+
+
+class Shares(Protocol):
+    """How a fluid model weighs the flows of a component (see `sharing`): per flow, a weight
+    (weighted max-min) and a class (strict priority, lower first); None for either: all alike."""
+
+    #: whether a flow's weight changes while it runs (then the model reports every rate change and
+    #: drained flow, and never looks a component's rates up)
+    dynamic: bool
+
+    def of(self, flows: list[Flow], now: int) -> tuple[list[float] | None, list[int] | None]: ...
+
+    def moved(self, f: Flow, rate: float, now: int) -> None:
+        """Flow `f` goes from its rate `f.rate` to `rate` now."""
+
+    def drained(self, f: Flow, now: int) -> None:
+        """Flow `f` has sent its last byte now."""
 
 
 class NetModel:
@@ -182,6 +204,8 @@ class FluidNet(NetModel):
         self.sent = 0
         self._dirty: tuple[Scheduler, int, set[int]] | None = None
         self.recomputes = 0
+        #: how flows of different jobs share a link (None: max-min fair)
+        self.shares: Shares | None = None
 
     def send(self, msg: Msg) -> None:
         now = self.sched.now
@@ -240,26 +264,31 @@ class FluidNet(NetModel):
                 f.t_upd = now
         rates = self._rates(flows)
         s = self.sched
+        shares = self.shares
+        track = shares is not None and shares.dynamic
         for f, r in zip(flows, rates, strict=True):
+            if r <= 0.0:  # held back by a class before it: it waits, so its arrival is not size / rate
+                f.const = False
             if r != f.rate:
                 if f.rate:
                     f.const = False
+                if track:
+                    shares.moved(f, r, now)  # type: ignore[union-attr]
                 f.rate = r
                 f.version += 1
-                s.at(now + max(math.floor(f.remaining / r), 0), self._drain, f, f.version)
+                if r > 0.0:
+                    s.at(now + max(math.floor(f.remaining / r), 0), self._drain, f, f.version)
 
     def _rates(self, flows: list[Flow]) -> list[float]:
-        """The max-min rates of one component's flows (in the order they were sent)."""
-        return self._maxmin(flows)
+        """The rates of one component's flows (in the order they were sent): max-min, or as the
+        model's `shares` weigh them."""
+        if self.shares is None:
+            return self._maxmin(flows)
+        weights, classes = self.shares.of(flows, self.sched.now)
+        return solve(flows, self.capacity, weights, classes)
 
     def _maxmin(self, flows: list[Flow]) -> list[float]:
-        cap = self.capacity
-        if len(flows) == 1:
-            f = flows[0]
-            return [min(cap[k] / m for k, m in zip(f.keys, f.mult, strict=True))]
-        if len(flows) <= _SMALL:
-            return _fill_small(flows, cap)
-        return _fill_numpy(flows, cap)
+        return _fill(flows, self.capacity, None)
 
     def _drain(self, f: Flow, version: int) -> None:
         if version != f.version:
@@ -273,6 +302,8 @@ class FluidNet(NetModel):
                 del self.on_link[k]
         self._mark(f.keys)
         now = self.sched.now
+        if self.shares is not None and self.shares.dynamic:
+            self.shares.drained(f, now)
         t = msg.t_send + int(msg.latency + msg.size / f.rate) if f.const else now + int(msg.latency)
         self.sched.at(max(t, now) + self._extra_ns(f), self._arrive, msg)
 
@@ -281,36 +312,82 @@ class FluidNet(NetModel):
         return 0
 
 
-def _fill_small(flows: list[Flow], cap: list[float]) -> list[float]:
+#: Link capacities by key: the model's list, or what a priority class is left of them.
+Capacity = Union[Sequence[float], dict[int, float]]  # noqa: UP007 - a runtime alias
+
+
+def solve(flows: list[Flow], cap: Capacity, weights: list[float] | None, classes: list[int] | None) -> list[float]:
+    """The rates of one component's flows: weighted max-min (`weights`; None: max-min) within each
+    priority class, classes in ascending order, each on what the classes before it left of every
+    link (`classes` None: one class). What is left below 1e-9 of a link counts as nothing."""
+    if classes is None or len(set(classes)) == 1:
+        return _fill(flows, cap, weights)
+    rates = [0.0] * len(flows)
+    left: dict[int, float] = {}
+    for c in sorted(set(classes)):
+        idx = [i for i, k in enumerate(classes) if k == c]
+        sub = [flows[i] for i in idx]
+        avail = {k: left.get(k, cap[k]) for f in sub for k in f.keys}
+        got = _fill(sub, avail, None if weights is None else [weights[i] for i in idx])
+        for i, f, r in zip(idx, sub, got, strict=True):
+            rates[i] = r
+            for k, m in zip(f.keys, f.mult, strict=True):
+                rest = left.get(k, cap[k]) - m * r
+                left[k] = rest if rest > 1e-9 * cap[k] else 0.0
+    return rates
+
+
+def _fill(flows: list[Flow], cap: Capacity, weights: list[float] | None) -> list[float]:
+    """Progressive filling: max-min rates, or weighted max-min (each flow's rate its weight x the
+    bottleneck's share per unit of weight)."""
+    if len(flows) == 1:
+        f = flows[0]
+        return [min(cap[k] / m for k, m in zip(f.keys, f.mult, strict=True))]
+    if len(flows) <= _SMALL:
+        return _fill_small(flows, cap, weights)
+    return _fill_numpy(flows, cap, weights)
+
+
+def _fill_small(flows: list[Flow], cap: Capacity, weights: list[float] | None = None) -> list[float]:
     rem: dict[int, float] = {}
-    weight: dict[int, int] = {}
-    for f in flows:
+    weight: dict[int, float] = {}
+    count: dict[int, int] = {}  # flows not yet frozen on each link (float weights need not sum back to 0)
+    ws: Sequence[float] = weights if weights is not None else [1] * len(flows)
+    for f, w in zip(flows, ws, strict=True):
         for k, m in zip(f.keys, f.mult, strict=True):
             if k not in rem:
                 rem[k] = cap[k]
                 weight[k] = 0
-            weight[k] += m
+                count[k] = 0
+            weight[k] += m * w
+            count[k] += 1
     rates = [0.0] * len(flows)
     active = set(range(len(flows)))
     while active:
-        s = min(rem[k] / w for k, w in weight.items() if w > 0)
+        s = min(rem[k] / w for k, w in weight.items() if count[k] > 0)
         limit = s * (1 + 1e-12)
-        bottleneck = {k for k, w in weight.items() if w > 0 and rem[k] / w <= limit}
+        bottleneck = {k for k, w in weight.items() if count[k] > 0 and rem[k] / w <= limit}
         frozen = [i for i in active if any(k in bottleneck for k in flows[i].keys)]
         for i in frozen:
-            rates[i] = s
+            w = ws[i]
+            rates[i] = s * w
             for k, m in zip(flows[i].keys, flows[i].mult, strict=True):
-                rem[k] -= m * s
-                weight[k] -= m
+                rem[k] -= m * w * s
+                weight[k] -= m * w
+                count[k] -= 1
         active.difference_update(frozen)
     return rates
 
 
-def _fill_numpy(flows: list[Flow], cap: list[float]) -> list[float]:
+def _fill_numpy(flows: list[Flow], cap: Capacity, weights: list[float] | None = None) -> list[float]:
     n = len(flows)
-    flow_idx = np.repeat(np.arange(n), [len(f.keys) for f in flows])
+    lens = [len(f.keys) for f in flows]
+    flow_idx = np.repeat(np.arange(n), lens)
     link_idx = np.fromiter((k for f in flows for k in f.keys), dtype=np.int64, count=len(flow_idx))
     mult = np.fromiter((m for f in flows for m in f.mult), dtype=np.float64, count=len(flow_idx))
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
+    if w is not None:
+        mult = mult * np.repeat(w, lens)
     links, local = np.unique(link_idx, return_inverse=True)
     # only the links of these flows: converting the whole capacity list would cost O(all links) per call
     remaining = np.array([cap[k] for k in links.tolist()], dtype=np.float64)
@@ -326,7 +403,7 @@ def _fill_numpy(flows: list[Flow], cap: list[float]) -> list[float]:
         frozen = np.zeros(n, dtype=bool)
         frozen[flow_idx[on & bottleneck[local]]] = True
         frozen &= active
-        rates[frozen] = s
+        rates[frozen] = s if w is None else s * w[frozen]
         sel = frozen[flow_idx]
         remaining = remaining - np.bincount(local[sel], weights=mult[sel], minlength=len(links)) * s
         active &= ~frozen
@@ -352,7 +429,7 @@ class FastFluidNet(FluidNet):
         super().__init__(sched, capacity, latency)
         self._route_ids: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
         self._route_of: dict[int, tuple[int, ...]] = {}
-        self._solved: dict[tuple[int, ...], list[float]] = {}
+        self._solved: dict[tuple[Any, ...], list[float]] = {}
         self._kept = 0
         self.reused = 0
 
@@ -401,6 +478,8 @@ class FastFluidNet(FluidNet):
                 del on_link[k]
         s = self.sched
         now = s.now
+        if self.shares is not None and self.shares.dynamic:
+            self.shares.drained(f, now)
         if left:
             d = self._dirty
             if d is None or d[0] is not s or d[1] != now:
@@ -452,14 +531,26 @@ class FastFluidNet(FluidNet):
         return sorted(found, key=_by_seq)
 
     def _rates(self, flows: list[Flow]) -> list[float]:
-        sig = tuple(f.route for f in flows)
+        shares = self.shares
+        if shares is None:
+            return self._memo(tuple(f.route for f in flows), flows, None, None)
+        if shares.dynamic:  # weights that move with the bytes sent: a solution seldom comes back
+            return super()._rates(flows)
+        weights, classes = shares.of(flows, self.sched.now)
+        sig = (tuple(f.route for f in flows), tuple(weights or ()), tuple(classes or ()))
+        return self._memo(sig, flows, weights, classes)
+
+    def _memo(self, sig: tuple[Any, ...], flows: list[Flow], weights: list[float] | None,
+              classes: list[int] | None) -> list[float]:
+        """The rates solved for `sig` before (the routes in order, and what weighs them), or solved now."""
         rates = self._solved.get(sig)
         if rates is None:
-            rates = self._maxmin(flows)
-            self._kept += len(sig)
+            rates = self._maxmin(flows) if weights is None and classes is None else solve(flows, self.capacity,
+                                                                                          weights, classes)
+            self._kept += len(flows)
             if self._kept > self.MEMO:
                 self._solved.clear()
-                self._kept = len(sig)
+                self._kept = len(flows)
             self._solved[sig] = rates
         else:
             self.reused += 1
