@@ -79,7 +79,7 @@ def in_network_of(node: Node) -> tuple[int, int] | None:
     """(slots per switch, chunk bytes) of a collective the switches aggregate; None for any other node."""
     if node.type != NodeType.COMM_COLL_NODE:
         return None
-    found = {a.name: a.value for a in node.attrs if a.name.startswith("simstudy.in_network.")}
+    found: dict[str, Any] = {a.name: a.value for a in node.attrs if a.name.startswith("simstudy.in_network.")}
     if IN_NETWORK_SLOTS not in found:
         return None
     return int(found[IN_NETWORK_SLOTS]), int(found.get(IN_NETWORK_CHUNK, 0))
