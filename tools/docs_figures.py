@@ -20,6 +20,7 @@ if str(ROOT) not in sys.path:
 FIGURES: dict[str, tuple[str, ...]] = {
     "gossip_vs_allreduce": ("iteration_ms", "bytes_per_iter_rank_max", "peak_to_mean", "timelines"),
     "staleness": ("iteration_ms", "exposed_comm_frac", "timelines"),
+    "in_network_aggregation": ("iteration_ms", "bytes_per_iter_rank_max", "slowdown_mean", "timelines"),
 }
 
 
