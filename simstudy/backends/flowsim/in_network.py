@@ -59,15 +59,13 @@ class Tree:
     parent: dict[int, int]
     children: dict[int, tuple[int, ...]]
     depth: dict[int, int]
+    #: every switch of the tree, and the hops from the deepest worker up to the top
+    switches: tuple[int, ...] = field(init=False)
+    height: int = field(init=False)
 
-    @property
-    def switches(self) -> tuple[int, ...]:
-        return tuple(self.parent)
-
-    @property
-    def height(self) -> int:
-        """Hops from the deepest worker up to the top."""
-        return max(self.depth[s] for s in self.first.values()) + 1
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "switches", tuple(self.parent))
+        object.__setattr__(self, "height", max(self.depth[s] for s in self.first.values()) + 1)
 
 
 def _job_hash(job: int) -> int:
