@@ -43,7 +43,8 @@ OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "push", "pull", "p
 MEANINGS: dict[str, str] = {
     "t_start_s": "start of the transfer, seconds from the start of the trace",
     "t_end_s": "end of the transfer (equal to the start for a captured packet)",
-    "src": "sending endpoint: a rank (captures map address or address:port to ranks)",
+    "src": "sending endpoint: a rank (captures map address or address:port to ranks); with in-network aggregation "
+           "a switch, numbered from the ranks' count up (run.json's details.switch_endpoints names them)",
     "dst": "receiving endpoint",
     "bytes": "bytes of the transfer; for a packet its IP total length, whatever the snap length",
     "flow": "flow id: a hash of the 5-tuple for captures; collective, step and chunk for simulation",
@@ -55,7 +56,8 @@ MEANINGS: dict[str, str] = {
     "payload_bytes": "TCP/UDP payload bytes of a packet (captures; what `--count payload` counts)",
     "chunk": "chunk of a collective (simulation)",
     "step": "step of a collective algorithm (simulation)",
-    "job": "job index of a cluster run (several jobs on one network)",
+    "job": "job index of a cluster run (several jobs on one network); a switch's transfer has its destination "
+           "rank's job, -1 between two switches",
 }
 
 

@@ -21,6 +21,7 @@ FIGURES: dict[str, tuple[str, ...]] = {
     "gossip_vs_allreduce": ("iteration_ms", "bytes_per_iter_rank_max", "peak_to_mean", "timelines"),
     "staleness": ("iteration_ms", "exposed_comm_frac", "timelines"),
     "sharing_policies": ("slowdown_mean", "slowdown_max", "timelines"),
+    "in_network_aggregation": ("iteration_ms", "bytes_per_iter_rank_max", "slowdown_mean", "timelines"),
 }
 
 

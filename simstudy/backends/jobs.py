@@ -89,12 +89,26 @@ def job_owner(jobs: list[JobInfo]) -> NDArray[np.int32]:
 
 def with_job_column(traffic: pd.DataFrame, owner: NDArray[np.int32]) -> pd.DataFrame:
     """The traffic table with a `job` column: the job whose NPU sent each transfer (jobs never
-    share an NPU, and every transfer stays inside its job)."""
+    share an NPU, and every transfer stays inside its job; see `row_jobs` for switches)."""
     out = traffic.copy()
-    src = traffic["src"].to_numpy()
-    out["job"] = owner[src] if len(src) else np.empty(0, dtype=np.int32)
+    out["job"] = row_jobs(owner, traffic["src"].to_numpy(), traffic["dst"].to_numpy())
     check_table(out)
     return out
+
+
+def row_jobs(owner: NDArray[np.int32], src: NDArray[Any], dst: NDArray[Any]) -> NDArray[np.int32]:
+    """The job of each transfer: its source NPU's; a switch's transfer (an endpoint beyond the NPUs,
+    in-network aggregation) its destination NPU's, and -1 between two switches, which any job's
+    partial sums may cross."""
+    if not len(src):
+        return np.empty(0, dtype=np.int32)
+    n = len(owner)
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    if int(src.max()) < n:
+        return np.asarray(owner[src], dtype=np.int32)
+    of_dst = np.where(dst < n, owner[np.minimum(dst, n - 1)], -1)
+    return np.where(src < n, owner[np.minimum(src, n - 1)], of_dst).astype(np.int32)
 
 
 def add_job_column(output: TrafficOutput, jobs: list[JobInfo]) -> None:
@@ -114,7 +128,8 @@ def add_job_column(output: TrafficOutput, jobs: list[JobInfo]) -> None:
     try:
         for i in range(src.num_row_groups):
             group = src.read_row_group(i)
-            group = group.append_column("job", pa.array(owner[group.column("src").to_numpy()], type=pa.int32()))
+            of_rows = row_jobs(owner, group.column("src").to_numpy(), group.column("dst").to_numpy())
+            group = group.append_column("job", pa.array(of_rows, type=pa.int32()))
             if writer is None:
                 writer = pq.ParquetWriter(tmp, group.schema)
             writer.write_table(group, row_group_size=max(group.num_rows, 1))

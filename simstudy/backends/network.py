@@ -38,6 +38,7 @@ class Network:
     #: (source, destination) -> the path every flow between them takes, whatever ECMP would pick
     #: (Crux's path selection, `flowsim.sharing.intensity_paths`); empty: ECMP alone
     pinned: dict[tuple[int, int], int] = field(default_factory=dict)
+    _switch_ids: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_topology(cls, topology: NetworkTopology) -> Network:
@@ -68,6 +69,20 @@ class Network:
     @property
     def kind(self) -> str:
         return self.topology.kind
+
+    def endpoint_name(self, endpoint: int) -> str:
+        """The node a transfer's endpoint names: rank r is host `h<r>`, and `hosts + i` the topology's
+        i-th switch (a switch that takes part in a transfer: one that aggregates, see
+        `flowsim.in_network`)."""
+        if 0 <= endpoint < self.hosts:
+            return f"h{endpoint}"
+        return self.topology.switches[endpoint - self.hosts]
+
+    def switch_endpoint(self, name: str) -> int:
+        """The endpoint id of switch `name` (see `endpoint_name`)."""
+        if not self._switch_ids:
+            self._switch_ids.update((s, self.hosts + i) for i, s in enumerate(self.topology.switches))
+        return self._switch_ids[name]
 
     # -- routing -----------------------------------------------------------------------------
 
@@ -102,6 +117,8 @@ class Network:
 
     def _paths(self, src: int, dst: int) -> list[tuple[int, ...]]:
         routing = self.topology.routing
+        if src >= self.hosts or dst >= self.hosts:  # a switch is an end: the graph's shortest paths
+            return self._node_paths(self.endpoint_name(src), self.endpoint_name(dst))
         if routing.kind == "dimension_order":
             return [self._dims_route(src, dst)]
         sa, sb = self._attach.get(src), self._attach.get(dst)
@@ -144,8 +161,11 @@ class Network:
 
     def _graph_paths(self, src: int, dst: int) -> list[tuple[int, ...]]:
         """The routes of a graph found on the whole graph, host to host (the reference)."""
+        return self._node_paths(f"h{src}", f"h{dst}")
+
+    def _node_paths(self, a: str, b: str) -> list[tuple[int, ...]]:
+        """The shortest paths between two nodes of the graph (every one, sorted, with ECMP)."""
         routing = self.topology.routing
-        a, b = f"h{src}", f"h{dst}"
         if routing.ecmp:
             node_paths = sorted(nx.all_shortest_paths(self._graph, a, b))
         else:

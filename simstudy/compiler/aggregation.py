@@ -5,7 +5,8 @@ checked complete against the spec's kinds (`simstudy.spec.aggregation.AGGREGATIO
   anything with tensor, pipeline, context or expert parallelism or sharding as Megatron-LM and
   DeepSpeed do (`simstudy.compiler.hybrid`);
 * `parameter_server`: pushes and pulls to server shards (`simstudy.compiler.parameter_server`);
-* `gossip`: parameters sent to neighbours of a graph (`simstudy.compiler.gossip`).
+* `gossip`: parameters sent to neighbours of a graph (`simstudy.compiler.gossip`);
+* `in_network`: DDP's buckets summed by the switches (`simstudy.compiler.in_network`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from simstudy.compiler.frameworks import compile_framework, framework_template
 from simstudy.compiler.gossip import compile_gossip
 from simstudy.compiler.graph import ExecutionGraph, RankGraph
 from simstudy.compiler.hybrid import compile_hybrid, distinct_hybrid
+from simstudy.compiler.in_network import compile_in_network
 from simstudy.compiler.parameter_server import compile_parameter_server
 from simstudy.compiler.registry import require_complete
 from simstudy.spec import Scenario
@@ -41,6 +43,7 @@ COMPILE: dict[str, CompileStep] = {
     "allreduce": _all_reduce,
     "parameter_server": compile_parameter_server,
     "gossip": compile_gossip,
+    "in_network": compile_in_network,
 }
 
 

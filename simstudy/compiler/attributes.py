@@ -12,7 +12,10 @@ analytical binaries of c459ab6 run bundles carrying them: tests/compiler/test_as
   collective is flow `base * FLOWS_PER_COLLECTIVE + c`;
 * `simstudy.chunk` (int64_val, sends): which slice of its flow a send carries;
 * `simstudy.job` (int64_val, every node of a job other than 0): the job a node belongs to on a
-  shared cluster.
+  shared cluster;
+* `simstudy.in_network.slots` and `simstudy.in_network.chunk_bytes` (int64_val, collectives of
+  in-network aggregation only): the switches sum this all-reduce, in chunks of that many bytes, with
+  that many slots per switch (`in_network_of`; flowsim runs it, ASTRA-SIM cannot).
 
 Bundles written by other tools (ASTRA-SIM's own examples) carry none of them: `node_meta` then
 falls back to what the node itself says (a collective's op from its `comm_type`, a send's flow
@@ -33,6 +36,8 @@ ITERATION = "simstudy.iteration"
 FLOW = "simstudy.flow"
 CHUNK = "simstudy.chunk"
 JOB = "simstudy.job"
+IN_NETWORK_SLOTS = "simstudy.in_network.slots"
+IN_NETWORK_CHUNK = "simstudy.in_network.chunk_bytes"
 
 #: Chunks of one collective are flows `base * FLOWS_PER_COLLECTIVE + chunk`.
 FLOWS_PER_COLLECTIVE = 4096
@@ -64,6 +69,20 @@ def chunk(value: int) -> Attr:
 
 def job(value: int) -> Attr:
     return memoised(JOB, AttrKind.INT64, value)
+
+
+def in_network(slots: int, chunk_bytes: int) -> list[Attr]:
+    return [memoised(IN_NETWORK_SLOTS, AttrKind.INT64, slots), memoised(IN_NETWORK_CHUNK, AttrKind.INT64, chunk_bytes)]
+
+
+def in_network_of(node: Node) -> tuple[int, int] | None:
+    """(slots per switch, chunk bytes) of a collective the switches aggregate; None for any other node."""
+    if node.type != NodeType.COMM_COLL_NODE:
+        return None
+    found: dict[str, Any] = {a.name: a.value for a in node.attrs if a.name.startswith("simstudy.in_network.")}
+    if IN_NETWORK_SLOTS not in found:
+        return None
+    return int(found[IN_NETWORK_SLOTS]), int(found.get(IN_NETWORK_CHUNK, 0))
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,8 @@ def task_node(task: Task, rank: int, group: int | None = None, peer: int | None 
         if group:
             attrs.append(chakra.pg_name(str(group)))
         attrs += [meta.op(meta.COLLECTIVE_OP[ctype]), meta.flow(task.id)]
+        if task.in_network is not None:
+            attrs += meta.in_network(*task.in_network)
     else:  # a send from this rank to its peer, or a receive from the peer
         send = task.kind is TaskKind.SEND
         node.type = NodeType.COMM_SEND_NODE if send else NodeType.COMM_RECV_NODE

@@ -105,7 +105,8 @@ def _moved(tasks: list[Task], npus: tuple[int, ...], groups: dict[int, int], job
         group = groups[t.group] if t.kind is TaskKind.COLLECTIVE else t.group
         out.append(Task(t.id + shift, t.name, t.kind, deps, duration_us=t.duration_us, flops=t.flops,
                         tensor_bytes=t.tensor_bytes, collective=t.collective, size_bytes=t.size_bytes, group=group,
-                        peer=peer, tag=t.tag, iteration=t.iteration, op=t.op, flow=t.flow, chunk=t.chunk, job=job))
+                        peer=peer, tag=t.tag, iteration=t.iteration, op=t.op, flow=t.flow, chunk=t.chunk, job=job,
+                        in_network=t.in_network))
     return out
 
 

@@ -50,6 +50,8 @@ class Task:
     flow: int | None = None
     chunk: int = 0
     job: int = 0  # the job on a shared cluster (0: the only one); written as `simstudy.job` when set
+    #: a collective the switches aggregate: (slots of a switch, chunk bytes); see `attributes.IN_NETWORK_SLOTS`
+    in_network: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)

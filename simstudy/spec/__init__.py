@@ -17,7 +17,7 @@ from simstudy.spec.load import (
     validate_as,
 )
 from simstudy.spec.model import Layer, Model, ModelSpec, ZooModel
-from simstudy.spec.parallelism import AllReduce, Gossip, Parallelism, ParameterServer
+from simstudy.spec.parallelism import AllReduce, Gossip, InNetwork, Parallelism, ParameterServer
 from simstudy.spec.scenario import Scenario, canonical_json
 from simstudy.spec.study import BackendOptions, BackendSpec, Baseline, Congestion, PlotSpec, Study
 from simstudy.spec.system import Jitter, LayerTime, MeasuredCompute, Straggler, System, Variability
@@ -58,6 +58,7 @@ __all__ = [
     "FatTree",
     "FullyConnected",
     "Gossip",
+    "InNetwork",
     "Jitter",
     "Job",
     "Layer",

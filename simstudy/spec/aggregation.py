@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import Field, ValidationError
 
-from simstudy.spec.base import FieldError, Spec
+from simstudy.spec.base import FieldError, Spec, listed
 from simstudy.spec.collectives import FALLBACK, NAMES, names_text
 
 if TYPE_CHECKING:
@@ -44,6 +44,9 @@ class AggregationKind(Spec):
       (ASTRA-SIM's system.json), None when it runs none;
     * `bounded_staleness`: its compile step honours `parallelism.staleness` (with plain data
       parallelism); a kind that does not is refused with staleness > 0;
+    * `topologies`: the topology kinds it runs on (None: every kind), checked by `check_topology`;
+    * `network_settings`: what every job of the kind on one network must give alike (the switches'
+      pool of in-network aggregation), checked by the cluster;
     * `check(parallelism)` and `check_capture(workers, preset)`: what it needs of the rest of the
       spec, as a `FieldError` (or `ValueError`) when that is not met.
     """
@@ -55,6 +58,7 @@ class AggregationKind(Spec):
     ddp_buckets: ClassVar[bool] = False
     lockstep_backward: ClassVar[bool] = False
     bounded_staleness: ClassVar[bool] = False
+    topologies: ClassVar[tuple[str, ...] | None] = None
 
     kind: str
 
@@ -82,6 +86,17 @@ class AggregationKind(Spec):
 
     def check_capture(self, workers: int, preset: Preset) -> None:
         """What a captured job of this kind needs (`preset`: the framework preset it runs)."""
+
+    @property
+    def network_settings(self) -> dict[str, Any]:
+        """Fields every job of this kind on one network must give alike (its devices' settings)."""
+        return {}
+
+    def check_topology(self, kind: str) -> None:
+        """What this kind needs of the network (`kind`: the topology's kind), as a FieldError on `aggregation`."""
+        if self.topologies is not None and kind not in self.topologies:
+            raise FieldError("aggregation", f"{self.noun} needs topology kind {listed(self.topologies)}; the "
+                                            f"topology is {kind}")
 
 
 class AllReduce(AggregationKind):
@@ -249,9 +264,55 @@ def gossip_peers_max(graph: str, workers: int) -> int:
     return workers - 1
 
 
+class InNetwork(AggregationKind):
+    """In-network aggregation (SwitchML, Sapio et al., NSDI'21; ATP, Lao et al., NSDI'21): the
+    switches add the gradients. Each worker streams every gradient bucket (DDP's buckets of
+    `parallelism.bucket_size_mib`) in chunks of `chunk_kib` to its first switch (its ToR; a star's
+    or a switch's only switch); a switch adds the chunks of its workers and sends one partial sum
+    up the job's tree (to one spine, or one aggregation switch and one core, chosen by the job's
+    ECMP hash), the top switch sends the sum down and every switch multicasts it to its workers:
+    each worker's link carries the gradient once up and once down. A switch holds at most `slots`
+    chunks at once (SwitchML's pool), shared by every job that uses it: a chunk takes one slot in
+    every switch of its job's tree before its workers send it and frees them once its sum has
+    reached every worker; a chunk that finds no free slot waits. flowsim only (ASTRA-SIM has no
+    switches that compute).
+    """
+
+    noun: ClassVar[str] = "in-network aggregation"
+    implied_by: ClassVar[tuple[str, ...]] = ("slots", "chunk_kib")
+    astra_sim: ClassVar[bool] = False
+    ddp_buckets: ClassVar[bool] = True
+    bounded_staleness: ClassVar[bool] = True
+    topologies: ClassVar[tuple[str, ...] | None] = ("switch", "star", "leaf_spine", "clos3", "clos_csv")
+
+    kind: Literal["in_network"] = "in_network"
+    slots: int = Field(default=64, ge=1, description="chunks a switch holds at once (its aggregation pool), shared "
+                                                     "by the jobs that use the switch")
+    chunk_kib: float = Field(default=256.0, gt=0, description="the chunk a worker streams to its switch, KiB (the "
+                                                              "last chunk of a bucket may be smaller)")
+
+    @property
+    def network_settings(self) -> dict[str, Any]:
+        return {"slots": self.slots}
+
+    @property
+    def chunk_bytes(self) -> int:
+        """The chunk size in bytes (at least 1)."""
+        return max(1, int(self.chunk_kib * 1024))
+
+    def check(self, parallelism: Parallelism) -> None:
+        p = parallelism
+        if not p.is_plain_data_parallel:
+            raise FieldError("aggregation", "in-network aggregation sums whole gradients: it needs plain data "
+                                            "parallelism (tp = pp = cp = ep = 1, sharding none, one microbatch, no "
+                                            "accumulation)")
+        if p.dp < 2:
+            raise FieldError("dp", f"in-network aggregation needs dp >= 2 workers, got dp = {p.dp}")
+
+
 #: Every aggregation kind; the first is the default (and what a dict without `kind` names unless
 #: it holds a key of another kind's `implied_by`).
-Aggregation = Annotated[AllReduce | ParameterServer | Gossip, Field(discriminator="kind")]
+Aggregation = Annotated[AllReduce | ParameterServer | Gossip | InNetwork, Field(discriminator="kind")]
 
 #: kind -> its class, in the union's order: the one table of aggregation kinds in the spec.
 AGGREGATIONS: dict[str, type[AggregationKind]] = {

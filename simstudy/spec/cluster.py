@@ -342,8 +342,26 @@ class Cluster(Spec):
                 except FieldError as exc:
                     raise FieldError(exc.field, f"job {job.name!r} (jobs.{i}) runs on the cluster's system: "
                                                 f"{exc.message}") from None
+        self._check_aggregations()
         placements(self.topology, self.jobs)
         return self
+
+    def _check_aggregations(self) -> None:
+        """Every job's aggregation runs on the topology, and jobs of one kind give its network settings alike."""
+        first: dict[str, int] = {}
+        for i, job in enumerate(self.jobs):
+            agg = job.parallelism.aggregation
+            try:
+                agg.check_topology(self.topology.kind)
+            except FieldError as exc:
+                raise FieldError(f"jobs.{i}.parallelism.{exc.field}", exc.message) from None
+            j = first.setdefault(agg.kind, i)
+            other = self.jobs[j].parallelism.aggregation.network_settings
+            for key, value in agg.network_settings.items():
+                if other[key] != value:
+                    raise FieldError(f"jobs.{i}.parallelism.aggregation.{key}",
+                                     f"{key} = {value}, but job {self.jobs[j].name!r} gives {other[key]}: the jobs "
+                                     f"of {agg.noun} share the switches, so they must give the same {key}")
 
     @property
     def npus(self) -> int:

@@ -88,6 +88,10 @@ class Scenario(Spec):
             raise FieldError("parallelism", f"topology has {npus} NPUs but the parallelism needs {need} "
                                             f"({detail}); {what} must equal the topology's NPUs")
         agg = self.parallelism.aggregation
+        try:
+            agg.check_topology(self.topology.kind)
+        except FieldError as exc:
+            raise FieldError(f"parallelism.{exc.field}", exc.message) from None
         dp = self.parallelism.dp
         p = self.parallelism
         problem = collective_algorithm(agg.algorithm).scenario_error(dp, p.tp == p.pp == 1) if isinstance(

@@ -23,14 +23,14 @@ from simstudy.validation import scenario_roles
 
 def test_every_kind_of_the_union_has_one_compile_step_in_the_spec_order() -> None:
     union = [get_args(m.model_fields["kind"].annotation)[0] for m in get_args(get_args(Aggregation)[0])]
-    assert list(AGGREGATIONS) == union == list(COMPILE) == ["allreduce", "parameter_server", "gossip"]
+    assert list(AGGREGATIONS) == union == list(COMPILE) == ["allreduce", "parameter_server", "gossip", "in_network"]
     presets = [get_args(m.model_fields["name"].annotation)[0] for m in get_args(get_args(FrameworkSpec)[0])]
     assert list(PRESETS) == presets == list(COMPILED_PRESETS)
 
 
 def test_an_incomplete_compiler_table_is_refused_by_name() -> None:
     with pytest.raises(ImportError, match=r"COMPILE: the compiler has \['allreduce'\], the spec "
-                                          r"\['allreduce', 'parameter_server', 'gossip'\]"):
+                                          r"\['allreduce', 'parameter_server', 'gossip', 'in_network'\]"):
         require_complete({"allreduce": None}, AGGREGATIONS, "COMPILE")
     require_complete(dict(COMPILE), AGGREGATIONS, "COMPILE")
 

@@ -140,7 +140,7 @@ class FlowsimBackend:
             details={"congestion": self.congestion.value, **_solver_details(self, engine), "network": net.kind,
                      "links": len(net.capacity), "identical_ranks": engine.identical,
                      "shortcuts": [n for n in cuts.names if n != "isolated" or engine.comms.isolated],
-                     **engine.comms.stats, **extra, "iteration_ends_ns": ends},
+                     **engine.comms.stats, **extra, "iteration_ends_ns": ends, **engine.in_network.details()},
             spans=spans,
         )
 

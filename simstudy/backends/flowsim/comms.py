@@ -38,6 +38,7 @@ from simstudy.backends.network import Network
 from simstudy.backends.patterns import TreeTurns
 from simstudy.backends.traffic_build import WorkloadInfo
 from simstudy.chakra import NodeType
+from simstudy.compiler.attributes import in_network_of
 from simstudy.spec import Congestion
 
 IntArray = NDArray[np.int64]
@@ -79,8 +80,8 @@ class Routes:
         dimension in which the ends differ (`MultiDimTopology::send`), read from the route's links
         in that dimension (a topology.json may give links of one dimension different speeds: then
         the sum of their latencies and the narrowest one); on a graph, the path's latency + bytes /
-        its narrowest link."""
-        if self.native:
+        its narrowest link (and so between a host and a switch of ASTRA-SIM dimensions)."""
+        if self.native and src < self.net.hosts and dst < self.net.hosts:
             for stride, n, kind in self.dims:
                 a, b = (src // stride) % n, (dst // stride) % n
                 if a != b:
@@ -248,11 +249,12 @@ def _sends_meet_fifo(congestion: Congestion, info: WorkloadInfo) -> bool:
     when a send starts at the instant the collective sends one of its own messages on that link,
     the replay of the collective (`Comms._replay`) can queue the two in the other order than the
     full path does (tests/backends/test_fast_paths.py found two such bundles), so such a run
-    takes no `isolated` shortcut. Fluid sharing does not depend on that order."""
+    takes no `isolated` shortcut. In-network all-reduces send their chunks as such sends
+    (`flowsim.in_network`). Fluid sharing does not depend on that order."""
     if not congestion.fifo:
         return False
     traces = {id(nodes): nodes for nodes in info.nodes}.values()  # ranks with one trace share its list
-    return any(n.type == NodeType.COMM_SEND_NODE for nodes in traces for n in nodes)
+    return any(n.type == NodeType.COMM_SEND_NODE or in_network_of(n) is not None for nodes in traces for n in nodes)
 
 
 class Comms:

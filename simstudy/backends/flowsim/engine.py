@@ -25,6 +25,7 @@ import numpy as np
 
 from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.comms import Comms
+from simstudy.backends.flowsim.in_network import InNetwork
 from simstudy.backends.flowsim.netmodels import Msg, NetModel
 from simstudy.backends.flowsim.sched import TICK, Scheduler
 from simstudy.backends.flowsim.system import Planner
@@ -36,7 +37,7 @@ from simstudy.backends.patterns import (
 )
 from simstudy.backends.traffic_build import COLLECTIVE_KIND, WorkloadInfo
 from simstudy.chakra import CollectiveType, Node, NodeType
-from simstudy.compiler.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, node_meta
+from simstudy.compiler.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, in_network_of, node_meta
 from simstudy.spec import Congestion
 
 COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE)
@@ -90,6 +91,8 @@ class Engine:
         self.comms = Comms(info, net, mode, self.sched, self._emit_collective, planner=planner, count=count,
                            isolated=isolated, solver=solver, model=model(self.sched) if model is not None else None)
         self.comms.tick = self.tick
+        #: all-reduces the switches compute (`in_network`)
+        self.in_network = InNetwork(self.comms, net, emit, self._in_network_done)
         #: Every rank runs the same trace and only collectives of every rank that finish together:
         #: rank 0 is simulated for all of them (see `identical_ranks`).
         self.identical = identical
@@ -252,6 +255,10 @@ class Engine:
     # -- collectives -------------------------------------------------------------------------
 
     def issue_collective(self, rank: int, node: Node) -> None:
+        aggregated = in_network_of(node)
+        if aggregated is not None:
+            self.in_network.issue(rank, node, tuple(self.info.members(node, rank)), *aggregated)
+            return
         ctype = CollectiveType(int(node.get("comm_type", 0)))
         kind = COLLECTIVE_KIND.get(ctype)
         if kind is None:
@@ -289,6 +296,10 @@ class Engine:
                                   self._done_fn(pending), pending.meta, flow=pending.meta.flow * FLOWS_PER_COLLECTIVE)
         if len(pending.nodes) == len(members):
             del self.coll_waiting[key]
+
+    def _in_network_done(self, rank: int, node: Node, issued: int) -> None:
+        self.ranks[rank].comm_spans.append((issued, self.sched.now))
+        self.on_done(rank, node.id)
 
     def broadcast(self, rank: int, node: Node) -> None:
         """A broadcast takes the node's duration, as ASTRA-SIM (which does not simulate it) charges
@@ -389,6 +400,10 @@ class Engine:
                     continue
                 if node.type != NodeType.COMM_COLL_NODE:
                     continue
+                aggregated = in_network_of(node)
+                if aggregated is not None:  # its chunks up and down (the switches' own sends left out)
+                    total += 2 * max(1, -(-int(node.get("comm_size", 0)) // max(1, aggregated[1])))
+                    continue
                 kind = COLLECTIVE_KIND.get(CollectiveType(int(node.get("comm_type", 0))))
                 if kind is None:
                     continue
@@ -412,7 +427,7 @@ class Engine:
 def identical_ranks(info: WorkloadInfo, symmetric: Callable[[str, tuple[int, ...], int], bool]) -> bool:
     """Whether every rank runs the same as rank 0 from start to end: one trace for all (the same
     decoded list), no point-to-point transfers, and only collectives of every rank, in order,
-    that every rank finishes at once (`symmetric(kind, members, size)`)."""
+    that every rank finishes at once (`symmetric(kind, members, size)`), none of them in-network."""
     first = info.nodes[0]
     if any(nodes is not first for nodes in info.nodes):
         return False
@@ -422,6 +437,8 @@ def identical_ranks(info: WorkloadInfo, symmetric: Callable[[str, tuple[int, ...
             return False
         if n.type != NodeType.COMM_COLL_NODE:
             continue
+        if in_network_of(n) is not None:  # the switches' transfers are no rank's
+            return False
         kind = COLLECTIVE_KIND.get(CollectiveType(int(n.get("comm_type", 0))))
         if kind is None:
             continue

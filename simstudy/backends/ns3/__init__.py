@@ -23,6 +23,7 @@ from simstudy.backends.network import Network
 from simstudy.backends.ns3.fabric import MISSING, Fabric, available, host_address
 from simstudy.backends.ns3.netmodel import Ns3Net
 from simstudy.backends.traffic_build import WorkloadInfo
+from simstudy.compiler.aggregation import astra_sim_refusal
 from simstudy.spec import Congestion
 from simstudy.version import __version__
 
@@ -49,6 +50,9 @@ class Ns3Backend(FlowsimBackend):
         self.t0_ns = 0
 
     def run(self, bundle: Any, workdir: Path, *, timeout_s: float | None = None) -> RunResult:
+        refusal = astra_sim_refusal(bundle)  # ns-3's switches forward packets; they do not add chunks either
+        if refusal is not None:
+            raise BackendError(f"ns3: {refusal}")
         result = super().run(bundle, workdir, timeout_s=timeout_s)
         if self.pcap_dir is not None:
             write_pcap_meta(self.pcap_dir, bundle, result, self.info)
