@@ -28,6 +28,7 @@ from simstudy.backends.patterns import (
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compiler import Bundle
 from simstudy.compiler.attributes import FLOWS_PER_COLLECTIVE, node_meta
+from simstudy.compiler.bundle import SystemConfig
 from simstudy.compiler.topology_file import NativeDim, NetworkTopology, native_topology, read_topology
 from simstudy.table import OPS, make_table
 
@@ -80,6 +81,13 @@ class WorkloadInfo:
 
     def dim_sizes(self) -> list[int]:
         return [d.npus for d in self.dims]
+
+    @cached_property
+    def shared_hosts(self) -> tuple[int, list[int]] | None:
+        """(cores of every host, host of every rank) when the ranks share their hosts' cores
+        (`system.host_cores`); None when every rank computes on a device of its own."""
+        cfg = SystemConfig.model_validate(self.system)
+        return None if cfg.host_cores is None or cfg.hosts is None else (cfg.host_cores, list(cfg.hosts))
 
     def members(self, node: Node, rank: int) -> list[int]:
         """The ranks a collective node runs on (its `pg_name` group, or all)."""

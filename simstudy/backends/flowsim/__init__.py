@@ -13,6 +13,7 @@ import pandas as pd
 from simstudy import layout
 from simstudy.backends.base import SPAN_KINDS, Progress, RankStats, RunResult, empty_spans
 from simstudy.backends.flowsim.engine import Engine, identical_ranks
+from simstudy.backends.flowsim.hosts import uniform
 from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, NETMODELS, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.shortcuts import DEFAULT, FULL, Shortcuts
@@ -94,7 +95,10 @@ class FlowsimBackend:
         model = self.network_model(info, net, workdir)
         # every rank draws its own losses under TCP (flowsim.tcp): no rank stands for the others then
         lossy = self.congestion in TCP_NETMODELS and any(x > 0 for x in net.loss)
+        # ranks on hosts of different rates (shared cores) do not run alike
+        shared = info.shared_hosts
         identical = (cuts.identical_ranks and model is None and not lossy
+                     and (shared is None or uniform(shared[1], shared[0]))
                      and identical_ranks(info, planner.symmetric))
         engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows,
                         identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count,
