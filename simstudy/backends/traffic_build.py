@@ -216,9 +216,10 @@ _SPAN_KIND: dict[int, str] = {NodeType.COMP_NODE: "compute", NodeType.COMM_COLL_
                               NodeType.COMM_SEND_NODE: "send", NodeType.COMM_RECV_NODE: "recv"}
 
 
-def span_kind(node_type: int) -> str:
-    """The `kind` of a node's span (compute, collective, send, recv, other)."""
-    return _SPAN_KIND.get(int(node_type), "other")
+def span_kind(node: Node) -> str:
+    """The `kind` of a node's span (compute, collective, send, recv, other: a CPU op, such as a
+    framework's wait, is not the device's compute)."""
+    return "other" if node.get("is_cpu_op", False) else _SPAN_KIND.get(int(node.type), "other")
 
 
 def spans_table(info: WorkloadInfo, spans: Spans) -> Any:
@@ -234,7 +235,7 @@ def spans_table(info: WorkloadInfo, spans: Spans) -> Any:
                 t = max((end.get(d, 0) for d in (*n.data_deps, *n.ctrl_deps)), default=0)
                 span = (t, t)
             end[n.id] = span[1]
-            rows.append((r, n.id, n.name, span_kind(n.type), span[0], span[1]))
+            rows.append((r, n.id, n.name, span_kind(n), span[0], span[1]))
     if not rows:
         return empty_spans()
     return make_spans(*zip(*rows, strict=True))
@@ -254,7 +255,7 @@ def busy_times(info: WorkloadInfo, spans: Spans) -> dict[int, tuple[int, int]]:
     """Per rank: (ns spent computing, ns with communication in flight) from node spans."""
     comp: dict[int, list[tuple[int, int]]] = {r: [] for r in range(info.npus)}
     comm: dict[int, list[tuple[int, int]]] = {r: [] for r in range(info.npus)}
-    types = [{n.id: n.type for n in nodes} for nodes in info.nodes]
+    types = [{n.id: n.type for n in nodes if not n.get("is_cpu_op", False)} for nodes in info.nodes]
     for (rank, node_id), span in spans.items():
         t = types[rank].get(node_id)
         if t == NodeType.COMP_NODE:

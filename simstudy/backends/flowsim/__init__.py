@@ -178,7 +178,7 @@ def _spans(engine: Engine, copies: int) -> pd.DataFrame:
         nodes = engine.ranks[r].nodes
         ids = node[sel].tolist()
         name_code[sel] = [names.setdefault(nodes[i].name, len(names)) for i in ids]
-        kind_code[sel] = [SPAN_KINDS.index(span_kind(nodes[i].type)) for i in ids]
+        kind_code[sel] = [SPAN_KINDS.index(span_kind(nodes[i])) for i in ids]
     if copies > 1:
         n = len(rank)
         rank = np.repeat(np.arange(copies, dtype=np.int64), n)

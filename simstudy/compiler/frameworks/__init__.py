@@ -6,7 +6,7 @@ in issue order) and its compiler (scenario -> per-rank execution graph; by defau
 per message), one module each:
 
 * `pytorch_ddp`: DDP's gradient buckets (`simstudy.compiler.data_parallel`);
-* `horovod`: tensor fusion per background cycle (`horovod.py`);
+* `horovod`: tensor fusion per background cycle, each cycle's buffers issued at its end (`horovod.py`);
 * `tensorflow_mwms`: MultiWorkerMirroredStrategy's gradient packs (`tensorflow_mwms.py`);
 * `kungfu`: per-tensor all-reduce as point-to-point reduce and broadcast messages along a graph
   (`kungfu.py`).
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from simstudy.compiler.costs import Bucket
 from simstudy.compiler.data_parallel import compile_messages, ddp_messages
-from simstudy.compiler.frameworks.horovod import horovod_messages
+from simstudy.compiler.frameworks.horovod import compile_horovod, horovod_messages
 from simstudy.compiler.frameworks.kungfu import compile_kungfu, kungfu_messages
 from simstudy.compiler.frameworks.tensorflow_mwms import mwms_packs
 from simstudy.compiler.graph import ExecutionGraph
@@ -51,7 +51,7 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     "pytorch_ddp": Preset(ddp_messages, "bucket"),
-    "horovod": Preset(horovod_messages, "fused"),
+    "horovod": Preset(horovod_messages, "fused", compile_horovod),
     "tensorflow_mwms": Preset(mwms_packs, "pack"),
     "kungfu": Preset(kungfu_messages, compile_graph=compile_kungfu),
 }
