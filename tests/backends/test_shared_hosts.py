@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from simstudy import chakra
 from simstudy.backends import AstraSimBackend, BackendError, FlowsimBackend, RunResult
 from simstudy.chakra import Node, NodeType
-from simstudy.compiler import Bundle, compile_scenario
+from simstudy.compiler import Bundle, BundleError, compile_scenario
 from simstudy.compiler.bundle import HOST_CORES, HOSTS
 from simstudy.spec import Scenario
 from tests.backends.bundles import write_bundle
@@ -175,5 +175,5 @@ def test_astrasim_refuses_shared_hosts_naming_the_field(tmp_path: Path) -> None:
 def test_a_bad_host_list_names_the_file_and_the_key(tmp_path: Path) -> None:
     bundle = write_bundle(tmp_path / "b", [("Switch", 2, 12.5, 0.0)], [[compute(0, 1)]] * 2)
     share(bundle, 1, [0, 0, 0])
-    with pytest.raises(Exception, match=f"system.json: {HOSTS}: expected the host of each of the 2 NPUs"):
+    with pytest.raises(BundleError, match=f"system.json: {HOSTS}: expected the host of each of the 2 NPUs"):
         FlowsimBackend().run(bundle, tmp_path / "r")
