@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -103,6 +104,52 @@ def testbed_scenario(scenario: Scenario, meta: CaptureMeta | None, *, packets: b
     data = scenario.model_dump(mode="json")
     data["topology"] = topo
     return Scenario.model_validate(data)
+
+
+def capture_hosts(meta: CaptureMeta, ranks: int) -> tuple[int, ...] | None:
+    """The host of every rank of a capture: ranks with the same address in meta.json are one host
+    (a one-host capture, on loopback or in one namespace, puts them all on one), numbered in rank
+    order; None when meta.json does not give every rank an address."""
+    first: dict[str, int] = {}
+    hosts = []
+    for r in range(ranks):
+        ends = meta.ranks.get(r)
+        if not ends:
+            return None
+        hosts.append(first.setdefault(ends[0].ip, len(first)))
+    return tuple(hosts)
+
+
+def shared_hosts_scenario(scenario: Scenario, meta: CaptureMeta | None) -> Scenario:
+    """The recorded job with its ranks sharing their hosts' cores as in the capture: `host_cores`
+    the cores meta.json recorded over the threads of a rank (`capture.threads`), `rank_hosts` from
+    the ranks' addresses (`capture_hosts`). The measured compute times were taken with the workers
+    of a host computing together, so at min(1, C/k) of their speed (k: the most workers on one
+    host): they are scaled by that factor back to a rank's time alone, which the simulation then
+    shares again. Unchanged when the capture recorded no cores (captures before simstudy recorded
+    them), the scenario sets its own, or meta.json does not give every rank an address."""
+    if meta is None or meta.host_cores is None or scenario.system.host_cores is not None:
+        return scenario
+    hosts = capture_hosts(meta, scenario.npus)
+    if hosts is None:
+        return scenario
+    threads = int(((meta.spec or {}).get("capture") or {}).get("threads") or 1)
+    cores = max(1, meta.host_cores // threads)
+    workers = [hosts[r] for r in meta.compute if 0 <= r < len(hosts)]
+    together = max((workers.count(h) for h in set(workers)), default=1)
+    data = scenario.model_dump(mode="json")
+    system = data["system"]
+    system.update(host_cores=cores, rank_hosts=list(hosts))
+    if system.get("measured") and together > cores:
+        system["measured"] = _scaled_times(system["measured"], cores / together)
+    return Scenario.model_validate(data)
+
+
+def _scaled_times(measured: dict[str, Any], factor: float) -> dict[str, Any]:
+    """`system.measured` (as JSON) with every time times `factor`."""
+    out = {k: (v * factor if k.endswith("_us") and v is not None else v) for k, v in measured.items()}
+    out["layers"] = {name: {k: v * factor for k, v in t.items()} for name, t in (measured.get("layers") or {}).items()}
+    return out
 
 
 def packet_sim_table(run_dir: Path, real: TrafficSource) -> tuple[pd.DataFrame, TrafficSource]:
@@ -206,7 +253,8 @@ def validate(
     capture's ranks and roles (`--ranks`), instead of meta.json or the traffic. `judge`: the
     metric levels that decide the verdict. `testbed`: simulate the capture testbed's network
     (`testbed_scenario`) instead of the recorded switch; default: with the packet network (ns3),
-    whose run is then read from its pcaps like the capture."""
+    whose run is then read from its pcaps like the capture. A scenario from the capture's meta.json
+    gets the capture's shared hosts on backends that run them (`shared_hosts_scenario`)."""
     if count not in ("payload", "ip"):
         raise ValueError(f"count must be payload or ip, not {count!r}")
     say = progress or (lambda _text: None)
@@ -219,6 +267,8 @@ def validate(
         backend = backend.model_copy(update={"traffic": "pcap"})
     if (packets if testbed is None else testbed) and spec is None:
         scenario = testbed_scenario(scenario, real.meta, packets=packets)
+    if spec is None and REGISTRY[backend.name].shared_hosts:
+        scenario = shared_hosts_scenario(scenario, real.meta)
     say(f"simulating {scenario.name} ({scenario.npus} ranks) on {backend_key(backend)}")
     result = simulate(scenario, Path(out) / layout.SIM_DIR, backend, astra_sim=astra_sim,
                       source=None if isinstance(spec, Scenario) else spec)

@@ -233,3 +233,36 @@ def test_the_testbed_scenario_is_the_recorded_link() -> None:
     # a capture on the loopback has no testbed link to simulate: its recorded scenario stays
     loopback = meta.model_copy(update={"link": meta.link.model_copy(update={"where": "loopback"})})
     assert testbed_scenario(recorded, loopback, packets=True) == recorded
+
+
+def test_a_capture_that_recorded_its_cores_shares_them() -> None:
+    """meta.json's `host_cores` puts the recorded job's ranks on hosts by their addresses: in one
+    namespace each (this capture), a host apiece, whose one worker keeps its measured times; on the
+    loopback, one host of both workers, which computed together on one core (half speed) while
+    they were timed, so their times are halved back to a rank's alone. `capture.threads` ranks'
+    worth of cores make one; a capture from before simstudy recorded cores keeps its scenario."""
+    from simstudy.spec import Scenario
+    from simstudy.traffic.meta import Endpoint, read_meta
+    from simstudy.validation import capture_hosts, shared_hosts_scenario
+
+    meta = read_meta(Path(__file__).parent / "data" / "testbed_meta" / "ddp_cnn_w2_200mbit_loss1")
+    assert meta is not None and meta.scenario is not None and meta.host_cores is None
+    recorded = Scenario.model_validate(meta.scenario)
+    assert shared_hosts_scenario(recorded, meta) is recorded
+    two = meta.model_copy(update={"host_cores": 1})
+    apart = shared_hosts_scenario(recorded, two)
+    assert (apart.system.host_cores, apart.system.rank_hosts) == (1, (0, 1))
+    assert apart.system.measured == recorded.system.measured
+    lo = two.model_copy(update={"ranks": {r: [Endpoint.parse(f"127.0.0.1:{40000 + r}")] for r in range(2)}})
+    assert capture_hosts(lo, 2) == (0, 0) and capture_hosts(lo, 3) is None
+    together = shared_hosts_scenario(recorded, lo)
+    assert (together.system.host_cores, together.system.rank_hosts) == (1, (0, 0))
+    before, after = recorded.system.measured, together.system.measured
+    assert before is not None and after is not None and before.backward_us is not None
+    assert after.backward_us == pytest.approx(before.backward_us / 2)
+    name, layer = next(iter(before.layers.items()))
+    assert after.layers[name].forward_us == pytest.approx(layer.forward_us / 2)
+    assert shared_hosts_scenario(recorded, lo.model_copy(update={"host_cores": 2})).system.measured == before
+    spec = {**(lo.spec or {}), "capture": {**((lo.spec or {}).get("capture") or {}), "threads": 2}}
+    threaded = shared_hosts_scenario(recorded, lo.model_copy(update={"host_cores": 4, "spec": spec}))
+    assert threaded.system.host_cores == 2

@@ -31,7 +31,7 @@ from simstudy.backends.traffic_build import (
     spans_table,
 )
 from simstudy.backends.traffic_out import TrafficOutput, make_sink
-from simstudy.compiler import Bundle
+from simstudy.compiler import Bundle, BundleError
 from simstudy.compiler.aggregation import astra_sim_refusal
 
 _FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles(?:, exposed communication (\d+) cycles)?")
@@ -67,6 +67,17 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     except OSError:
         return "(no output)"
     return "\n".join(text.splitlines()[-lines:]) or "(no output)"
+
+
+def _shared_hosts_refusal(bundle: Bundle) -> str | None:
+    """ASTRA-SIM gives every rank a device of its own: a bundle whose ranks share their hosts' cores
+    (`system.host_cores`) is refused (None: it can run; a bad system.json is the bundle check's)."""
+    try:
+        shared = bundle.system_config().host_cores is not None
+    except BundleError:
+        return None
+    return ("system.host_cores (shared hosts) is simulated by flowsim only: ASTRA-SIM gives every rank a device "
+            "of its own; use backend flowsim or leave host_cores out") if shared else None
 
 
 def binary_version(binary: Path) -> str:
@@ -130,7 +141,7 @@ class AstraSimBackend:
         return path
 
     def run(self, bundle: Bundle, workdir: Path, *, timeout_s: float | None = None) -> RunResult:
-        refusal = astra_sim_refusal(bundle)
+        refusal = astra_sim_refusal(bundle) or _shared_hosts_refusal(bundle)
         if refusal is not None:
             raise BackendError(f"astrasim: {refusal}")
         if (bundle.directory / layout.SHARING).is_file():

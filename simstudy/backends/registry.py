@@ -52,6 +52,8 @@ class BackendEntry:
     #: None when it can run on this machine, else why not (one line, with the fix); what depends on
     #: a run's arguments (astrasim's binary, `--astra-sim`) is found out when the run starts
     available: Callable[[], str | None] = _anywhere
+    #: it runs ranks that share their hosts' cores (`system.host_cores`)
+    shared_hosts: bool = True
 
     def mode(self, spec: BackendSpec) -> Congestion:
         """The congestion mode it runs for `spec`."""
@@ -78,7 +80,7 @@ REGISTRY: dict[str, BackendEntry] = {e.name: e for e in (
     BackendEntry("flowsim", "built in", _flowsim, (Congestion.FLUID, Congestion.UNAWARE, Congestion.AWARE),
                  key=lambda mode: f"flowsim:congestion={mode.value}"),
     BackendEntry("astrasim", "the ASTRA-SIM binary", _astrasim, (Congestion.UNAWARE, Congestion.AWARE),
-                 key=lambda mode: f"astrasim:aware={mode is Congestion.AWARE}"),
+                 key=lambda mode: f"astrasim:aware={mode is Congestion.AWARE}", shared_hosts=False),
     BackendEntry("ns3", "the packet network", _ns3, (Congestion.NS3,), key=lambda mode: "ns3",
                  traffic=(*TRAFFIC, "pcap"), available=lambda: None if ns3.available() else ns3.MISSING),
 )}

@@ -28,6 +28,7 @@ from simstudy.backends.patterns import (
 from simstudy.chakra import CollectiveType, Node, NodeType
 from simstudy.compiler import Bundle
 from simstudy.compiler.attributes import FLOWS_PER_COLLECTIVE, node_meta
+from simstudy.compiler.bundle import SystemConfig
 from simstudy.compiler.topology_file import NativeDim, NetworkTopology, native_topology, read_topology
 from simstudy.table import OPS, make_table
 
@@ -80,6 +81,13 @@ class WorkloadInfo:
 
     def dim_sizes(self) -> list[int]:
         return [d.npus for d in self.dims]
+
+    @cached_property
+    def shared_hosts(self) -> tuple[int, list[int]] | None:
+        """(cores of every host, host of every rank) when the ranks share their hosts' cores
+        (`system.host_cores`); None when every rank computes on a device of its own."""
+        cfg = SystemConfig.model_validate(self.system)
+        return None if cfg.host_cores is None or cfg.hosts is None else (cfg.host_cores, list(cfg.hosts))
 
     def members(self, node: Node, rank: int) -> list[int]:
         """The ranks a collective node runs on (its `pg_name` group, or all)."""
@@ -208,9 +216,10 @@ _SPAN_KIND: dict[int, str] = {NodeType.COMP_NODE: "compute", NodeType.COMM_COLL_
                               NodeType.COMM_SEND_NODE: "send", NodeType.COMM_RECV_NODE: "recv"}
 
 
-def span_kind(node_type: int) -> str:
-    """The `kind` of a node's span (compute, collective, send, recv, other)."""
-    return _SPAN_KIND.get(int(node_type), "other")
+def span_kind(node: Node) -> str:
+    """The `kind` of a node's span (compute, collective, send, recv, other: a CPU op, such as a
+    framework's wait, is not the device's compute)."""
+    return "other" if node.get("is_cpu_op", False) else _SPAN_KIND.get(int(node.type), "other")
 
 
 def spans_table(info: WorkloadInfo, spans: Spans) -> Any:
@@ -226,7 +235,7 @@ def spans_table(info: WorkloadInfo, spans: Spans) -> Any:
                 t = max((end.get(d, 0) for d in (*n.data_deps, *n.ctrl_deps)), default=0)
                 span = (t, t)
             end[n.id] = span[1]
-            rows.append((r, n.id, n.name, span_kind(n.type), span[0], span[1]))
+            rows.append((r, n.id, n.name, span_kind(n), span[0], span[1]))
     if not rows:
         return empty_spans()
     return make_spans(*zip(*rows, strict=True))
@@ -246,7 +255,7 @@ def busy_times(info: WorkloadInfo, spans: Spans) -> dict[int, tuple[int, int]]:
     """Per rank: (ns spent computing, ns with communication in flight) from node spans."""
     comp: dict[int, list[tuple[int, int]]] = {r: [] for r in range(info.npus)}
     comm: dict[int, list[tuple[int, int]]] = {r: [] for r in range(info.npus)}
-    types = [{n.id: n.type for n in nodes} for nodes in info.nodes]
+    types = [{n.id: n.type for n in nodes if not n.get("is_cpu_op", False)} for nodes in info.nodes]
     for (rank, node_id), span in spans.items():
         t = types[rank].get(node_id)
         if t == NodeType.COMP_NODE:

@@ -33,6 +33,7 @@ from simstudy.compiler.resolve import resolve
 from simstudy.spec import ParameterServer, Scenario
 from simstudy.spec.capture import CaptureSpec
 from simstudy.spec.load import SpecError
+from simstudy.sweeps.executors import usable_cores
 from simstudy.traffic.meta import CaptureMeta, write_meta
 from simstudy.version import __version__
 
@@ -521,4 +522,5 @@ def _meta(spec: CaptureSpec, scenario: Scenario, hosts: list[Host], results: lis
             b.size_bytes for b in messages(resolve(Scenario.model_validate(sim)))],
         "ddp_buckets": {r["rank"]: r["ddp_buckets"] for r in workers if "ddp_buckets" in r},
         "strategy": "ps" if servers else "ddp",
+        "host_cores": usable_cores(),
     })

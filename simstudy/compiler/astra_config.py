@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from simstudy import layout
-from simstudy.spec import Dim, Scenario, System, topology_dims
+from simstudy.compiler.bundle import HOST_CORES, HOSTS
+from simstudy.spec import Dim, Scenario, System, npu_hosts, topology_dims
 from simstudy.spec.collectives import FALLBACK, system_implementations
 
 #: ASTRA-SIM's analytical network reads bandwidth in GB/s with GB = 2^30 bytes.
@@ -41,7 +42,12 @@ def network_yaml(dims: tuple[Dim, ...]) -> str:
 def system_config(scenario: Scenario) -> dict[str, Any]:
     """The system.json content."""
     algorithm = scenario.parallelism.aggregation.all_reduce_algorithm
-    return system_json(scenario.system, len(topology_dims(scenario.topology)), algorithm or FALLBACK.name)
+    out = system_json(scenario.system, len(topology_dims(scenario.topology)), algorithm or FALLBACK.name)
+    s = scenario.system
+    if s.host_cores is not None:  # shared hosts: simstudy's own keys, which ASTRA-SIM does not read
+        out[HOST_CORES] = s.host_cores
+        out[HOSTS] = list(s.rank_hosts if s.rank_hosts is not None else npu_hosts(scenario.topology))
+    return out
 
 
 def system_json(s: System, dims: int, algorithm: str) -> dict[str, Any]:

@@ -55,6 +55,10 @@ class NetworkConfig(BaseModel):
         return self
 
 
+#: system.json keys of shared hosts (`System.host_cores`): the cores of every host, the host of every NPU
+HOST_CORES = "simstudy.host_cores"
+HOSTS = "simstudy.hosts"
+
 IMPLEMENTATIONS = ("all-reduce-implementation", "all-gather-implementation", "reduce-scatter-implementation",
                    "all-to-all-implementation")
 
@@ -89,6 +93,18 @@ class SystemConfig(BaseModel):
     optimization: Literal["baseline", "localBWAware"] = Field(default="baseline", alias="collective-optimization")
     local_mem_bw: float = Field(default=1600, gt=0, allow_inf_nan=False, alias="local-mem-bw")
     peak_perf: float = Field(default=1, gt=0, allow_inf_nan=False, alias="peak-perf")
+    #: simstudy's shared hosts (`system.host_cores`; flowsim only, ASTRA-SIM ignores the keys): the
+    #: cores of every host and the host of every NPU
+    host_cores: int | None = Field(default=None, ge=1, alias=HOST_CORES)
+    hosts: list[int] | None = Field(default=None, alias=HOSTS)
+
+    @model_validator(mode="after")
+    def _hosts_together(self) -> SystemConfig:
+        if (self.host_cores is None) != (self.hosts is None):
+            raise ValueError(f"{HOST_CORES} and {HOSTS} go together (the cores of every host, the host of every NPU)")
+        if self.hosts is not None and any(h < 0 for h in self.hosts):
+            raise ValueError(f"{HOSTS}: expected host numbers >= 0, got {self.hosts}")
+        return self
 
     def implementations(self) -> dict[str, list[str]]:
         """The algorithm of each dimension, by system.json field."""
@@ -142,6 +158,9 @@ class Bundle:
                 if not collective_algorithm(name).fits_dimension(n):
                     raise BundleError(f"{self.system}: {alias}.{d}: {name} needs a power-of-two dimension; "
                                       f"{self.network} npus_count.{d} is {n}")
+        if system.hosts is not None and len(system.hosts) != self.npus:
+            raise BundleError(f"{self.system}: {HOSTS}: expected the host of each of the {self.npus} NPUs of "
+                              f"{self.network}, got {len(system.hosts)}")
         return system
 
     def check(self) -> None:

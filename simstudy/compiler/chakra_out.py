@@ -28,9 +28,9 @@ def task_node(task: Task, rank: int, group: int | None = None, peer: int | None 
     on this rank (default: the task's own)."""
     group = task.group if group is None else group
     peer = task.peer if peer is None else peer
-    attrs = [chakra.is_cpu_op(False)]
+    attrs = [chakra.is_cpu_op(task.kind is TaskKind.WAIT)]
     node = Node(id=task.id, name=task.name, data_deps=list(task.deps))
-    if task.kind is TaskKind.COMPUTE:
+    if task.kind is TaskKind.COMPUTE or task.kind is TaskKind.WAIT:
         node.type = NodeType.COMP_NODE
         node.duration_micros = task.duration_us
         attrs += [chakra.num_ops(task.flops), chakra.tensor_size(task.tensor_bytes)]
@@ -66,7 +66,7 @@ def task_node(task: Task, rank: int, group: int | None = None, peer: int | None 
 
 def _rank_independent(tasks: list[Task]) -> bool:
     """True when no node of these tasks mentions its own rank (only SEND/RECV do)."""
-    return all(t.kind in (TaskKind.COMPUTE, TaskKind.COLLECTIVE) for t in tasks)
+    return all(t.kind in (TaskKind.COMPUTE, TaskKind.WAIT, TaskKind.COLLECTIVE) for t in tasks)
 
 
 def _frames(g: RankGraph, cache: dict[tuple[int, int], bytes]) -> Iterator[bytes]:
@@ -74,7 +74,7 @@ def _frames(g: RankGraph, cache: dict[tuple[int, int], bytes]) -> Iterator[bytes
     a compute node's frame is the same on every rank, a collective's on every rank of its group
     (`cache`, keyed by task and group); sends and receives name the rank and are encoded for it."""
     for t in g.tasks:
-        if t.kind is TaskKind.COMPUTE or t.kind is TaskKind.COLLECTIVE:
+        if t.kind is not TaskKind.SEND and t.kind is not TaskKind.RECV:
             group = g.group_of(t) if t.kind is TaskKind.COLLECTIVE else 0
             key = (id(t), group)
             data = cache.get(key)

@@ -139,7 +139,7 @@ def build_cluster_graph(cluster: Cluster, graphs: list[ExecutionGraph]) -> Execu
 
 
 def _rank_free(tasks: list[Task]) -> bool:
-    return all(t.kind in (TaskKind.COMPUTE, TaskKind.COLLECTIVE) for t in tasks)
+    return all(t.kind in (TaskKind.COMPUTE, TaskKind.WAIT, TaskKind.COLLECTIVE) for t in tasks)
 
 
 def write_jobs(path: Path, cluster: Cluster) -> None:

@@ -15,6 +15,9 @@ class TaskKind(StrEnum):
     """What a task does; maps one to one onto a Chakra node type."""
 
     COMPUTE = "compute"
+    #: a wait on the host's CPU (a framework's background thread sleeping): a CPU op, which takes
+    #: neither the device nor a core, and whose time no compute variability changes
+    WAIT = "wait"
     COLLECTIVE = "collective"
     SEND = "send"
     RECV = "recv"
@@ -84,8 +87,8 @@ class RankGraph:
         """The tasks with this rank's groups and peers (the shared list itself when nothing is bound)."""
         if not self.bound:
             return self.tasks
-        return [replace(t, group=self.group_of(t), peer=self.peer_of(t)) if t.kind is not TaskKind.COMPUTE else t
-                for t in self.tasks]
+        return [replace(t, group=self.group_of(t), peer=self.peer_of(t))
+                if t.kind not in (TaskKind.COMPUTE, TaskKind.WAIT) else t for t in self.tasks]
 
     def _add(self, task: Task) -> int:
         for dep in task.deps:
@@ -111,6 +114,11 @@ class RankGraph:
                 iteration=iteration,
             )
         )
+
+    def wait(self, name: str, duration_us: int, deps: list[int], *, iteration: int = 0) -> int:
+        """Add a wait of `duration_us` microseconds on the CPU (beside the device's compute); returns its id."""
+        return self._add(Task(len(self.tasks), name, TaskKind.WAIT, list(deps), duration_us=duration_us,
+                              iteration=iteration))
 
     def collective(
         self, name: str, kind: Collective, size_bytes: int, deps: list[int], *, group: int = 0, iteration: int = 0,

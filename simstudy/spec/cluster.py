@@ -196,12 +196,21 @@ class Job(Spec):
             raise FieldError("placement.npus", f"{len(self.placement.npus)} NPUs listed; the job has {need} ranks")
         if self.system is not None:
             check_variability(self.system, need, self.training.iterations, "system")
+            refuse_shared_hosts(self.system, "system")
         return self
 
     @property
     def ranks(self) -> int:
         """Ranks (NPUs) of the job."""
         return self.parallelism.total_ranks
+
+
+def refuse_shared_hosts(system: System, prefix: str) -> None:
+    """Shared hosts (`host_cores`) are modelled for a single job: in a cluster, a job that starts late
+    waits in a compute node, which would take its host's cores."""
+    if system.host_cores is not None:
+        raise FieldError(f"{prefix}.host_cores", "shared hosts are modelled for a single job (a scenario), not "
+                                                 "for the jobs of a cluster; leave host_cores out")
 
 
 def npu_hosts(topology: Topology) -> tuple[int, ...]:
@@ -331,6 +340,7 @@ class Cluster(Spec):
         if not _NAME.match(self.name):
             raise FieldError("name", f"{self.name!r} must start with a letter or digit and hold only letters, "
                                      "digits, '_', '.' and '-'")
+        refuse_shared_hosts(self.system, "system")
         seen: dict[str, int] = {}
         for i, job in enumerate(self.jobs):
             if job.name in seen:

@@ -106,7 +106,8 @@ class PyTorchDDP(Preset):
 
 class Horovod(Preset):
     """Horovod tensor fusion: every `cycle_time_ms` the background thread fuses the gradients that
-    became ready into buffers of at most `fusion_buffer_mib` and all-reduces each (ring)."""
+    became ready into buffers of at most `fusion_buffer_mib` and all-reduces each (ring) at the
+    cycle's end."""
 
     captured_by: ClassVar[str | None] = "horovod"
     captured_as: ClassVar[str] = "Horovod's all-reduce over Gloo"
@@ -127,7 +128,9 @@ class Horovod(Preset):
     cycle_time_ms: float = Field(
         default=1.0, ge=0,
         description="HOROVOD_CYCLE_TIME in ms: the background thread's cycle; gradients ready within one "
-        "cycle are fused. Horovod's default since 0.21 is 1 ms (its docs still say 5)",
+        "cycle are fused and leave at the cycle's end (a wait in the ET); 0: no cycle, every gradient leaves "
+        "alone when it is ready. Horovod's default since 0.21 is 1 ms (horovod/common/operations.cc "
+        "SetCycleTimeMs(1); its docs still say 5)",
     )
 
 

@@ -11,7 +11,7 @@ from simstudy.spec.base import FieldError, Spec
 from simstudy.spec.collectives import collective_algorithm
 from simstudy.spec.model import Model, ModelSpec, ZooModel
 from simstudy.spec.parallelism import AllReduce, Parallelism, dp_auto, fill_dp
-from simstudy.spec.system import System, check_variability
+from simstudy.spec.system import System, check_hosts, check_variability
 from simstudy.spec.topology import Topology
 from simstudy.spec.training import Training
 
@@ -111,6 +111,7 @@ class Scenario(Spec):
                              f"training.batch_size_per_worker = {batch} evenly; the batch must be a multiple of "
                              "grad_accumulation_steps x microbatches")
         check_variability(self.system, need, self.training.iterations, "system")
+        check_hosts(self.system, need, "system")
         return self
 
     @property

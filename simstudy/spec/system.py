@@ -135,6 +135,10 @@ class Variability(Spec):
                                  f"(0-{iterations - 1})")
 
 
+#: System fields added after scenarios were first keyed: left out of the canonical JSON when unset.
+NEW_FIELDS = ("variability", "host_cores", "rank_hosts")
+
+
 class System(Spec):
     """Compute rate and collective-layer settings (ASTRA-SIM system.json)."""
 
@@ -169,15 +173,48 @@ class System(Spec):
     variability: Variability | None = Field(
         default=None, description="compute jitter and stragglers (default: every rank computes alike, every iteration)"
     )
+    host_cores: int | None = Field(
+        default=None, ge=1,
+        description="cores of every host, shared by the ranks on it: k ranks computing at once each run at "
+        "min(1, host_cores / k) of their speed (processor sharing; backend flowsim only). Default: every rank "
+        "computes on a device of its own",
+    )
+    rank_hosts: tuple[int, ...] | None = Field(
+        default=None,
+        description="with host_cores: the host of every rank (rank r on host rank_hosts[r]). Default: the "
+        "topology's hosts (rank // gpus_per_host on leaf_spine, clos3 and clos_csv; elsewhere every rank a host "
+        "of its own)",
+    )
+
+    @model_validator(mode="after")
+    def _check_hosts(self) -> System:
+        if self.rank_hosts is not None:
+            if self.host_cores is None:
+                raise FieldError("rank_hosts", "rank_hosts says which ranks share a host's cores; give host_cores "
+                                               "(the cores of every host) too")
+            if any(h < 0 for h in self.rank_hosts):
+                raise FieldError("rank_hosts", f"expected host numbers >= 0, got {list(self.rank_hosts)}")
+        return self
 
     @model_serializer(mode="wrap")
     def _drop_new_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """Leave `variability` out when unset, so that scenarios written before it keep their
-        canonical JSON (and their sweep run keys)."""
+        """Leave `variability`, `host_cores` and `rank_hosts` out when unset, so that scenarios
+        written before them keep their canonical JSON (and their sweep run keys)."""
         data = handler(self)
-        if isinstance(data, dict) and data.get("variability", 0) is None:
-            del data["variability"]
+        if isinstance(data, dict):
+            for key in NEW_FIELDS:
+                if data.get(key, 0) is None:
+                    del data[key]
         return data
+
+
+
+def check_hosts(system: System, ranks: int, prefix: str) -> None:
+    """`system.rank_hosts` must name the host of each of the job's `ranks` ranks; a FieldError
+    names the field below `prefix` (`system`)."""
+    if system.rank_hosts is not None and len(system.rank_hosts) != ranks:
+        raise FieldError(f"{prefix}.rank_hosts", f"expected the host of each of the {ranks} ranks, got "
+                                                 f"{len(system.rank_hosts)} entries")
 
 
 def check_variability(system: System, ranks: int, iterations: int, prefix: str) -> None:

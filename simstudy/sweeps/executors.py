@@ -26,12 +26,17 @@ class Executor(Protocol):
     def run(self, tasks: Sequence[RunTask]) -> Iterator[RunRecord]: ...
 
 
-def default_workers() -> int:
-    """One worker per core this process may use."""
+def usable_cores() -> int:
+    """The cores this process (and what it starts) may run on: its CPU affinity, else the machine's."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def default_workers() -> int:
+    """One worker per core this process may use."""
+    return usable_cores()
 
 
 class LocalExecutor:

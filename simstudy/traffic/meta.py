@@ -214,6 +214,9 @@ class CaptureMeta(_Model, _RankEndpoints):
     buckets: list[int] | None = Field(default=None, description="compiled DDP bucket sizes, bytes")
     ddp_buckets: dict[int, list[int]] = Field(default_factory=dict, description="buckets DDP used, per rank")
     strategy: Literal["ddp", "ps"] | None = None
+    host_cores: int | None = Field(
+        default=None, ge=1, description="cores the ranks could run on, per host (the capturing process's CPU "
+        "affinity; captures before simstudy recorded it have none)")
 
     @field_validator("iterations", mode="before")
     @classmethod

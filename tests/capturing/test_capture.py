@@ -69,6 +69,7 @@ def _check_meta(out: Path, ranks: int) -> dict[str, object]:
     assert all(len(spans) == 3 for spans in meta["iterations"].values())
     assert all(s["packets dropped by kernel"] == 0 for s in meta["tcpdump"].values())
     assert meta["scenario"]["system"]["measured"]["layers"]
+    assert isinstance(meta["host_cores"], int) and meta["host_cores"] >= 1  # the cores the ranks shared
     assert sorted(p.name for p in out.glob("*.pcap")) == [f"rank{r}.pcap" for r in range(ranks)]
     assert not _ours(), "the testbed's namespaces must be gone"
     return meta
@@ -167,6 +168,13 @@ def test_loopback_maps_ranks_by_port(tmp_path: Path) -> None:
     capture(_spec("lo2", {"dp": 2}, where="loopback"), out)
     meta = json.loads((out / "meta.json").read_text())
     assert all(isinstance(v, list) and v for v in meta["ranks"].values())
+    # one host: both ranks share the cores meta.json records (`validate` puts them on one host)
+    from simstudy.traffic.meta import read_meta
+    from simstudy.validation import capture_hosts
+
+    read = read_meta(out)
+    assert read is not None and read.host_cores is not None and read.host_cores >= 1
+    assert capture_hosts(read, 2) == (0, 0)
     per = _payload_per_iteration(out)
     assert set(per) == {(0, 1), (1, 0)}
     for got in per.values():

@@ -25,7 +25,7 @@ import pytest
 
 from simstudy.backends import FlowsimBackend
 from simstudy.compiler import build_graph, compile_scenario, resolve
-from simstudy.compiler.costs import layer_costs
+from simstudy.compiler.costs import layer_costs, whole_us
 from simstudy.compiler.data_parallel import compile_data_parallel
 from simstudy.compiler.frameworks import PRESETS, messages
 from simstudy.compiler.frameworks.kungfu import bcast_graphs, parents
@@ -133,6 +133,50 @@ def test_horovod_fuses_what_is_ready_in_one_cycle_up_to_the_buffer(fusion_mib: f
             math.floor(ready[b.layers[0]] / (cycle_ms * 1000))
         if same_cycle:
             assert threshold == 0 or a.size_bytes + costs[b.layers[0]].grad_bytes > threshold
+
+
+@pytest.mark.parametrize("cycle_ms", [1, 5, 0.3])
+def test_horovod_buffers_wait_for_their_cycles_end(cycle_ms: float) -> None:
+    """Every cycle's buffers are issued after one CPU wait from the cycle's last ready gradient to
+    the cycle's end, on the ET's clock (whole-us backward nodes from the start of backward); the
+    waits are CPU ops that jitter and stragglers leave alone."""
+    system = {"peak_tflops": 2, "efficiency": 0.5}
+    straggling = {**system, "variability": {"stragglers": [{"ranks": [0], "slowdown": 3}]}}
+    s = _scenario({"name": "horovod", "cycle_time_ms": cycle_ms}, system=system)
+    costs = layer_costs(s, s.resolved_model)
+    ends, t = {}, 0
+    for c in reversed(costs):
+        t += whole_us(c.bwd_us)
+        ends[c.index] = t
+    ready = _ready_us(s)
+    for graph in (build_graph(s), build_graph(_scenario({"name": "horovod", "cycle_time_ms": cycle_ms},
+                                                        system=straggling))):
+        tasks = graph.ranks[0].tasks
+        waits = [t for t in tasks if t.kind is TaskKind.WAIT]
+        fused = [t for t in tasks if t.kind is TaskKind.COLLECTIVE]
+        for m, task in zip(messages(s), fused, strict=True):
+            k = math.floor(ready[m.layers[-1]] / (cycle_ms * 1000))
+            (dep,) = task.deps
+            gate = tasks[dep]
+            if gate.kind is TaskKind.WAIT:
+                assert gate.name == f"horovod.cycle{k}.it0"
+                last = gate.deps[0]
+                assert tasks[last].name.startswith("bwd.")
+                layer = next(i for i in ends if tasks[last].name == f"bwd.{s.resolved_model.layers[i].name}.it0")
+                assert ends[layer] + gate.duration_us == whole_us((k + 1) * cycle_ms * 1000)
+            else:  # the cycle's last gradient was ready at its end on the ET's clock
+                assert gate.name.startswith("bwd.")
+        cycles = {math.floor(ready[m.layers[-1]] / (cycle_ms * 1000)) for m in messages(s)}
+        assert len({t.deps[0] for t in fused}) == len(cycles) >= len(waits) > 0  # one gate per cycle
+    plain = [t.duration_us for t in build_graph(s).ranks[0].tasks if t.kind is TaskKind.WAIT]
+    slow = [t.duration_us for t in build_graph(_scenario({"name": "horovod", "cycle_time_ms": cycle_ms},
+                                                         system=straggling)).ranks[0].tasks if t.kind is TaskKind.WAIT]
+    assert plain == slow and plain
+
+
+def test_only_horovod_waits() -> None:
+    for framework in ("pytorch_ddp", "tensorflow_mwms", {"name": "horovod", "cycle_time_ms": 0}):
+        assert not any(t.kind is TaskKind.WAIT for t in build_graph(_scenario(framework)).ranks[0].tasks)
 
 
 # --- TensorFlow MWMS ----------------------------------------------------------------------------

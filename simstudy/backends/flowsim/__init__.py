@@ -13,6 +13,7 @@ import pandas as pd
 from simstudy import layout
 from simstudy.backends.base import SPAN_KINDS, Progress, RankStats, RunResult, empty_spans
 from simstudy.backends.flowsim.engine import Engine, identical_ranks
+from simstudy.backends.flowsim.hosts import uniform
 from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, NETMODELS, FluidNet, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.sharing import prepare as prepare_sharing
@@ -98,7 +99,10 @@ class FlowsimBackend:
         model = self.network_model(info, net, workdir)
         # every rank draws its own losses under TCP (flowsim.tcp): no rank stands for the others then
         lossy = self.congestion in TCP_NETMODELS and any(x > 0 for x in net.loss)
+        # ranks on hosts of different rates (shared cores) do not run alike
+        shared = info.shared_hosts
         identical = (cuts.identical_ranks and model is None and not lossy
+                     and (shared is None or uniform(shared[1], shared[0]))
                      and identical_ranks(info, planner.symmetric))
         # MLTCP counts every byte a job sends: no collective is timed alone, outside the shared model
         engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows,
@@ -188,7 +192,7 @@ def _spans(engine: Engine, copies: int) -> pd.DataFrame:
         nodes = engine.ranks[r].nodes
         ids = node[sel].tolist()
         name_code[sel] = [names.setdefault(nodes[i].name, len(names)) for i in ids]
-        kind_code[sel] = [SPAN_KINDS.index(span_kind(nodes[i].type)) for i in ids]
+        kind_code[sel] = [SPAN_KINDS.index(span_kind(nodes[i])) for i in ids]
     if copies > 1:
         n = len(rank)
         rank = np.repeat(np.arange(copies, dtype=np.int64), n)

@@ -3,7 +3,8 @@
 Per rank, as ASTRA-SIM's workload layer does: a node is issued once its data and control
 dependencies are done, dependency-free nodes in ascending id order, with at most one compute
 node and one communication node (collective or send; receives are exempt) in flight. Compute
-nodes take `duration_micros` x 1000 ns (0 -> 1 ns). A collective starts once every member of its
+nodes take `duration_micros` x 1000 ns (0 -> 1 ns), or on shared hosts (`system.host_cores`) that
+much work at the speed their host's cores give them (`hosts`). A collective starts once every member of its
 group has issued it (the k-th collective a rank issues on a group meets the k-th of the others)
 and runs through `comms` (ASTRA-SIM's system layer on the chosen network model); each member's
 node completes when that member has finished its part. A send is one message on the same
@@ -25,6 +26,7 @@ import numpy as np
 
 from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.comms import Comms
+from simstudy.backends.flowsim.hosts import SharedHosts
 from simstudy.backends.flowsim.in_network import InNetwork
 from simstudy.backends.flowsim.netmodels import Msg, NetModel
 from simstudy.backends.flowsim.sched import TICK, Scheduler
@@ -107,6 +109,22 @@ class Engine:
         self.posted: dict[tuple[int, int, int, int], deque[tuple[int, int]]] = defaultdict(deque)
         self.issued: dict[tuple[int, int], int] = {}
         self.span_cols = (array("q"), array("q"), array("q"), array("q"))  # rank, node, start, end
+        #: ranks sharing their hosts' cores (`system.host_cores`); None: every rank computes alone
+        self.hosts = self._shared_hosts()
+
+    def _shared_hosts(self) -> SharedHosts | None:
+        shared = self.info.shared_hosts
+        if shared is None:
+            return None
+        cores, host_of = shared
+        # with identical ranks, rank 0 stands for every rank of its host (they compute in lock-step)
+        weight = [host_of.count(host_of[0])] if self.identical else None
+        return SharedHosts(self.sched, host_of[:len(self.ranks)], cores, self._computed, weight)
+
+    def _computed(self, rank: int, node_id: int, elapsed_ns: int) -> None:
+        """A compute node on a shared host is done, `elapsed_ns` after it started."""
+        self.ranks[rank].compute_ns += elapsed_ns
+        self.on_done(rank, node_id)
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -211,6 +229,9 @@ class Engine:
                 s.cpu_busy = True
             else:
                 s.comp_busy = True
+                if self.hosts is not None:  # its time on the host's shared cores is counted when it ends
+                    self.hosts.start(rank, node.id, dur)
+                    return
                 s.compute_ns += dur
             self.sched.at(now + dur, self.on_done, rank, node.id)
         elif node.type == NodeType.COMM_COLL_NODE:

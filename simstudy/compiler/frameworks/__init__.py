@@ -6,7 +6,7 @@ in issue order) and its compiler (scenario -> per-rank execution graph; by defau
 per message), one module each:
 
 * `pytorch_ddp`: DDP's gradient buckets (`simstudy.compiler.data_parallel`);
-* `horovod`: tensor fusion per background cycle (`horovod.py`);
+* `horovod`: tensor fusion per background cycle, each cycle's buffers issued at its end (`horovod.py`);
 * `tensorflow_mwms`: MultiWorkerMirroredStrategy's gradient packs (`tensorflow_mwms.py`);
 * `kungfu`: per-tensor all-reduce as point-to-point reduce and broadcast messages along a graph
   (`kungfu.py`).
@@ -18,12 +18,12 @@ whole backward without `overlap`), the optimizer step after every all-reduce.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from simstudy.compiler.costs import Bucket
-from simstudy.compiler.data_parallel import compile_messages, ddp_messages, message_template
-from simstudy.compiler.frameworks.horovod import horovod_messages
+from simstudy.compiler.data_parallel import Wait, compile_messages, ddp_messages, message_template
+from simstudy.compiler.frameworks.horovod import cycle_waits, horovod_messages
 from simstudy.compiler.frameworks.kungfu import compile_kungfu, kungfu_messages
 from simstudy.compiler.frameworks.tensorflow_mwms import mwms_packs
 from simstudy.compiler.graph import ExecutionGraph, RankGraph
@@ -42,22 +42,27 @@ class Preset:
     messages: Callable[[Scenario], list[Bucket]]
     label: str = "bucket"
     compile_graph: Callable[[Scenario], ExecutionGraph] | None = None
+    #: the framework's waits before some messages leave (Horovod's cycle), if it has any
+    waits: Callable[[Scenario], Sequence[Wait]] | None = None
 
     def compile(self, scenario: Scenario) -> ExecutionGraph:
         if self.compile_graph is not None:
             return self.compile_graph(scenario)
-        return compile_messages(scenario, self.messages(scenario), self.label)
+        return compile_messages(scenario, self.messages(scenario), self.label, self._waits(scenario))
 
     def template(self, scenario: Scenario) -> RankGraph | None:
         """The one graph every rank runs (None: a preset whose ranks run graphs of their own)."""
         if self.compile_graph is not None:
             return None
-        return message_template(scenario, self.messages(scenario), self.label)
+        return message_template(scenario, self.messages(scenario), self.label, self._waits(scenario))
+
+    def _waits(self, scenario: Scenario) -> Sequence[Wait]:
+        return self.waits(scenario) if self.waits is not None else ()
 
 
 PRESETS: dict[str, Preset] = {
     "pytorch_ddp": Preset(ddp_messages, "bucket"),
-    "horovod": Preset(horovod_messages, "fused"),
+    "horovod": Preset(horovod_messages, "fused", waits=cycle_waits),
     "tensorflow_mwms": Preset(mwms_packs, "pack"),
     "kungfu": Preset(kungfu_messages, compile_graph=compile_kungfu),
 }
