@@ -439,6 +439,8 @@ def _trace(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: Seconds a run's compiling and routing go on before the bar shows them.
+_QUIET_S = 1.0
 #: How the bar names each phase of a run (`simstudy.backends.base.PHASES`).
 _PHASE_WORDS = {"compile": "compiling", "route": "routing", "simulate": "simulating", "write": "writing"}
 
@@ -452,6 +454,7 @@ class _Bar:
         self.bar: object | None = None
         self.quiet = quiet
         self.phase = ""
+        self.shown = False
 
     def __call__(self, progress: Progress) -> None:
         if self.quiet:
@@ -460,20 +463,27 @@ class _Bar:
 
         if self.bar is None:
             self.bar = tqdm(total=1000, desc=_PHASE_WORDS.get(progress.phase, progress.phase), file=sys.stderr,
-                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}",
+                            delay=_QUIET_S)
         bar = self.bar
         assert isinstance(bar, tqdm)
         bar.set_description_str(_PHASE_WORDS.get(progress.phase, progress.phase), refresh=False)
         bar.set_postfix_str(_rates(progress) if progress.phase in ("simulate", "write") else "", refresh=False)
         bar.update(max(0, int(progress.fraction * 1000) - bar.n))
         if progress.phase != self.phase:
-            bar.refresh()  # a new phase shows its name at once
+            # a new phase shows its name at once: the simulation's always, compiling and routing
+            # once the run has lasted `_QUIET_S` (a run refused while it reads its input prints its
+            # error alone)
+            if progress.phase in ("simulate", "write") or bar.format_dict["elapsed"] >= _QUIET_S:
+                bar.refresh()
+                self.shown = True
             self.phase = progress.phase
 
     def close(self) -> None:
         bar = self.bar
         if bar is not None:
-            bar.refresh()  # type: ignore[attr-defined]
+            if self.shown:
+                bar.refresh()  # type: ignore[attr-defined]
             bar.close()  # type: ignore[attr-defined]
 
 

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 import simstudy as s
+from simstudy.backends.base import Progress
 from simstudy.traffic.features import analyze as analyze_table
 from simstudy.traffic.sources import load_traffic
 from simstudy.validation import payload_view
@@ -125,6 +126,16 @@ def test_run_a_mapping_and_open_it_again(tmp_path: Path) -> None:
     assert links.mode == "links" and links.links is not None and len(links.links) > 0
     assert links.finish_ms == pytest.approx(run.finish_ms)
     assert len(links.traffic) == 0
+
+
+def test_a_run_reports_its_phases_in_order(tmp_path: Path) -> None:
+    """`progress` hears the run's phases: compiling, routing, simulating, writing (the last with
+    the run's whole)."""
+    seen: list[Progress] = []
+    run = s.run(RING4, tmp_path / "run", progress=seen.append, render=False)
+    phases = [p.phase for i, p in enumerate(seen) if i == 0 or p.phase != seen[i - 1].phase]
+    assert phases == ["compile", "route", "simulate", "write"]
+    assert seen[-1].fraction == 1.0 and seen[-1].transfers == run.transfers
 
 
 def test_compile_a_spec_file(tmp_path: Path) -> None:

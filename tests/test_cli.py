@@ -216,8 +216,8 @@ def test_run_keeps_links_instead_of_rows_and_shows_progress(repo: Path, tmp_path
                    "-o", str(out), cwd=repo)
     assert res.returncode == 0, res.stderr
     assert "simulating" in res.stderr and "100%" in res.stderr
-    # the phases in order: compile, route, simulate, write
-    at = [res.stderr.find(f"{w}:") for w in ("compiling", "routing", "simulating", "writing")]
+    # the simulation's phases in order (compiling and routing show once a run has lasted a second)
+    at = [res.stderr.find(f"{w}:") for w in ("simulating", "writing")]
     assert -1 not in at and at == sorted(at), res.stderr
     assert " sim " in res.stderr and "ms/s" in res.stderr and " transfers at " in res.stderr  # rates as it goes
     names = {p.name for p in out.iterdir()}
