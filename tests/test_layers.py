@@ -3,6 +3,7 @@ top-level part of the package, and are the list that docs/development.md shows."
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -64,3 +65,23 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
                           check=False, env=env)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "simstudy.spec.paths -> simstudy.sweeps.errors" in proc.stdout
+
+
+#: The sizes a newcomer can read (issue 33): lines per module, lines per function.
+MODULE_LINES, FUNCTION_LINES = 800, 80
+
+
+def test_no_room_is_too_big_to_read() -> None:
+    """No module of the package over `MODULE_LINES` lines, no function over `FUNCTION_LINES`."""
+    too_big = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        name = path.relative_to(PACKAGE.parent)
+        if source.count("\n") > MODULE_LINES:
+            too_big.append(f"{name}: {source.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > FUNCTION_LINES:
+                    too_big.append(f"{name}:{node.lineno} {node.name}: {length} lines")
+    assert not too_big, "split these (docs/development.md): " + "; ".join(too_big)
