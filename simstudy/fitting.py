@@ -343,8 +343,8 @@ class Fit:
         j = v.jitter if v is not None else None
         if j is not None:
             s = np.array(j.samples)
-            out.append(f"jitter: empirical from {' + '.join(self.compute_only) or 'the iteration intervals'}, "
-                       f"{len(s)} samples, cv {s.std() / s.mean():.3f}, range {s.min():.2f}-{s.max():.2f}; correlated: "
+            out.append(f"jitter: empirical from the iteration intervals, {len(s)} samples, "
+                       f"cv {s.std() / s.mean():.3f}, range {s.min():.2f}-{s.max():.2f}; correlated: "
                        f"{str(j.correlated).lower()} (the ranks' series correlate {rho}, threshold {CORRELATED})")
         else:
             out.append("jitter: none (no per-iteration times logged)")
