@@ -337,7 +337,7 @@ def _validate(args: argparse.Namespace) -> int:
                                    backend=_backend_spec(name=args.backend, timeout_s=args.timeout),
                                    astra_sim=args.astra_sim, tolerances=tolerances, skip=args.skip,
                                    count=args.count, ranks=args.ranks, judge_transport=args.judge_transport,
-                                   testbed=True if args.testbed else None, progress=bar)
+                                   testbed=True if args.testbed else None, fit=args.fit, progress=bar)
         finally:
             bar.close()
     except ValueError as exc:
@@ -348,11 +348,32 @@ def _validate(args: argparse.Namespace) -> int:
         raise
     v = verdict.validation
     path = render_validation(v, out)
+    if v.fit is not None:
+        print("\n".join(["Fitted compute:", *(f"  {line}" for line in v.fit.lines()), ""]))
     print(v.report.to_markdown())
     for w in v.real.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(f"report {path}")
     return EXIT_OK if v.report.passed else EXIT_FAILED
+
+
+def _fit(args: argparse.Namespace) -> int:
+    import yaml
+
+    from simstudy import api
+
+    out = Path(args.output) if args.output else Path(args.capture) / layout.FIT_DIR / "system.yaml"
+    result = api.fit(args.capture, args.spec, work=args.work, backend=_backend_spec(name=args.backend,
+                     timeout_s=args.timeout), astra_sim=args.astra_sim, ranks=args.ranks,
+                     testbed=True if args.testbed else None)
+    print("\n".join(result.lines()))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(result.system.model_dump(mode="json", exclude_none=True), sort_keys=False, width=120,
+                          default_flow_style=None)
+    out.write_text(f"# system fitted to {args.capture} by simstudy fit: a scenario's `system:` takes it\n{text}",
+                   encoding="utf-8")
+    print(f"system {out}")
+    return EXIT_OK if result.converged else EXIT_FAILED
 
 
 def _capture(args: argparse.Namespace) -> int:
@@ -631,6 +652,21 @@ COMMANDS = (
         _arg("--ranks", metavar="MAP.yaml", help=_RANKS_HELP),
         _arg("--judge-transport", action="store_true",
              help="let transport-level metrics (sub-iteration bursts, 1 ms throughput) decide the verdict too"),
+        _arg("--fit", action="store_true",
+             help="simulate with the compute fitted to the capture's logged iterations (see `simstudy fit`); the "
+                  "table marks the metrics the fit determines (the period)"),
+    )),
+    _Command("fit", "fit the compute model (pace, jitter, stragglers) to a captured job; write it as a system",
+             _fit, (
+        _arg("capture", help="capture directory with meta.json (as simstudy capture writes it)"),
+        _arg("-o", "--output", help="system YAML to write (default CAPTURE/fit/system.yaml)"),
+        _arg("--spec", help="scenario YAML to start from (default: the scenario in the capture's meta.json)"),
+        _arg("--backend", default="flowsim", choices=_BACKENDS, help="simulator of the fit's runs"),
+        _arg("--work", metavar="DIR", help="keep the fit's simulations here (default: a temporary directory)"),
+        _arg("--testbed", action="store_true", help="start from the capture testbed's network (see validate)"),
+        _arg("--astra-sim", metavar="PATH", help="ASTRA-SIM binary"),
+        _arg("--timeout", type=float, default=3600.0, help="seconds before a simulation is abandoned"),
+        _arg("--ranks", metavar="MAP.yaml", help=_RANKS_HELP),
     )),
     _Command("capture", "run a real torch.distributed training job and record its packets (root)", _capture, (
         _arg("spec", help="capture spec YAML (a scenario without topology, plus a capture section)"),
@@ -710,7 +746,7 @@ def _say_error(text: str) -> None:
 
 def _inputs(args: argparse.Namespace) -> list[str]:
     """The files and directories a command was given (what an error without a file name is about)."""
-    names = ("spec", "study", "path", "real", "run", "workload", "network", "system", "topology", "paths")
+    names = ("spec", "study", "path", "real", "capture", "run", "workload", "network", "system", "topology", "paths")
     given: list[str] = []
     for name in names:
         value = getattr(args, name, None)

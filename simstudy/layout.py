@@ -60,6 +60,8 @@ ANALYSIS_MD = "analysis.md"
 VALIDATION_DIR = "validation"
 VALIDATION_MD = "validation.md"
 SIM_DIR = "sim"
+#: The simulations of `validate --fit`'s fit, in the validation directory (`fit/run<k>`).
+FIT_DIR = "fit"
 #: In `analysis/plots/`.
 TIMELINE_PLOT = "timeline.png"
 MATRIX_PLOT = "matrix.png"

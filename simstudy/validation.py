@@ -17,7 +17,6 @@ import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,6 +25,7 @@ from pydantic import ValidationError
 from simstudy import layout
 from simstudy.backends import RunResult, simulate
 from simstudy.backends.registry import REGISTRY, backend_key
+from simstudy.fitting import Fit, FitError, Simulated, fit_system, scaled_times, with_system
 from simstudy.linktable import read_links
 from simstudy.spec import BackendSpec, Scenario, SpecError, load_scenario, spec_error
 from simstudy.traffic.compare import DEFAULT_TOLERANCES, JOB, ValidationReport, compare
@@ -50,6 +50,8 @@ class Validation:
     sim_features: Features
     report: ValidationReport
     not_measurable: tuple[str, ...]
+    fit: Fit | None = None
+    """The compute model fitted to the capture (`validate(fit=True)`), which the simulation ran."""
 
 
 def scenario_for(source: TrafficSource, spec: str | Path | Scenario | None) -> Scenario:
@@ -141,15 +143,8 @@ def shared_hosts_scenario(scenario: Scenario, meta: CaptureMeta | None) -> Scena
     system = data["system"]
     system.update(host_cores=cores, rank_hosts=list(hosts))
     if system.get("measured") and together > cores:
-        system["measured"] = _scaled_times(system["measured"], cores / together)
+        system["measured"] = scaled_times(system["measured"], cores / together)
     return Scenario.model_validate(data)
-
-
-def _scaled_times(measured: dict[str, Any], factor: float) -> dict[str, Any]:
-    """`system.measured` (as JSON) with every time times `factor`."""
-    out = {k: (v * factor if k.endswith("_us") and v is not None else v) for k, v in measured.items()}
-    out["layers"] = {name: {k: v * factor for k, v in t.items()} for name, t in (measured.get("layers") or {}).items()}
-    return out
 
 
 def packet_sim_table(run_dir: Path, real: TrafficSource) -> tuple[pd.DataFrame, TrafficSource]:
@@ -243,6 +238,7 @@ def validate(
     judge: Collection[Level] = (JOB,),
     progress: Callable[[str], None] | None = None,
     testbed: bool | None = None,
+    fit: bool = False,
 ) -> Validation:
     """Simulate the job of the capture at `real_path` into `out/sim` on `backend` (default flowsim),
     analyse and compare.
@@ -254,12 +250,40 @@ def validate(
     metric levels that decide the verdict. `testbed`: simulate the capture testbed's network
     (`testbed_scenario`) instead of the recorded switch; default: with the packet network (ns3),
     whose run is then read from its pcaps like the capture. A scenario from the capture's meta.json
-    gets the capture's shared hosts on backends that run them (`shared_hosts_scenario`)."""
+    gets the capture's shared hosts on backends that run them (`shared_hosts_scenario`). `fit`:
+    simulate with the compute fitted to the capture's logged iterations (`simstudy.fit`; its
+    simulations in `out/fit`), and mark the metrics the fit determines."""
     if count not in ("payload", "ip"):
         raise ValueError(f"count must be payload or ip, not {count!r}")
     say = progress or (lambda _text: None)
     say(f"reading the capture {real_path}")
     real = load_traffic(real_path, rank_map=rank_map)
+    scenario, backend, packets = _prepared(real, spec, backend, testbed)
+    source = None if isinstance(spec, Scenario) else spec
+    fitted = None
+    if fit:
+        say(f"fitting {scenario.name}'s compute to the logged iterations")
+        fitted = fit_capture(real, scenario, Path(out) / layout.FIT_DIR, backend=backend, packets=packets,
+                             astra_sim=astra_sim)
+        scenario = with_system(scenario, fitted.system)
+    say(f"simulating {scenario.name} ({scenario.npus} ranks) on {backend_key(backend)}")
+    result, sim_table = _simulated(scenario, real, Path(out) / layout.SIM_DIR, backend, packets, astra_sim, source)
+    real_table = payload_view(real.table) if count == "payload" else real.table
+    say("analysing the real and the simulated traffic")
+    real_features = analyze(real_table, boundaries=real.boundaries, roles=real.roles)
+    sim_features = analyze(sim_table, roles=scenario_roles(scenario, sim_table))
+    unmeasurable = tuple(m for m in _unmeasurable(real_features, sim_features) if m not in skip)
+    report = compare(real_features, sim_features, tolerances=tolerances, skip=(*skip, *unmeasurable), judge=judge)
+    if fitted is not None:
+        report = report.with_fit(fitted.determines)
+    say("compared")
+    return Validation(real, scenario, sim_table, result, real_features, sim_features, report, unmeasurable, fitted)
+
+
+def _prepared(real: TrafficSource, spec: str | Path | Scenario | None, backend: BackendSpec | None,
+              testbed: bool | None) -> tuple[Scenario, BackendSpec, bool]:
+    """The scenario to simulate for a capture (see `validate`), the backend's options, and whether
+    it is the packet network (read from its pcaps like the capture)."""
     scenario = scenario_for(real, spec)
     backend = backend or BackendSpec()
     packets = "pcap" in REGISTRY[backend.name].traffic  # the packet network: compared on its pcaps
@@ -269,22 +293,53 @@ def validate(
         scenario = testbed_scenario(scenario, real.meta, packets=packets)
     if spec is None and REGISTRY[backend.name].shared_hosts:
         scenario = shared_hosts_scenario(scenario, real.meta)
-    say(f"simulating {scenario.name} ({scenario.npus} ranks) on {backend_key(backend)}")
-    result = simulate(scenario, Path(out) / layout.SIM_DIR, backend, astra_sim=astra_sim,
-                      source=None if isinstance(spec, Scenario) else spec)
+    return scenario, backend, packets
+
+
+def _simulated(scenario: Scenario, real: TrafficSource, out: Path, backend: BackendSpec, packets: bool,
+               astra_sim: str | Path | None, source: str | Path | None) -> tuple[RunResult, pd.DataFrame]:
+    """Simulate `scenario` into `out` and return its run and its table as a capture would see it."""
+    result = simulate(scenario, out, backend, astra_sim=astra_sim, source=source)
     if packets:
-        sim_table, _ = packet_sim_table(Path(out) / layout.SIM_DIR, real)
+        sim_table, _ = packet_sim_table(out, real)
     else:
-        sim_table = comparable_sim(result.traffic, real,
-                                   grpc_pull=scenario.parallelism.framework.pull_requests)
-    real_table = payload_view(real.table) if count == "payload" else real.table
-    say("analysing the real and the simulated traffic")
-    real_features = analyze(real_table, boundaries=real.boundaries, roles=real.roles)
-    sim_features = analyze(sim_table, roles=scenario_roles(scenario, sim_table))
-    unmeasurable = tuple(m for m in _unmeasurable(real_features, sim_features) if m not in skip)
-    report = compare(real_features, sim_features, tolerances=tolerances, skip=(*skip, *unmeasurable), judge=judge)
-    say("compared")
-    return Validation(real, scenario, sim_table, result, real_features, sim_features, report, unmeasurable)
+        sim_table = comparable_sim(result.traffic, real, grpc_pull=scenario.parallelism.framework.pull_requests)
+    return result, sim_table
+
+
+def fit_capture(real: TrafficSource, scenario: Scenario, out: Path, *, backend: BackendSpec, packets: bool = False,
+                astra_sim: str | Path | None = None) -> Fit:
+    """Fit `scenario`'s compute to the iterations the capture `real` logged (`simstudy.fit`): each
+    of the fit's simulations runs in `out/run<k>` and is analysed as `validate` analyses its one."""
+    meta_path = real.path / layout.META
+    if real.meta is None:
+        raise FitError(f"{meta_path}: no meta.json: the fit needs the iterations and steps a capture logged "
+                       "(simstudy capture writes them)")
+
+    def run(s: Scenario, k: int) -> Simulated:
+        result, table = _simulated(s, real, out / f"run{k}", backend, packets, astra_sim, None)
+        period = float(analyze(table, roles=scenario_roles(s, table)).scalars()["period_s"])
+        compute = max(r.compute_ns for r in result.ranks) / 1e9 / s.training.iterations
+        return Simulated(period, compute)
+
+    return fit_system(real.meta, scenario, run, source=str(meta_path))
+
+
+def fit_compute(
+    real_path: str | Path,
+    out: str | Path,
+    *,
+    spec: str | Path | Scenario | None = None,
+    backend: BackendSpec | None = None,
+    astra_sim: str | Path | None = None,
+    rank_map: RankMap | None = None,
+    testbed: bool | None = None,
+) -> Fit:
+    """The compute model of the capture at `real_path`, fitted to its logged iterations, starting
+    from the scenario `validate` would simulate; the fit's simulations run in `out`."""
+    real = load_traffic(real_path, rank_map=rank_map)
+    scenario, backend, packets = _prepared(real, spec, backend, testbed)
+    return fit_capture(real, scenario, Path(out), backend=backend, packets=packets, astra_sim=astra_sim)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 from simstudy.backends.estimate import EstimateError
 from simstudy.chakra import ChakraFormatError
 from simstudy.compiler import BundleError, CompileError
+from simstudy.fitting import FitError
 from simstudy.report.chrome_trace import TraceError
 from simstudy.report.dashboard import DashboardError
 from simstudy.spec import SpecError
@@ -41,7 +42,8 @@ def input_error_types() -> tuple[type[BaseException], ...]:
     from simstudy.traffic.cluster import ClusterError
 
     return (InputError, SpecError, CompileError, BundleError, ChakraFormatError, SweepError, PcapError, SourceError,
-            MetaError, FileNotFoundError, DashboardError, TraceError, ClusterError, CountersError, EstimateError)
+            MetaError, FileNotFoundError, DashboardError, TraceError, ClusterError, CountersError, EstimateError,
+            FitError)
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from simstudy.api.runs import Run, backend_spec, open_run
 from simstudy.api.specs import load_spec
 from simstudy.capturing.run import CaptureResult
 from simstudy.capturing.run import capture as capture_job
+from simstudy.fitting import Fit
 from simstudy.spec import BackendSpec, Scenario, validate_as
 from simstudy.spec.capture import CaptureSpec
 from simstudy.spec.load import load_spec as load_spec_file
@@ -28,7 +30,7 @@ from simstudy.traffic.features import analyze as analyze_table
 from simstudy.traffic.meta import load_rank_map
 from simstudy.traffic.sources import TrafficSource
 from simstudy.traffic.sources import load_traffic as load_source
-from simstudy.validation import CounterValidation, Validation, payload_view
+from simstudy.validation import CounterValidation, Validation, fit_compute, payload_view
 from simstudy.validation import validate as validate_capture
 from simstudy.validation import validate_counters as validate_series
 
@@ -146,6 +148,7 @@ def validate(
     ranks: str | Path | None = None,
     judge_transport: bool = False,
     testbed: bool | None = None,
+    fit: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> Verdict:
     """Simulate the job a capture recorded and compare both, metric by metric.
@@ -166,6 +169,9 @@ def validate(
         testbed: Simulate the capture testbed's network (veths to a bridge, token buckets on both
             ends, losses, from meta.json) instead of the recorded switch; default: with the
             ``ns3`` backend, whose run is then read from its pcaps like the capture.
+        fit: Simulate with the compute fitted to the capture's logged iterations (see `fit`; its
+            simulations in ``out/fit``); the table marks the metrics the fit determines
+            (``fitted``) and ``validation.fit`` says what was fitted.
         progress: Called with the name of each stage.
 
     Returns:
@@ -191,7 +197,7 @@ def validate(
             v = validate_capture(real, target, spec=scenario, backend=options, astra_sim=astra_sim,
                                  tolerances=tolerances, skip=skip, count=count, rank_map=rank_map,
                                  judge=(JOB, TRANSPORT) if judge_transport else (JOB,), progress=progress,
-                                 testbed=testbed)
+                                 testbed=testbed, fit=fit)
         except InputError:
             raise
         except ValueError as exc:
@@ -199,6 +205,60 @@ def validate(
                 raise InputError(str(exc)) from exc
             raise
     return Verdict(target, v)
+
+
+def fit(
+    capture: str | Path,
+    spec: SpecSource | Scenario | None = None,
+    *,
+    work: str | Path | None = None,
+    backend: str | BackendSpec = "flowsim",
+    timeout_s: float = 3600.0,
+    astra_sim: str | Path | None = None,
+    ranks: str | Path | None = None,
+    testbed: bool | None = None,
+) -> Fit:
+    """Fit the compute model to a captured job: its pace, jitter and stragglers.
+
+    Each rank's compute per iteration, its jitter and any straggler are derived from the
+    iterations and steps the capture's meta.json logged.
+
+    The pace of the recorded compute is fitted so that the simulated job has the logged period
+    (iteration time minus the communication the simulation exposes; see `simstudy.fitting`), the
+    jitter is the logged iterations' spread, and stragglers are ranks whose compute-only phases
+    are consistently slower than the others'.
+
+    Args:
+        capture: The capture directory (with meta.json, as `simstudy capture` writes it).
+        spec: The scenario to start from (file, mapping or `Scenario`); default: the capture's.
+        work: Where the fit's simulations run (default: a temporary directory, removed after).
+        backend: ``flowsim``, ``astrasim``, ``ns3``, or a `simstudy.spec.BackendSpec`.
+        timeout_s: Seconds before a simulation is abandoned.
+        astra_sim: The ASTRA-SIM binary.
+        ranks: A rank map naming the capture's endpoints (see `load_traffic`).
+        testbed: Start from the capture testbed's network (see `validate`).
+
+    Returns:
+        The fit: the fitted ``system`` (a `simstudy.spec.System`, as a scenario's ``system:``
+        takes it) and what it was derived from (``lines()``).
+
+    Raises:
+        InputError: The capture has no meta.json or logged iterations, or the spec is not valid.
+        simstudy.backends.BackendError: A simulation did not complete.
+    """
+    options = backend_spec(backend, timeout_s=timeout_s)
+    with input_errors():
+        loaded = load_spec(spec) if isinstance(spec, Mapping) else spec
+        if loaded is not None and not isinstance(loaded, str | Path | Scenario):
+            raise InputError("spec: a fit starts from one job: expected a scenario, not a cluster")
+        scenario = loaded
+        rank_map = load_rank_map(ranks) if ranks else None
+        if work is not None:
+            return fit_compute(capture, work, spec=scenario, backend=options, astra_sim=astra_sim,
+                               rank_map=rank_map, testbed=testbed)
+        with tempfile.TemporaryDirectory(prefix="simstudy-fit-") as tmp:
+            return fit_compute(capture, tmp, spec=scenario, backend=options, astra_sim=astra_sim,
+                               rank_map=rank_map, testbed=testbed)
 
 
 # -- switch counters ---------------------------------------------------------------------------------

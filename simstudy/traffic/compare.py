@@ -109,6 +109,8 @@ class MetricComparison:
     """It decides the verdict (its level is judged)."""
     why: str = ""
     """What it says about the job (job level), or why real and simulated may differ in it (transport level)."""
+    fitted: str = ""
+    """How the fitted compute (`validate --fit`) determines it; empty when it does not."""
 
 
 @dataclass(frozen=True)
@@ -145,24 +147,34 @@ class ValidationReport:
             return "PASS"
         return f"FAIL ({len(self.failures)} of {len(self.judged)} judged metrics)"
 
+    def with_fit(self, determined: Mapping[str, str]) -> ValidationReport:
+        """The report with the rows of `determined` (metric -> how the fit determines it) marked."""
+        return replace(self, rows=tuple(replace(r, fitted=determined.get(r.metric, "")) for r in self.rows))
+
     def to_frame(self) -> pd.DataFrame:
         """One row per metric: metric, level, judged, real, simulated, distance, kind, tolerance,
-        passed, note, why."""
+        passed, note, why, fitted."""
         cols = ["metric", "level", "judged", "real", "simulated", "distance", "kind", "tolerance", "passed", "note",
-                "why"]
+                "why", "fitted"]
         return pd.DataFrame([[getattr(r, c) for c in cols] for r in self.rows], columns=cols)
 
     def to_markdown(self) -> str:
         """The judged metrics and the verdict, then the metrics reported beside it with the reason
         they may differ, then notes."""
         head = ["| metric | real | simulated | distance | tolerance | pass |", "|---|---:|---:|---:|---:|:---:|"]
+        fit = any(r.fitted for r in self.rows)
+        judged_head = [head[0] + " fit |", head[1] + ":---:|"] if fit else head
 
         def row(r: MetricComparison, mark: str) -> str:
             return (f"| {r.metric} | {_fmt(r.real)} | {_fmt(r.simulated)} | {_fmt(r.distance)} "
                     f"| {_fmt(r.tolerance)} | {mark} |")
 
-        lines = ["Judged (what the training job does):", "", *head,
-                 *(row(r, "yes" if r.passed else "**no**") for r in self.judged), "", f"**{self.verdict}**"]
+        def judged_row(r: MetricComparison) -> str:
+            text = row(r, "yes" if r.passed else "**no**")
+            return text + (f" {'fitted' if r.fitted else ''} |" if fit else "")
+
+        lines = ["Judged (what the training job does):", "", *judged_head,
+                 *(judged_row(r) for r in self.judged), "", f"**{self.verdict}**"]
         if self.reported:
             lines += ["", "Reported, not judged (the transport shapes these; why they can differ below):", "",
                       "| metric | real | simulated | distance | tolerance | within |", head[1],
@@ -170,6 +182,7 @@ class ValidationReport:
             whys = dict.fromkeys(r.why for r in self.reported if r.why)
             lines += ["", *(f"- {', '.join(r.metric for r in self.reported if r.why == w)}: {w}" for w in whys)]
         notes = [f"- {r.metric}: {r.note}" for r in self.rows if r.note]
+        notes += [f"- {r.metric} (fit): {r.fitted}" for r in self.rows if r.fitted]
         if self.skipped:
             notes.append(f"- skipped: {', '.join(self.skipped)}")
         return "\n".join([*lines, *(["", *notes] if notes else [])]) + "\n"

@@ -141,7 +141,7 @@ def test_report_frame_and_markdown(real: Features) -> None:
     report = compare(real, analyze(ring(scale=2)))
     frame = report.to_frame()
     assert list(frame.columns) == ["metric", "level", "judged", "real", "simulated", "distance", "kind", "tolerance",
-                                   "passed", "note", "why"]
+                                   "passed", "note", "why", "fitted"]
     assert len(frame) == len(DEFAULT_TOLERANCES) and frame["passed"].dtype == bool
     md = report.to_markdown()
     assert md.splitlines()[2] == "| metric | real | simulated | distance | tolerance | pass |"
@@ -149,6 +149,14 @@ def test_report_frame_and_markdown(real: Features) -> None:
     assert "FAIL" in md and "Reported, not judged" in md
     assert "PASS" in compare(real, real).to_markdown()
     assert ValidationReport(()).to_frame().empty
+    # a fitted validation marks what the fit determines: a column of the judged table and a note
+    fitted = report.with_fit({"period_s": "set by the fit"})
+    assert fitted.verdict == report.verdict
+    assert list(fitted.to_frame().query("fitted != ''")["metric"]) == ["period_s"]
+    lines = fitted.to_markdown().splitlines()
+    assert lines[2] == "| metric | real | simulated | distance | tolerance | pass | fit |"
+    assert any(x.startswith("| period_s |") and x.endswith("| fitted |") for x in lines)
+    assert "- period_s (fit): set by the fit" in lines
 
 
 def test_the_verdict_is_on_the_job_and_the_transport_is_reported(real: Features) -> None:
