@@ -16,7 +16,9 @@ import pytest
 import yaml
 
 import simstudy as s
-from simstudy.fitting import (
+from simstudy.spec import Scenario
+from simstudy.traffic.meta import CaptureMeta, read_meta
+from simstudy.validation.fitting import (
     MIN_PACE,
     PERIOD_TOLERANCE,
     STRAGGLER_RATIO,
@@ -26,8 +28,6 @@ from simstudy.fitting import (
     fit_system,
     jitter_of,
 )
-from simstudy.spec import Scenario
-from simstudy.traffic.meta import CaptureMeta, read_meta
 from tests.conftest import run_cli
 
 CAPTURE = Path(__file__).parent / "data" / "fit" / "ddp_lstm_w2_namespace"

@@ -10,7 +10,6 @@ from typing import Any
 from simstudy.backends.estimate import EstimateError
 from simstudy.chakra import ChakraFormatError
 from simstudy.compiler import BundleError, CompileError
-from simstudy.fitting import FitError
 from simstudy.report.chrome_trace import TraceError
 from simstudy.report.dashboard import DashboardError
 from simstudy.spec import SpecError
@@ -19,6 +18,7 @@ from simstudy.traffic.counters import CountersError
 from simstudy.traffic.meta import MetaError
 from simstudy.traffic.pcap import PcapError
 from simstudy.traffic.sources import SourceError
+from simstudy.validation.fitting import FitError
 
 #: A spec given as a YAML file or as the mapping a YAML file would hold.
 SpecSource = str | Path | Mapping[str, Any]

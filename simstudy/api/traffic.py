@@ -16,7 +16,6 @@ from simstudy.api.runs import Run, backend_spec, open_run
 from simstudy.api.specs import load_spec
 from simstudy.capturing.run import CaptureResult
 from simstudy.capturing.run import capture as capture_job
-from simstudy.fitting import Fit
 from simstudy.spec import BackendSpec, Scenario, validate_as
 from simstudy.spec.capture import CaptureSpec
 from simstudy.spec.load import load_spec as load_spec_file
@@ -33,6 +32,7 @@ from simstudy.traffic.sources import load_traffic as load_source
 from simstudy.validation import CounterValidation, Validation, fit_compute, payload_view
 from simstudy.validation import validate as validate_capture
 from simstudy.validation import validate_counters as validate_series
+from simstudy.validation.fitting import Fit
 
 
 def load_traffic(path: str | Path, *, ranks: str | Path | None = None) -> TrafficSource:
@@ -224,7 +224,7 @@ def fit(
     iterations and steps the capture's meta.json logged.
 
     The pace of the recorded compute is fitted so that the simulated job has the logged period
-    (iteration time minus the communication the simulation exposes; see `simstudy.fitting`), the
+    (iteration time minus the communication the simulation exposes; see `simstudy.validation.fitting`), the
     jitter is the logged iterations' spread, and stragglers are ranks whose compute-only phases
     are consistently slower than the others'.
 

@@ -25,7 +25,6 @@ from pydantic import ValidationError
 from simstudy import layout
 from simstudy.backends import RunResult, simulate
 from simstudy.backends.registry import REGISTRY, backend_key
-from simstudy.fitting import Fit, FitError, Simulated, fit_system, scaled_times, with_system
 from simstudy.linktable import read_links
 from simstudy.spec import BackendSpec, Scenario, SpecError, load_scenario, spec_error
 from simstudy.traffic.compare import DEFAULT_TOLERANCES, JOB, ValidationReport, compare
@@ -36,6 +35,7 @@ from simstudy.traffic.meta import CaptureMeta, RankMap
 from simstudy.traffic.registry import Level
 from simstudy.traffic.roles import Roles, given
 from simstudy.traffic.sources import TrafficSource, load_traffic
+from simstudy.validation.fitting import Fit, FitError, Simulated, fit_system, scaled_times, with_system
 
 
 @dataclass(frozen=True)
