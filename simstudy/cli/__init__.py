@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
 from simstudy import layout
+from simstudy.cli.bars import StageBar, progress_bar
 from simstudy.spec.study import CONGESTION_CHOICES, BackendName, BackendOptions
 from simstudy.version import __version__
 
 if TYPE_CHECKING:
     import http.server
 
-    from simstudy.backends.base import Progress
     from simstudy.spec import BackendSpec
     from simstudy.sweeps import Expansion
 
@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_OK
     spec = _backend_spec(name=args.backend, congestion="aware" if args.aware else args.congestion,
                          timeout_s=args.timeout, traffic=args.traffic, traffic_bin_s=args.traffic_bin)
-    bar = _progress_bar(args.quiet or args.backend == "astrasim")
+    bar = progress_bar(args.quiet or args.backend == "astrasim")
     given: str | Bundle
     if args.spec:
         given = args.spec
@@ -278,27 +278,6 @@ def _tolerances(items: Sequence[str]) -> dict[str, float]:
     return out
 
 
-class _StageBar:
-    """A tqdm bar over the stages of a long command: each message is a stage (its description)."""
-
-    def __init__(self, total: int, *, enabled: bool = True) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=total, disable=not enabled, unit="step", dynamic_ncols=True, leave=True,
-                        bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} [{elapsed}]")
-        self.first = True
-
-    def __call__(self, text: str) -> None:
-        if not self.first:
-            self.bar.update(1)
-        self.first = False
-        self.bar.set_description_str(text[:70])
-
-    def close(self) -> None:
-        self.bar.update(self.bar.total - self.bar.n)
-        self.bar.close()
-
-
 def _validate_counters(args: argparse.Namespace) -> int:
     from simstudy import api
     from simstudy.report.counters import render_counter_validation
@@ -308,7 +287,7 @@ def _validate_counters(args: argparse.Namespace) -> int:
         raise SpecError(None, "--spec", "switch counters record no scenario: give the one to simulate with --spec")
     real = Path(args.real)
     out = Path(args.output) if args.output else (real if real.is_dir() else real.parent) / layout.VALIDATION_DIR
-    bar = _StageBar(3, enabled=not args.quiet)
+    bar = StageBar(3, enabled=not args.quiet)
     try:
         v = api.validate_counters(real, args.spec, out, backend=BackendSpec(name=args.backend, timeout_s=args.timeout),
                                   astra_sim=args.astra_sim, tolerances=_tolerances(args.tolerance), progress=bar)
@@ -331,7 +310,7 @@ def _validate(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path(args.real) / layout.VALIDATION_DIR
     tolerances = _tolerances(args.tolerance)
     try:
-        bar = _StageBar(4, enabled=not args.quiet)
+        bar = StageBar(4, enabled=not args.quiet)
         try:
             verdict = api.validate(args.real, args.spec, out,
                                    backend=_backend_spec(name=args.backend, timeout_s=args.timeout),
@@ -382,7 +361,7 @@ def _capture(args: argparse.Namespace) -> int:
     from simstudy.spec.load import load_spec
 
     spec = load_spec(CaptureSpec, args.spec)
-    bar = _StageBar(5, enabled=not args.quiet)
+    bar = StageBar(5, enabled=not args.quiet)
     try:
         result = api.capture(spec, args.output, force=args.force, source=args.spec, progress=bar)
     finally:
@@ -458,71 +437,6 @@ def _trace(args: argparse.Namespace) -> int:
     trace = api.trace(run, out, iterations=args.iterations, ranks=args.ranks, transfers=args.transfers)
     print(f"trace {out}: {trace.counts()} (open in https://ui.perfetto.dev or chrome://tracing)")
     return EXIT_OK
-
-
-#: Seconds a run's compiling and routing go on before the bar shows them.
-_QUIET_S = 1.0
-#: How the bar names each phase of a run (`simstudy.backends.base.PHASES`).
-_PHASE_WORDS = {"compile": "compiling", "route": "routing", "simulate": "simulating", "write": "writing"}
-
-
-class _Bar:
-    """A tqdm bar fed with a run's `Progress` (nothing when quiet): the phase (compiling, routing,
-    simulating, writing), the fraction of its transfers done, the simulated time reached and how
-    fast it goes (simulated time and transfers per second), and the ETA tqdm makes of the fraction."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.bar: object | None = None
-        self.quiet = quiet
-        self.phase = ""
-        self.shown = False
-
-    def __call__(self, progress: Progress) -> None:
-        if self.quiet:
-            return
-        from tqdm import tqdm
-
-        if self.bar is None:
-            self.bar = tqdm(total=1000, desc=_PHASE_WORDS.get(progress.phase, progress.phase), file=sys.stderr,
-                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}",
-                            delay=_QUIET_S)
-        bar = self.bar
-        assert isinstance(bar, tqdm)
-        bar.set_description_str(_PHASE_WORDS.get(progress.phase, progress.phase), refresh=False)
-        bar.set_postfix_str(_rates(progress) if progress.phase in ("simulate", "write") else "", refresh=False)
-        bar.update(max(0, int(progress.fraction * 1000) - bar.n))
-        if progress.phase != self.phase:
-            # a new phase shows its name at once: the simulation's always, compiling and routing
-            # once the run has lasted `_QUIET_S` (a run refused while it reads its input prints its
-            # error alone)
-            if progress.phase in ("simulate", "write") or bar.format_dict["elapsed"] >= _QUIET_S:
-                bar.refresh()
-                self.shown = True
-            self.phase = progress.phase
-
-    def close(self) -> None:
-        bar = self.bar
-        if bar is not None:
-            if self.shown:
-                bar.refresh()  # type: ignore[attr-defined]
-            bar.close()  # type: ignore[attr-defined]
-
-
-def _rates(p: Progress) -> str:
-    """'sim 12.345 ms at 0.41 ms/s, 1.2 M transfers at 35.1 k/s'"""
-
-    def si(x: float) -> str:
-        for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-            if x >= div:
-                return f"{x / div:.1f} {unit}"
-        return f"{x:.0f}"
-
-    return (f"sim {p.sim_ns / 1e6:.3f} ms at {p.sim_ns_per_s / 1e6:.3g} ms/s, "
-            f"{si(p.transfers)} transfers at {si(p.transfers_per_s)}/s")
-
-
-def _progress_bar(quiet: bool) -> _Bar:
-    return _Bar(quiet)
 
 
 #: One argument of a command: its flags (or a positional's name) and argparse's keywords.
