@@ -12,7 +12,8 @@ timeout stalls an iteration now and then, and on one host compute on 2 shared co
 between paces, so that the median of 20 iterations jumps between two clusters by 10% and more
 with one sample; the median and the mean are kept in the JSON, and the median's error is
 printed too; payload per marked iteration), and the verdict of `simstudy validate --real DIR --spec S` on the bare
-directory with the capture's own scenario. Targets: period within 5% and bytes per iteration
+directory with the capture's own scenario (as `validate --real` takes it from meta.json: its ranks
+on the capture's hosts, sharing the cores it recorded). Targets: period within 5% and bytes per iteration
 within 2% in every case.
 
 A second matrix puts every rank on one host, where ranks share an address and are told apart
@@ -23,9 +24,11 @@ too) or in one network namespace of their own (`where: namespace`, on 10.0.0.1),
 loopback interface; 20 recorded iterations (compute, not a link, sets their pace, and 2 shared
 cores make it jitter). Same targets.
 
-    sudo python benchmarks/bare_captures.py [-o results/bare] [--reuse] [--quick] [--iterations 5]
+    sudo python benchmarks/bare_captures.py [-o results/bare] [--reuse] [--fit] [--quick] [--iterations 5]
                                             [--matrix hosts|one-host|all] [--one-host-iterations 20]
 
+`--fit` also validates each whole capture (with its meta.json) with its compute fitted to what
+it logged, as `simstudy validate --real DIR --fit` does, and prints that verdict beside.
 `--reuse` analyses the captures already in the output directory instead of capturing again
 (rerun one case by deleting its directory). Captures are CPU-sensitive: the load average at the
 start and the end is printed.
@@ -53,12 +56,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity import MODELS, STRATEGIES, case_spec
 
 from simstudy.capturing.run import capture
+from simstudy.spec import Scenario
 from simstudy.spec.capture import CaptureSpec
 from simstudy.traffic.features import analyze
 from simstudy.traffic.iterations import interquartile_mean
 from simstudy.traffic.meta import read_meta
 from simstudy.traffic.sources import load_traffic
-from simstudy.validation import payload_view, validate
+from simstudy.validation import payload_view, shared_hosts_scenario, validate
 
 LINKS: dict[str, dict[str, Any]] = {"200mbit": {"rate_mbit": 200}, "200mbit_loss1": {"rate_mbit": 200, "loss": 0.01}}
 
@@ -128,6 +132,8 @@ def main() -> int:
     ap.add_argument("--matrix", choices=("hosts", "one-host", "all"), default="all")
     ap.add_argument("--quick", action="store_true", help="2 workers, no lossy links")
     ap.add_argument("--reuse", action="store_true", help="analyse captures already in the output directory")
+    ap.add_argument("--fit", action="store_true",
+                    help="also validate each whole capture with its compute fitted to what it logged (--fit)")
     args = ap.parse_args()
     out = Path(args.output)
     print(f"load average at the start: {load()} (2 cores)")
@@ -147,7 +153,12 @@ def main() -> int:
                 real = load_traffic(bare)
                 f = analyze(payload_view(real.table), boundaries=real.boundaries, roles=real.roles)
                 scenario = out / "bare" / f"{spec.name}.yaml"
-                scenario.write_text(yaml.safe_dump(read_meta(case).scenario))  # type: ignore[union-attr]
+                meta = read_meta(case)
+                assert meta is not None and meta.scenario is not None
+                # the capture's own scenario as `validate --real` takes it from meta.json (its ranks on
+                # the capture's hosts, sharing the cores it recorded)
+                own = shared_hosts_scenario(Scenario.model_validate(meta.scenario), meta)
+                scenario.write_text(yaml.safe_dump(own.model_dump(mode="json")))
                 v = validate(bare, out / "validation" / spec.name, spec=scenario)
             want = truth(case)
         except Exception as exc:  # one failing case does not stop the matrix
@@ -166,21 +177,30 @@ def main() -> int:
                "verdict": v.report.verdict, "wall_s": time.monotonic() - t0}
         if v.report.failures:
             row["verdict"] += ": " + ", ".join(r.metric for r in v.report.failures)
+        if args.fit:  # the whole capture, its compute fitted to what it logged (`validate --real DIR --fit`)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                vf = validate(case, out / "validation-fit" / spec.name, fit=True)
+            row["verdict_fit"] = vf.report.verdict + (
+                ": " + ", ".join(r.metric for r in vf.report.failures) if vf.report.failures else "")
         rows.append(row)
         ok = abs(row["period_err"]) <= 0.05 and abs(row["bytes_err"]) <= 0.02
         print(f"{spec.name:34s} {roles:16s} {p.period_s * 1e3:10.1f}ms {want['period_s'] * 1e3:7.1f}ms "
               f"{row['period_err']:+7.1%} {row['period_err_median']:+8.1%}  "
               f"{b.total:13,.0f} {want['total']:13,.0f} {row['bytes_err']:+7.2%}  "
-              f"{b.iterations:2d}  {row['verdict']}{'' if ok else '   <- off target'}", flush=True)
+              f"{b.iterations:2d}  {row['verdict']}{'' if ok else '   <- off target'}"
+              + (f"  | --fit: {row['verdict_fit']}" if args.fit else ""), flush=True)
     done = [r for r in rows if "error" not in r]
     period_ok = sum(abs(r["period_err"]) <= 0.05 for r in done)
     bytes_ok = sum(abs(r["bytes_err"]) <= 0.02 for r in done)
     passed = sum(r["verdict"].startswith("PASS") for r in done)
     worst_p = max((abs(r["period_err"]) for r in done), default=math.nan)
     worst_b = max((abs(r["bytes_err"]) for r in done), default=math.nan)
+    fit_passed = sum(r.get("verdict_fit", "").startswith("PASS") for r in done)
     print(f"\nperiod within 5%: {period_ok}/{len(done)} (worst {worst_p:.1%}); bytes per iteration within 2%: "
-          f"{bytes_ok}/{len(done)} (worst {worst_b:.2%}); validate PASS: {passed}/{len(done)}; "
-          f"failed cases: {len(rows) - len(done)}")
+          f"{bytes_ok}/{len(done)} (worst {worst_b:.2%}); validate PASS: {passed}/{len(done)}"
+          + (f", with --fit: {fit_passed}/{len(done)}" if args.fit else "")
+          + f"; failed cases: {len(rows) - len(done)}")
     print(f"load average at the end: {load()}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "bare_captures.json").write_text(json.dumps(rows, indent=1))
