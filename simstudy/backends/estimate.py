@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simstudy.backends.patterns import CollectiveConfig, first_member_messages
+from simstudy.backends.registry import entry
 from simstudy.compiler import check_fit, job_scenario, resolve, resolve_cluster
 from simstudy.compiler.aggregation import distinct_graphs
 from simstudy.compiler.astra_config import system_config, system_json
 from simstudy.compiler.graph import Collective, RankGraph, TaskKind
-from simstudy.spec import BackendSpec, Cluster, Congestion, Scenario, SpecError, is_graph, topology_dims
+from simstudy.spec import BackendSpec, Cluster, Scenario, SpecError, is_graph, topology_dims
 from simstudy.spec.collectives import FALLBACK
 
 __all__ = ["COSTS", "Cost", "Estimate", "EstimateError", "Model", "Workload", "check_memory", "estimate",
@@ -336,10 +337,9 @@ def estimate(spec: Scenario | Cluster, source: str | Path | None = None, *,
 
 
 def _mode(backend: BackendSpec) -> tuple[str, str]:
-    mode = Congestion(backend.congestion).value
-    if backend.name == "astrasim":
-        return "astrasim", "aware" if mode == "aware" else "unaware"
-    return backend.name, mode
+    """The (backend, mode) a spec runs: the mode its registry entry takes for it (ASTRA-SIM's unaware
+    binary under the default fluid)."""
+    return backend.name, entry(backend).mode(backend).value
 
 
 def check_memory(spec: Scenario | Cluster, backend: BackendSpec, source: str | Path | None = None, *,

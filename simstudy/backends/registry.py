@@ -135,6 +135,6 @@ def check_network(cluster: Cluster, spec: BackendSpec, source: str | Path | None
     field = cluster.network.given()
     if field is None:
         return
-    mode = entry(spec).mode(spec)
-    if spec.name != "flowsim" or not mode.fluid:
+    mode = entry(spec).mode(spec)  # only flowsim's entry runs the fluid mode
+    if not mode.fluid:
         raise SpecError(source, field, refusal(mode, spec.name))

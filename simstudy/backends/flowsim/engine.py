@@ -27,7 +27,7 @@ import numpy as np
 from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.comms import Comms
 from simstudy.backends.flowsim.hosts import SharedHosts
-from simstudy.backends.flowsim.in_network import InNetwork
+from simstudy.backends.flowsim.in_network import InNetwork, chunk_sizes
 from simstudy.backends.flowsim.netmodels import Msg, NetModel
 from simstudy.backends.flowsim.sched import TICK, Scheduler
 from simstudy.backends.flowsim.system import Planner
@@ -423,7 +423,7 @@ class Engine:
                     continue
                 aggregated = in_network_of(node)
                 if aggregated is not None:  # its chunks up and down (the switches' own sends left out)
-                    total += 2 * max(1, -(-int(node.get("comm_size", 0)) // max(1, aggregated[1])))
+                    total += 2 * len(chunk_sizes(int(node.get("comm_size", 0)), aggregated[1]))
                     continue
                 kind = COLLECTIVE_KIND.get(CollectiveType(int(node.get("comm_type", 0))))
                 if kind is None:

@@ -55,7 +55,7 @@ class SharedHosts:
 
     def rate(self, load: int) -> Fraction:
         """The speed of each of `load` ranks computing at once on one host."""
-        return Fraction(1) if load <= self.cores else Fraction(self.cores, load)
+        return _rate(load, self.cores)
 
     def start(self, rank: int, node: int, work_ns: int) -> None:
         """Rank `rank` starts compute node `node` of `work_ns` ns of work alone."""
@@ -102,4 +102,9 @@ def uniform(host_of: Sequence[int], cores: int) -> bool:
     counts: dict[int, int] = {}
     for h in host_of:
         counts[h] = counts.get(h, 0) + 1
-    return len({Fraction(1) if n <= cores else Fraction(cores, n) for n in counts.values()}) <= 1
+    return len({_rate(n, cores) for n in counts.values()}) <= 1
+
+
+def _rate(load: int, cores: int) -> Fraction:
+    """min(1, cores / load): the speed of each of `load` ranks computing at once on `cores` cores."""
+    return Fraction(1) if load <= cores else Fraction(cores, load)

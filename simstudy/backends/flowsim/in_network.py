@@ -31,7 +31,6 @@ into a worker.
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections import defaultdict, deque
 from collections.abc import Callable
@@ -205,6 +204,13 @@ class _Aggregation:
         return found
 
 
+def chunk_sizes(size: int, chunk_bytes: int) -> list[int]:
+    """A worker's gradient of `size` bytes as chunks of `chunk_bytes`: ceil(size / chunk) of them, the
+    last one what is left (one empty chunk for an empty gradient)."""
+    chunk = max(1, chunk_bytes)
+    return [min(chunk, size - c * chunk) if size else 0 for c in range(max(1, -(-size // chunk)))]
+
+
 #: emit(meta, t_send, t_arrive, src, dst, bytes, flow, chunk, step) of one transfer
 Emit = Callable[[NodeMeta, int, int, int, int, int, int, int, int], None]
 #: done(rank, node, issued): the rank's node has every chunk's sum
@@ -241,11 +247,8 @@ class InNetwork:
         now = self.comms.sched.now
         if agg is None:
             meta = node_meta(node)
-            size = int(node.get("comm_size", 0))
-            chunk = max(1, chunk_bytes)
-            n = max(1, math.ceil(size / chunk))
             agg = self.open[key] = _Aggregation(self.trees.tree(members, meta.job), members, meta,
-                                                [min(chunk, size - c * chunk) if size else 0 for c in range(n)])
+                                                chunk_sizes(int(node.get("comm_size", 0)), chunk_bytes))
             for s in agg.tree.switches:
                 self.free.setdefault(s, slots)
         worker = agg.workers[rank] = _Worker(rank, node, now)

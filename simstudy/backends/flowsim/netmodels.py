@@ -547,8 +547,7 @@ class FastFluidNet(FluidNet):
         """The rates solved for `sig` before (the routes in order, and what weighs them), or solved now."""
         rates = self._solved.get(sig)
         if rates is None:
-            rates = self._maxmin(flows) if weights is None and classes is None else solve(flows, self.capacity,
-                                                                                          weights, classes)
+            rates = solve(flows, self.capacity, weights, classes)
             self._kept += len(flows)
             if self._kept > self.MEMO:
                 self._solved.clear()
