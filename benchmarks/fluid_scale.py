@@ -20,7 +20,11 @@ Cases (`--cases`, comma-separated; default all that the zoo can build):
 A run that passes `--timeout` seconds is stopped and printed as '>' its timeout. Under each run:
 `simstudy run --estimate`'s wall time and memory of it and estimate / measured.
 
-Usage: python benchmarks/fluid_scale.py [--cases rn256,lingjun] [--timeout 1800] [--modes fluid,unaware]
+Every run is a congestion mode on one of flowsim's engines (`--runs mode:engine,...`; the default:
+fluid on the compiled core, fluid on the Python engine, unaware on the compiled core, the reference).
+
+Usage: python benchmarks/fluid_scale.py [--cases rn256,lingjun] [--timeout 1800]
+                                        [--runs fluid:compiled,unaware:compiled]
 """
 
 from __future__ import annotations
@@ -114,8 +118,11 @@ def peak_bytes() -> int:
 # -- one run, in its own process -----------------------------------------------------------------
 
 
-def work(case: str, mode: str, bundle_dir: str, out: str, timeout_s: float) -> dict[str, Any]:
-    """Run one case in one mode: the bundle's simulation (the Lingjun case: the whole study)."""
+def work(case: str, run: str, bundle_dir: str, out: str, timeout_s: float) -> dict[str, Any]:
+    """Run one case in one mode on one engine (`run`: mode:engine): the bundle's simulation (the
+    Lingjun case: the whole study)."""
+    mode, _, engine = run.partition(":")
+    engine = engine or "auto"
     from simstudy.backends import FlowsimBackend
     from simstudy.compiler import Bundle
 
@@ -126,7 +133,8 @@ def work(case: str, mode: str, bundle_dir: str, out: str, timeout_s: float) -> d
 
         source = ROOT / "specs" / "placement_lingjun.yaml"
         study = load_study(source)
-        options = study.backend_options.model_copy(update={"congestion": mode, "timeout_s": timeout_s})
+        options = study.backend_options.model_copy(update={"congestion": mode, "timeout_s": timeout_s,
+                                                            "engine": engine})
         swept = run_study(study.model_copy(update={"backend_options": options}), source, out, progress=False)
         wall = time.perf_counter() - t0
         counts = swept.counts
@@ -141,7 +149,7 @@ def work(case: str, mode: str, bundle_dir: str, out: str, timeout_s: float) -> d
         last[:] = [p]
 
     try:
-        result = FlowsimBackend(congestion=mode, traffic="none", progress=keep).run(
+        result = FlowsimBackend(congestion=mode, traffic="none", progress=keep, engine=engine).run(
             Bundle.from_dir(bundle_dir), Path(out), timeout_s=timeout_s)
     except BackendError as exc:
         if "timed out" not in str(exc) or not last:
@@ -227,7 +235,9 @@ def fmt_wall(r: dict[str, Any], timeout_s: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--cases", default=",".join(CASES), help="cases to run (default: all)")
-    parser.add_argument("--modes", default="fluid,unaware", help="congestion modes (the last is the reference)")
+    parser.add_argument("--runs", "--modes", default="fluid:compiled,fluid:python,unaware:compiled",
+                        help="congestion mode:engine of each run (engine compiled or python; the last run is the "
+                             "reference)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before one run is stopped")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -235,9 +245,9 @@ def main() -> None:
         case, mode, bundle, out, timeout_s = args.child
         print(json.dumps(work(case, mode, bundle, out, float(timeout_s))))
         return
-    modes = [m for m in args.modes.split(",") if m]
+    modes = [m for m in args.runs.split(",") if m]
     ref = modes[-1]
-    print(f"{'case':<32} {'mode':<8} {'wall s':>8} {'peak GiB':>9} {'transfers':>13} {'transfers/s':>12} "
+    print(f"{'case':<32} {'run':<16} {'wall s':>8} {'peak GiB':>9} {'transfers':>13} {'transfers/s':>12} "
           f"{'finish ms':>10} {'x ' + ref:>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for case in [c for c in args.cases.split(",") if c]:
@@ -249,7 +259,7 @@ def main() -> None:
             t0 = time.perf_counter()
             bundle = compile_case(case, Path(tmp) / case / "bundle")
             if bundle is not None:
-                print(f"{label:<32} {'compile':<8} {time.perf_counter() - t0:>8.1f}", flush=True)
+                print(f"{label:<32} {'compile':<16} {time.perf_counter() - t0:>8.1f}", flush=True)
             workload = estimate_workload(case)
             results = {m: run_child(case, m, bundle, Path(tmp) / case / m, args.timeout) for m in modes}
             for m in modes:
@@ -269,12 +279,12 @@ def main() -> None:
                     note += (f"  stopped at {r['fraction']:.2%} of its transfers, sim {r['sim_ns'] / 1e6:.3f} ms:"
                              f" about {eta:,.0f} s in all at this rate")
                 note += f"  {r['error']}" if "error" in r else ""
-                print(f"{label:<32} {m:<8} {fmt_wall(r, args.timeout):>8} {peak:>9} {count:>13} {rate:>12} "
+                print(f"{label:<32} {m:<16} {fmt_wall(r, args.timeout):>8} {peak:>9} {count:>13} {rate:>12} "
                       f"{finish:>10} {ratio:>10}{note}", flush=True)
                 if workload is not None:
                     done = "error" not in r and not r.get("timeout")
-                    print(f"{'':<32} {against(workload, 'flowsim', m, r['wall'] if done else None, r.get('peak'))}",
-                          flush=True)
+                    est = against(workload, "flowsim", m.partition(":")[0], r["wall"] if done else None, r.get("peak"))
+                    print(f"{'':<32} {est}", flush=True)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from typing import get_args
 from simstudy.backends import ns3
 from simstudy.backends.astrasim import AstraSimBackend
 from simstudy.backends.base import Backend, Progress
-from simstudy.backends.flowsim import FlowsimBackend
+from simstudy.backends.flowsim import CORE_MISSING, FlowsimBackend
 from simstudy.backends.flowsim.sharing import refusal
 from simstudy.spec import BackendSpec, Cluster, Congestion, SpecError
 from simstudy.spec.study import BackendName
@@ -62,7 +62,8 @@ class BackendEntry:
 
 def _flowsim(spec: BackendSpec, mode: Congestion, astra_sim: str | Path | None,
              progress: Callable[[Progress], None] | None) -> Backend:
-    return FlowsimBackend(congestion=mode, traffic=spec.traffic, traffic_bin_s=spec.traffic_bin_s, progress=progress)
+    return FlowsimBackend(congestion=mode, traffic=spec.traffic, traffic_bin_s=spec.traffic_bin_s, progress=progress,
+                          engine=spec.engine)
 
 
 def _astrasim(spec: BackendSpec, mode: Congestion, astra_sim: str | Path | None,
@@ -100,6 +101,9 @@ def entry(spec: BackendSpec) -> BackendEntry:
     if spec.traffic not in found.traffic:
         takers = " or ".join(f"{e.name} ({e.about})" for e in REGISTRY.values() if spec.traffic in e.traffic)
         raise SpecError(None, "traffic", f"{spec.traffic} needs backend {takers}, not {spec.name}")
+    if spec.engine == "compiled" and CORE_MISSING is not None:
+        raise SpecError(None, "engine", f"{CORE_MISSING}: install simstudy where a C++ compiler is present, "
+                                        "or use engine python")
     return found
 
 

@@ -77,7 +77,8 @@ def _run(args: argparse.Namespace) -> int:
         print(api.estimate(args.spec, traffic=args.traffic))
         return EXIT_OK
     spec = _backend_spec(name=args.backend, congestion="aware" if args.aware else args.congestion,
-                         timeout_s=args.timeout, traffic=args.traffic, traffic_bin_s=args.traffic_bin)
+                         timeout_s=args.timeout, traffic=args.traffic, traffic_bin_s=args.traffic_bin,
+                         engine=args.engine)
     bar = progress_bar(args.quiet or args.backend == "astrasim")
     given: str | Bundle
     if args.spec:
@@ -100,7 +101,8 @@ def _run(args: argparse.Namespace) -> int:
         bar.close()
     times = result.times
     finish, exposed = times["finish_ns"], times["exposed_comm_ns"]
-    print(f"{result.backend} ({result.backend_version}) -> {out}/")
+    engine = result.details.get("engine")
+    print(f"{result.backend} ({result.backend_version}{f', {engine} engine' if engine else ''}) -> {out}/")
     print(f"  ranks {len(finish)}, finish {max(finish) / 1e6:.3f} ms (min {min(finish) / 1e6:.3f}), "
           f"exposed comm max {max(exposed) / 1e6:.3f} ms")
     kept = {"rows": layout.TRAFFIC, "links": layout.LINKS, "none": "counts only"}[result.mode]
@@ -121,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
 
 #: The command-line flag of each backend option (what an error about the option names).
 _FLAGS = {"timeout_s": "--timeout", "traffic_bin_s": "--traffic-bin", "traffic": "--traffic",
-          "congestion": "--congestion", "name": "--backend"}
+          "congestion": "--congestion", "name": "--backend", "engine": "--engine"}
 
 
 def _backend_spec(**values: object) -> BackendSpec:
@@ -493,6 +495,8 @@ COMMANDS = (
              help=_field_help("traffic") + " (default: rows)"),
         _arg("--traffic-bin", type=float, default=1e-3, metavar="SECONDS",
              help=_field_help("traffic_bin_s") + " (default: 0.001)"),
+        _arg("--engine", choices=list(get_args(BackendOptions.model_fields["engine"].annotation)), default="auto",
+             help=_field_help("engine") + " (default: auto)"),
         _arg("--quiet", action="store_true", help="no progress bar"),
         _arg("--estimate", action="store_true",
              help="print ranks, distinct graphs, messages, flows at peak and each backend's memory and wall time, "

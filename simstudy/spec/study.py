@@ -111,6 +111,12 @@ class BackendOptions(Spec):
         "pcap (backend ns3: the rows and ns-3's pcaps, one per rank interface, in pcap/)",
     )
     traffic_bin_s: float = Field(default=1e-3, gt=0, description="traffic: links: width of a time bin, seconds")
+    engine: Literal["auto", "compiled", "python"] = Field(
+        default="auto",
+        description="flowsim's engine: compiled (its compiled core, built where a C++ compiler was present at "
+        "install: the fluid network model in C++), python (the reference, equal to the nanosecond) or auto "
+        "(compiled where built); run.json's details.engine says which ran",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -7,6 +7,7 @@ collective kinds a test wants to draw."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from simstudy import chakra
 from simstudy.backends import BackendError, FlowsimBackend, RunResult
-from simstudy.backends.flowsim import DEFAULT, FULL, Shortcuts
+from simstudy.backends.flowsim import CORE_MISSING, DEFAULT, FULL, Shortcuts
 from simstudy.backends.patterns import CollectiveConfig, chunk_messages
 from simstudy.chakra import Node, NodeType
 from simstudy.compiler import Bundle
@@ -279,8 +280,10 @@ def cases(draw: st.DrawFn, *, max_npus: int = 16, max_ops: int = 4, groups: bool
                 topology)
 
 
-#: The fluid model's solvers compared: the reference first.
-SOLVERS = ("reference", "fast")
+#: The fluid model's solvers compared, as (fluid solver, engine): the reference first; the compiled
+#: core's wherever it is built (CI builds it: there it must be).
+SOLVER_RUNS = {"reference": ("reference", "python"), "fast": ("fast", "python"), "compiled": ("fast", "compiled")}
+SOLVERS = ("reference", "fast") + (("compiled",) if CORE_MISSING is None or os.environ.get("CI") else ())
 
 
 def run_solvers(bundle: Bundle, workdir: Path, shortcuts: Shortcuts = FULL,
@@ -290,8 +293,9 @@ def run_solvers(bundle: Bundle, workdir: Path, shortcuts: Shortcuts = FULL,
     out: dict[str, RunResult | BackendError] = {}
     for name in solvers:
         try:
-            out[name] = FlowsimBackend(congestion="fluid", shortcuts=shortcuts, fluid_solver=name).run(
-                bundle, workdir / name)
+            solver, engine = SOLVER_RUNS[name]
+            out[name] = FlowsimBackend(congestion="fluid", shortcuts=shortcuts, fluid_solver=solver,
+                                       engine=engine).run(bundle, workdir / name)
         except BackendError as exc:
             out[name] = exc
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,10 +12,10 @@ import numpy as np
 import pandas as pd
 
 from simstudy import layout
-from simstudy.backends.base import SPAN_KINDS, Progress, RankStats, RunResult, empty_spans
+from simstudy.backends.base import SPAN_KINDS, BackendError, Progress, RankStats, RunResult, empty_spans
 from simstudy.backends.flowsim.engine import Engine, identical_ranks
 from simstudy.backends.flowsim.hosts import uniform
-from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, NETMODELS, FluidNet, NetModel
+from simstudy.backends.flowsim.netmodels import CORE_MISSING, FLUID_SOLVERS, NETMODELS, FluidNet, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.sharing import prepare as prepare_sharing
 from simstudy.backends.flowsim.shortcuts import DEFAULT, FULL, Shortcuts
@@ -29,10 +30,21 @@ from simstudy.spec import Congestion
 from simstudy.table import OPS
 from simstudy.version import __version__
 
-__all__ = ["CONGESTION_MODES", "DEFAULT", "FULL", "FlowsimBackend", "Shortcuts"]
+__all__ = ["CONGESTION_MODES", "CORE_MISSING", "DEFAULT", "ENGINES", "FULL", "FlowsimBackend", "Shortcuts"]
 
 #: flowsim's congestion modes (see `netmodels`): fluid max-min sharing, ASTRA-SIM's unaware and aware.
 CONGESTION_MODES = tuple(m.value for m in NETMODELS)
+#: flowsim's engines: `compiled` (the compiled core, `_core.pyx`, where it is built), `python` (the
+#: reference it equals to the nanosecond), `auto` (compiled where built, else python)
+ENGINES = ("auto", "compiled", "python")
+_told: list[bool] = []
+
+
+def _tell_missing() -> None:
+    """Say once per process that the compiled core is missing, and why (the run goes on in Python)."""
+    if not _told:
+        _told.append(True)
+        print(f"simstudy: {CORE_MISSING}; flowsim runs its Python engine", file=sys.stderr)
 
 
 class _Rows:
@@ -66,13 +78,25 @@ class FlowsimBackend:
     `progress(Progress)` is called now and then: the fraction of the transfers it expects that
     are simulated, the simulated time reached, the transfers so far and the wall time. `shortcuts`
     says which fast paths it takes (`shortcuts.FULL`: none, the full simulation they stand for);
-    `fluid_solver` which solver the fluid mode uses (`fast`, or `reference`, the one it must equal)."""
+    `fluid_solver` which solver the fluid mode uses (`fast`, or `reference`, the one it must equal);
+    `engine` which engine runs (`ENGINES`): the compiled core holds the fluid network model under
+    max-min fair sharing, so a run in another mode, with sharing policies or with TCP under loss
+    runs in Python whatever it says (run.json's details say which engine ran, and why)."""
 
     name = "flowsim"
 
     def __init__(self, *, congestion: str | Congestion = Congestion.FLUID, traffic: str = "rows",
                  traffic_bin_s: float = 1e-3, progress: Callable[[Progress], None] | None = None,
-                 shortcuts: Shortcuts = DEFAULT, fluid_solver: str = "fast") -> None:
+                 shortcuts: Shortcuts = DEFAULT, fluid_solver: str = "fast", engine: str = "auto") -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+        if engine == "compiled" and CORE_MISSING is not None:
+            raise BackendError(f"flowsim: engine compiled: {CORE_MISSING}; install simstudy where a C++ compiler "
+                               "is present, or use engine python")
+        if engine == "auto" and CORE_MISSING is not None:
+            _tell_missing()
+        #: the engine chosen (`compiled` or `python`)
+        self.engine = "python" if engine == "python" or CORE_MISSING is not None else "compiled"
         if congestion not in NETMODELS:
             raise ValueError(f"unknown congestion mode {congestion!r}; expected one of {', '.join(CONGESTION_MODES)}")
         if fluid_solver not in FLUID_SOLVERS:
@@ -105,10 +129,11 @@ class FlowsimBackend:
                      and (shared is None or uniform(shared[1], shared[0]))
                      and identical_ranks(info, planner.symmetric))
         # MLTCP counts every byte a job sends: no collective is timed alone, outside the shared model
+        compiled = self.engine == "compiled" and self.fluid_solver == "fast" and shares is None and model is None
         engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows,
                         identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count,
                         isolated=cuts.isolated and not (shares is not None and shares.dynamic),
-                        solver=self.fluid_solver, model=model)
+                        solver="compiled" if compiled else self.fluid_solver, model=model)
         if shares is not None:
             fluid = engine.comms.model
             assert isinstance(fluid, FluidNet)  # `prepare_sharing` refuses every other mode
@@ -141,7 +166,8 @@ class FlowsimBackend:
             ranks=ranks,
             output=output,
             wall_time_s=time.perf_counter() - t0,
-            details={"congestion": self.congestion.value, **_solver_details(self, engine), "network": net.kind,
+            details={"congestion": self.congestion.value, **_engine_details(self, engine),
+                     **_solver_details(self, engine), "network": net.kind,
                      "links": len(net.capacity), "identical_ranks": engine.identical,
                      "shortcuts": [n for n in cuts.names if n != "isolated" or engine.comms.isolated],
                      **engine.comms.stats, **extra, "iteration_ends_ns": ends, **engine.in_network.details()},
@@ -169,6 +195,25 @@ def _ticker(progress: Callable[[Progress], None], transfers: Callable[[], int], 
         progress(Progress(fraction, sim_ns, done, time.perf_counter() - t0))
 
     return tick
+
+
+def _engine_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:
+    """Which engine ran (`compiled`: the network model was the compiled core's), and when the
+    compiled one was chosen but Python ran, why."""
+    model = engine.comms.model
+    ran = "compiled" if type(model).__module__.endswith("._core") else "python"
+    if ran == backend.engine:
+        return {"engine": ran}
+    if not backend.congestion.fluid:
+        why = f"the compiled core holds the fluid network model; congestion {backend.congestion.value} runs in Python"
+    elif backend.fluid_solver != "fast":
+        why = f"fluid solver {backend.fluid_solver} is Python's"
+    elif model.name != "fluid" or (isinstance(model, FluidNet) and model.shares is not None):
+        why = f"the compiled core holds the max-min fair fluid model; this run's network ({type(model).__name__}) " \
+              "runs in Python"
+    else:
+        why = "the compiled core holds the max-min fair fluid model only"
+    return {"engine": ran, "engine_python_because": why}
 
 
 def _solver_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:

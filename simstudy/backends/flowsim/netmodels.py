@@ -561,5 +561,14 @@ class FastFluidNet(FluidNet):
 #: The model of each congestion mode flowsim runs (`Congestion`): what `--congestion` picks.
 NETMODELS: dict[Congestion, type[NetModel]] = {Congestion.FLUID: FastFluidNet, Congestion.UNAWARE: UnawareNet,
                                               Congestion.AWARE: AwareNet}
-#: The fluid model's solvers: `fast` (the default) and `reference`, the solver it must equal.
+#: The fluid model's solvers: `fast` (the default), `reference`, the solver it must equal, and
+#: `compiled`, `fast` in C++ (the compiled core, where it is built: `core`).
 FLUID_SOLVERS: dict[str, type[NetModel]] = {"fast": FastFluidNet, "reference": FluidNet}
+try:
+    from simstudy.backends.flowsim._core import CompiledFluidNet
+except ImportError as exc:  # not built (no C++ compiler where simstudy was installed)
+    #: why the compiled core cannot be used here (None: it can)
+    CORE_MISSING: str | None = f"the compiled core is not built ({exc})"
+else:
+    CORE_MISSING = None
+    FLUID_SOLVERS["compiled"] = CompiledFluidNet  # type: ignore[assignment]  # NetModel's interface, in C++

@@ -1,0 +1,129 @@
+"""flowsim's two engines: the compiled core (`_core.pyx`) equals the Python engine, its reference.
+
+* model by model: random messages (random routes over random links, multiplicities as link orbits
+  give them, starts at shared instants, components of 1 to 60 flows: both of the filling's
+  arithmetics) on the compiled fluid model and on `FastFluidNet`: every arrival to the nanosecond;
+* run by run, the random bundles of `fastpaths` in every congestion mode (fluid's equality on
+  graphs with ECMP, jobs, shortcuts and sharing is also `test_fluid_solver`'s, which compares the
+  compiled solver wherever it is built);
+* the choice: `--engine`, `backend_options.engine`, run.json's `details.engine`, and the one line
+  a missing build gives (a Python whose import of the core fails, in a process of its own).
+
+Under CI, which builds the core, nothing here skips.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simstudy.backends import FlowsimBackend
+from simstudy.backends.flowsim import CORE_MISSING
+from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, Msg
+from simstudy.backends.flowsim.sched import Scheduler
+from tests.backends.fastpaths import Case, assert_same, cases
+
+ROOT = Path(__file__).resolve().parents[2]
+
+needs_core = pytest.mark.skipif(CORE_MISSING is not None and not os.environ.get("CI"),
+                                reason=f"{CORE_MISSING} (CI builds it)")
+
+
+#: A message on a model: (start ns, link keys, multiplicities or None, bytes).
+Message = tuple[int, tuple[int, ...], tuple[int, ...] | None, int]
+
+
+@st.composite
+def traffic(draw: st.DrawFn) -> tuple[list[float], list[Message]]:
+    """Link capacities and messages (start ns, link keys, multiplicities or None, bytes)."""
+    links = draw(st.integers(1, 12))
+    cap = [draw(st.sampled_from([0.5, 1.0, 3.0, 12.5, 100.0 / 3])) for _ in range(links)]
+    msgs = []
+    for _ in range(draw(st.integers(1, 70))):
+        keys = tuple(draw(st.lists(st.integers(0, links - 1), min_size=1, max_size=4, unique=True)))
+        mult = tuple(draw(st.integers(1, 3)) for _ in keys) if draw(st.booleans()) else None
+        msgs.append((draw(st.sampled_from([0, 0, 0, 5, 100, 1000, 2500])), keys, mult,
+                     draw(st.sampled_from([1, 1000, 4096, 65536, 1 << 20]))))
+    return cap, msgs
+
+
+def arrivals(solver: str, cap: list[float], msgs: list[Message], latency: float) -> list[tuple[int, int]]:
+    sched = Scheduler()
+    net = FLUID_SOLVERS[solver](sched, cap, [latency] * len(cap))
+    out: list[tuple[int, int]] = []
+    for i, (t, keys, mult, size) in enumerate(msgs):
+        msg = Msg(i, i, size, keys, mult, latency * len(keys), 0, lambda m: out.append((m.src, m.t_arrive)))
+        sched.at(t, net.send, msg)
+    sched.run_before(math.inf)
+    return out
+
+
+@needs_core
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traffic(), st.sampled_from([0.0, 250.0]))
+def test_compiled_fluid_model_equals_python(data: tuple[list[float], list[Message]], latency: float) -> None:
+    cap, msgs = data
+    want = arrivals("fast", cap, msgs, latency)
+    assert len(want) == len(msgs)
+    assert arrivals("compiled", cap, msgs, latency) == want
+    assert arrivals("reference", cap, msgs, latency) == want
+
+
+@needs_core
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cases(max_npus=12, max_ops=5), st.sampled_from(["fluid", "unaware", "aware"]))
+def test_engines_agree_in_every_congestion_mode(case: Case, mode: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        bundle = case.bundle(Path(tmp) / "b")
+        out = {}
+        for engine in ("python", "compiled"):
+            out[engine] = FlowsimBackend(congestion=mode, engine=engine).run(bundle, Path(tmp) / engine)
+        assert_same(out, "python")
+        assert out["python"].details["engine"] == "python"
+        assert out["compiled"].details["engine"] == ("compiled" if mode == "fluid" else "python")
+
+
+@needs_core
+def test_run_json_says_which_engine_ran(tmp_path: Path) -> None:
+    spec = ROOT / "specs" / "examples" / "resnet50_dp8_ring.yaml"
+    for engine in ("python", "compiled"):
+        done = subprocess.run([sys.executable, "-m", "simstudy", "run", str(spec), "-o", str(tmp_path / engine),
+                               "--engine", engine, "--quiet", "--traffic", "none"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert f"{engine} engine" in done.stdout
+        details = json.loads((tmp_path / engine / "run.json").read_text())["details"]
+        assert details["engine"] == engine
+    a, b = (json.loads((tmp_path / e / "run.json").read_text()) for e in ("python", "compiled"))
+    assert [r["finish_ns"] for r in a["ranks"]] == [r["finish_ns"] for r in b["ranks"]]
+
+
+#: A Python whose import of the compiled core fails, as on a machine where it was never built.
+NO_CORE = "import sys; sys.modules['simstudy.backends.flowsim._core'] = None; from simstudy.cli import main; " \
+          "sys.exit(main(sys.argv[1:]))"
+
+
+def test_without_the_build(tmp_path: Path) -> None:
+    """`--engine compiled` is one error line naming the option, exit 2; auto says once why it runs
+    Python, and runs."""
+    spec = ROOT / "specs" / "examples" / "resnet50_dp8_ring.yaml"
+    bad = subprocess.run([sys.executable, "-c", NO_CORE, "run", str(spec), "-o", str(tmp_path / "c"),
+                          "--engine", "compiled", "--quiet"], capture_output=True, text=True)
+    assert bad.returncode == 2
+    lines = bad.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--engine" in lines[0] and "compiled core is not built" in lines[0], bad.stderr
+    assert not (tmp_path / "c" / "run.json").exists()
+    ok = subprocess.run([sys.executable, "-c", NO_CORE, "run", str(spec), "-o", str(tmp_path / "a"), "--quiet",
+                         "--traffic", "none"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    told = [line for line in ok.stderr.splitlines() if "compiled core" in line]
+    assert len(told) == 1 and "Python engine" in told[0]
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["details"]["engine"] == "python"
