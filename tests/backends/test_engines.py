@@ -26,11 +26,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simstudy.backends import FlowsimBackend
+from simstudy.backends import BackendError, FlowsimBackend, RunResult
 from simstudy.backends.flowsim import CORE_MISSING
-from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, Msg
+from simstudy.backends.flowsim.netmodels import CORE_NETMODELS, FLUID_SOLVERS, Msg, core_scheduler
 from simstudy.backends.flowsim.sched import Scheduler
-from tests.backends.fastpaths import Case, assert_same, cases
+from simstudy.spec import Congestion
+from tests.backends.fastpaths import PATHS, Case, assert_same, cases
+from tests.backends.test_fluid_solver import graph_cases
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,8 +59,9 @@ def traffic(draw: st.DrawFn) -> tuple[list[float], list[Message]]:
 
 
 def arrivals(solver: str, cap: list[float], msgs: list[Message], latency: float) -> list[tuple[int, int]]:
-    sched = Scheduler()
-    net = FLUID_SOLVERS[solver](sched, cap, [latency] * len(cap))
+    sched = core_scheduler() if solver == "compiled" else Scheduler()
+    model = CORE_NETMODELS[Congestion.FLUID] if solver == "compiled" else FLUID_SOLVERS[solver]
+    net = model(sched, cap, [latency] * len(cap))
     out: list[tuple[int, int]] = []
     for i, (t, keys, mult, size) in enumerate(msgs):
         msg = Msg(i, i, size, keys, mult, latency * len(keys), 0, lambda m: out.append((m.src, m.t_arrive)))
@@ -79,17 +82,46 @@ def test_compiled_fluid_model_equals_python(data: tuple[list[float], list[Messag
 
 
 @needs_core
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(cases(max_npus=12, max_ops=5), st.sampled_from(["fluid", "unaware", "aware"]))
-def test_engines_agree_in_every_congestion_mode(case: Case, mode: str) -> None:
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.one_of(cases(max_npus=12, max_ops=5), graph_cases()), st.sampled_from(["fluid", "unaware", "aware"]),
+       st.sampled_from(["full", "all"]))
+def test_engines_agree_in_every_congestion_mode(case: Case, mode: str, path: str) -> None:
+    """Random bundles (every collective algorithm, sends, two communicator groups as jobs, staggered
+    starts; ASTRA-SIM dimensions, and leaf-spine, fat-tree and Clos fabrics with ECMP per flow or
+    per pair), message by message and with every shortcut: the same ranks, spans and traffic rows."""
     with tempfile.TemporaryDirectory() as tmp:
         bundle = case.bundle(Path(tmp) / "b")
-        out = {}
+        out: dict[str, RunResult | BackendError] = {}
         for engine in ("python", "compiled"):
-            out[engine] = FlowsimBackend(congestion=mode, engine=engine).run(bundle, Path(tmp) / engine)
+            try:
+                out[engine] = FlowsimBackend(congestion=mode, engine=engine, shortcuts=PATHS[path]).run(
+                    bundle, Path(tmp) / engine)
+            except BackendError as exc:
+                out[engine] = exc
         assert_same(out, "python")
-        assert out["python"].details["engine"] == "python"
-        assert out["compiled"].details["engine"] == ("compiled" if mode == "fluid" else "python")
+        for engine, result in out.items():
+            if isinstance(result, RunResult):
+                assert result.details["engine"] == engine
+
+
+#: Shipped examples whose traffic is not a random bundle's: a parameter server, two jobs on a
+#: leaf-spine, LLaMA-2 with ZeRO on Zhejiang Lab's fabric.
+EXAMPLES = ("resnet50_ps4_switch", "two_jobs_leafspine", "lstm_dp4_switch")
+
+
+@needs_core
+@pytest.mark.parametrize("name", EXAMPLES)
+@pytest.mark.parametrize("mode", ["fluid", "unaware", "aware"])
+def test_engines_agree_on_the_examples(name: str, mode: str, tmp_path: Path) -> None:
+    from simstudy.compiler import compile_any
+    from simstudy.spec.load import load_runnable
+
+    spec = load_runnable(ROOT / "specs" / "examples" / f"{name}.yaml")
+    bundle = compile_any(spec, tmp_path / "b").bundle
+    out: dict[str, RunResult | BackendError] = {
+        engine: FlowsimBackend(congestion=mode, engine=engine).run(bundle, tmp_path / engine)
+        for engine in ("python", "compiled")}
+    assert_same(out, "python")
 
 
 @needs_core

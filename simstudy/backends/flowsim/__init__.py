@@ -79,9 +79,10 @@ class FlowsimBackend:
     are simulated, the simulated time reached, the transfers so far and the wall time. `shortcuts`
     says which fast paths it takes (`shortcuts.FULL`: none, the full simulation they stand for);
     `fluid_solver` which solver the fluid mode uses (`fast`, or `reference`, the one it must equal);
-    `engine` which engine runs (`ENGINES`): the compiled core holds the fluid network model under
-    max-min fair sharing, so a run in another mode, with sharing policies or with TCP under loss
-    runs in Python whatever it says (run.json's details say which engine ran, and why)."""
+    `engine` which engine runs (`ENGINES`): the compiled core has the event queue, the system layer
+    and the three congestion models (fluid as its `fast` solver); a run with sharing policies, TCP
+    under loss or the packet network runs in Python whatever it says (run.json's details say which
+    engine ran, and why)."""
 
     name = "flowsim"
 
@@ -129,11 +130,12 @@ class FlowsimBackend:
                      and (shared is None or uniform(shared[1], shared[0]))
                      and identical_ranks(info, planner.symmetric))
         # MLTCP counts every byte a job sends: no collective is timed alone, outside the shared model
-        compiled = self.engine == "compiled" and self.fluid_solver == "fast" and shares is None and model is None
+        # the compiled core has no sharing policies and no model from elsewhere (the packet network)
+        compiled = self.engine == "compiled" and shares is None and model is None
         engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows,
                         identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count,
                         isolated=cuts.isolated and not (shares is not None and shares.dynamic),
-                        solver="compiled" if compiled else self.fluid_solver, model=model)
+                        solver=self.fluid_solver, model=model, engine="compiled" if compiled else "python")
         if shares is not None:
             fluid = engine.comms.model
             assert isinstance(fluid, FluidNet)  # `prepare_sharing` refuses every other mode
@@ -198,21 +200,18 @@ def _ticker(progress: Callable[[Progress], None], transfers: Callable[[], int], 
 
 
 def _engine_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:
-    """Which engine ran (`compiled`: the network model was the compiled core's), and when the
-    compiled one was chosen but Python ran, why."""
+    """Which engine ran (`compiled`: the compiled core's event queue, collectives and network
+    model), and when the compiled one was chosen but Python ran, why."""
     model = engine.comms.model
-    ran = "compiled" if type(model).__module__.endswith("._core") else "python"
+    ran = "compiled" if engine.comms.compiled else "python"
     if ran == backend.engine:
         return {"engine": ran}
-    if not backend.congestion.fluid:
-        why = f"the compiled core holds the fluid network model; congestion {backend.congestion.value} runs in Python"
-    elif backend.fluid_solver != "fast":
+    if backend.fluid_solver != "fast":
         why = f"fluid solver {backend.fluid_solver} is Python's"
-    elif model.name != "fluid" or (isinstance(model, FluidNet) and model.shares is not None):
-        why = f"the compiled core holds the max-min fair fluid model; this run's network ({type(model).__name__}) " \
-              "runs in Python"
+    elif isinstance(model, FluidNet) and model.shares is not None:
+        why = "the compiled core has no sharing policies (network.sharing)"
     else:
-        why = "the compiled core holds the max-min fair fluid model only"
+        why = f"the compiled core has no {type(model).__name__} (TCP under loss, or a network from elsewhere)"
     return {"engine": ran, "engine_python_because": why}
 
 

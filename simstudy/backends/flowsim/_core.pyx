@@ -1,22 +1,33 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 # distutils: language = c++
-"""flowsim's compiled core: the fluid network model (`netmodels.FastFluidNet`) in C++.
+"""flowsim's compiled core: the event queue, ASTRA-SIM's system layer and the three network models in C++.
 
-The same model, event for event: every flow, component, instant, rate and drain event of
-`FastFluidNet` (its max-min rates progressive filling, the rates of a component looked up when
-the same routes were solved before), with the flows, the links' flow lists, the component search
-and the filling held in C++ instead of Python objects. The arithmetic is `netmodels`' own,
-operation for operation (`_fill_small` for components of at most 12 flows, `_fill_numpy`'s
-order of sums above), so finish times equal the Python engine's to the nanosecond
-(tests/backends/test_engines.py runs both on random bundles).
+Each class here is its Python counterpart, event for event, with its state in C++ containers:
 
-Events still go through the engine's scheduler (`sched.Scheduler`), in the order the Python
-model puts them there, so a run interleaves them with everything else exactly as it does.
+* `CoreScheduler` - `sched.Scheduler`: events in (time, priority, insertion) order. An event is
+  either a Python call (what the engine, the hosts and every Python model put there) or one of
+  the core's own (a flow's drain, a component's recompute, a message's arrival, a collective's
+  next step), which runs without Python;
+* `CoreCollectiveRun` - `system.CollectiveRun`: one collective executed rank by rank, its
+  messages handed to a core model without a Python object per message, and recorded in columns
+  (`on_batch` receives them in blocks);
+* `CoreFluid`, `CoreUnaware`, `CoreAware` - `netmodels.FastFluidNet`, `UnawareNet`, `AwareNet`.
+  The fluid model's arithmetic is `netmodels`' operation for operation (`_fill_small` for
+  components of at most 12 flows, `_fill_numpy`'s order of sums above).
+
+Every event is put on the queue at the point the Python engine puts it there, so the insertion
+numbers, and with them the order of simultaneous events, are the same: finish times and traffic
+equal the Python engine's to the nanosecond (tests/backends/test_engines.py, and every fast-path
+and solver property test, which run on this engine by default).
 """
+
+import numpy as np
 
 from libc.math cimport floor, INFINITY
 from libc.stdint cimport int64_t
+from libc.string cimport memcpy
 from libcpp.vector cimport vector
+from libcpp.deque cimport deque
 from libcpp.map cimport map as cmap
 from libcpp.unordered_map cimport unordered_map
 from libcpp.algorithm cimport sort
@@ -30,30 +41,428 @@ cdef enum:
     SMALL = 12
     #: Flows of the solutions kept at most (`FastFluidNet.MEMO`).
     MEMO = 1 << 20
+    #: Events between two ticks (`sched.TICK`).
+    TICK = 8192
+    #: Messages of a collective recorded before they are handed on (`comms`: 65536 rows).
+    BATCH = 65536
+
+cdef class CoreNet
+cdef class CoreFluid
+cdef class CoreAware
+cdef class CoreCollectiveRun
+
+
+cdef enum Kind:
+    EV_PY = 0        # obj(*args)
+    EV_DRAIN = 1     # fluid: flow a of version b sent its last byte
+    EV_RECOMPUTE = 2 # fluid: the rates of dirty set a
+    EV_ARRIVE = 3    # a core model: message a has arrived
+    EV_SEND = 4      # run: rank index a sends chunk b's step
+    EV_LEAVE = 5     # run: rank index a leaves chunk b's phase
+    EV_GENERAL = 6   # run: rank index a, chunk b, phase c: a step-0 message reduced (gated phase)
+    EV_HOP = 7       # aware: message a done with hop b
+    EV_FREE = 8      # aware: link a free
+
+
+cdef struct Event:
+    int64_t t
+    int64_t seq
+    int prio
+    int kind
+    int64_t a
+    int64_t b
+    int64_t c
+    PyObject* obj   # owned
+    PyObject* args  # owned (EV_PY), else NULL
+
+
+cdef inline bint _before(const Event& x, const Event& y) noexcept nogil:
+    if x.t != y.t:
+        return x.t < y.t
+    if x.prio != y.prio:
+        return x.prio < y.prio
+    return x.seq < y.seq
+
+
+cdef class CoreScheduler:
+    """`sched.Scheduler` in C++: a heap of events and the current time (ns)."""
+
+    cdef public int64_t now
+    cdef public int64_t seq
+    cdef vector[Event] heap
+
+    def __init__(self, int64_t now=0):
+        self.now = now
+        self.seq = 0
+
+    def __dealloc__(self):
+        cdef size_t i
+        for i in range(self.heap.size()):
+            Py_XDECREF(self.heap[i].obj)
+            Py_XDECREF(self.heap[i].args)
+        self.heap.clear()
+
+    def __len__(self):
+        return self.heap.size()
+
+    cdef void push(self, int64_t t, int prio, int kind, object obj, int64_t a, int64_t b, int64_t c,
+                   object args) except *:
+        self.seq += 1
+        cdef Event ev
+        ev.t = t
+        ev.seq = self.seq
+        ev.prio = prio
+        ev.kind = kind
+        ev.a = a
+        ev.b = b
+        ev.c = c
+        Py_INCREF(obj)
+        ev.obj = <PyObject*>obj
+        if args is None:
+            ev.args = NULL
+        else:
+            Py_INCREF(args)
+            ev.args = <PyObject*>args
+        self._push(ev)
+
+    cdef void _push(self, Event& ev) noexcept:
+        self.heap.push_back(ev)
+        cdef size_t i = self.heap.size() - 1, parent
+        cdef Event moving = self.heap[i]
+        while i > 0:
+            parent = (i - 1) >> 1
+            if not _before(moving, self.heap[parent]):
+                break
+            self.heap[i] = self.heap[parent]
+            i = parent
+        self.heap[i] = moving
+
+    cdef Event _pop(self) noexcept:
+        cdef Event top = self.heap[0]
+        cdef Event last = self.heap.back()
+        self.heap.pop_back()
+        cdef size_t n = self.heap.size(), i = 0, child
+        if n:
+            while True:
+                child = 2 * i + 1
+                if child >= n:
+                    break
+                if child + 1 < n and _before(self.heap[child + 1], self.heap[child]):
+                    child += 1
+                if not _before(self.heap[child], last):
+                    break
+                self.heap[i] = self.heap[child]
+                i = child
+            self.heap[i] = last
+        return top
+
+    def at(self, int64_t t, fn, *args):
+        self.push(t, 0, EV_PY, fn, 0, 0, 0, args)
+
+    def after_all(self, int64_t t, fn, *args):
+        """Run `fn` at `t`, after every ordinary event of that time."""
+        self.push(t, 1, EV_PY, fn, 0, 0, 0, args)
+
+    cdef void _dispatch(self, Event& ev) except *:
+        cdef int kind = ev.kind
+        cdef object obj = <object>ev.obj
+        if kind == EV_PY:
+            obj(*(<object>ev.args))
+        elif kind == EV_DRAIN:
+            (<CoreFluid>obj)._drain(ev.a, ev.b)
+        elif kind == EV_RECOMPUTE:
+            (<CoreFluid>obj)._recompute(ev.a)
+        elif kind == EV_ARRIVE:
+            (<CoreNet>obj)._arrive(<int>ev.a)
+        elif kind == EV_SEND:
+            (<CoreCollectiveRun>obj)._send(<int>ev.a, <int>ev.b)
+        elif kind == EV_LEAVE:
+            (<CoreCollectiveRun>obj)._leave(<int>ev.a, <int>ev.b)
+        elif kind == EV_GENERAL:
+            (<CoreCollectiveRun>obj)._general(<int>ev.a, <int>ev.b, <int>ev.c)
+        elif kind == EV_HOP:
+            (<CoreAware>obj)._hop_done(<int>ev.a, <int>ev.b)
+        elif kind == EV_FREE:
+            (<CoreAware>obj)._free(<int>ev.a)
+
+    cdef void _run_one(self) except *:
+        cdef Event ev = self._pop()
+        self.now = ev.t
+        try:
+            self._dispatch(ev)
+        finally:
+            Py_XDECREF(ev.obj)
+            Py_XDECREF(ev.args)
+
+    def run_before(self, t_stop, tick=None):
+        """Run every event earlier than `t_stop` (`math.inf`: every event); `tick()` every `TICK`
+        events."""
+        cdef bint forever = t_stop == INFINITY
+        cdef int64_t stop = 0 if forever else int(t_stop)
+        cdef int64_t n = 0
+        while self.heap.size() and (forever or self.heap[0].t < stop):
+            self._run_one()
+            n += 1
+            if tick is not None and n % TICK == 0:
+                tick()
+
+    def run_counting(self, tick, int64_t every):
+        """Run every event, `tick()` every `every` events (the engine's loop)."""
+        cdef int64_t n = 0
+        while self.heap.size():
+            self._run_one()
+            n += 1
+            if n % every == 0:
+                tick()
+
+    def drain_into(self, CoreScheduler other):
+        """Move every pending event to `other`, in this queue's order."""
+        cdef Event ev
+        while self.heap.size():
+            ev = self._pop()
+            other.seq += 1
+            ev.seq = other.seq
+            other._push(ev)  # its references move with it
+
+
+# -- the network models ---------------------------------------------------------------------------
+
+
+cdef struct Message:
+    int64_t src
+    int64_t dst
+    int64_t size
+    int route
+    double latency
+    int64_t alone
+    int64_t t_send
+    int64_t t_arrive
+    PyObject* pymsg  # a Python `Msg` (owned), or NULL for a core run's message
+    PyObject* run    # the core run it belongs to (owned), or NULL
+    int i
+    int c
+    int p
+    int st
+
+
+cdef class CoreNet:
+    """What every core model offers: `send(msg)` a Python `Msg` now, or a core run's message
+    (`_send_native`); routes are held once each (their keys and multiplicities) by number."""
+
+    cdef CoreScheduler _sched
+    cdef public list capacity
+    cdef public list latency
+    cdef vector[Message] msgs
+    cdef vector[int] free_msgs
+    cdef dict route_ids
+    cdef vector[int] route_ptr
+    cdef vector[int] route_keys
+    cdef vector[int64_t] route_mult
+
+    name = ""
+    timed_alone = True
+    clock = None
+    shares = None
+
+    def __init__(self, CoreScheduler sched, capacity, latency):
+        self._sched = sched
+        self.capacity = list(capacity)
+        self.latency = list(latency)
+        self.route_ids = {}
+        self.route_ptr.push_back(0)
+
+    def __dealloc__(self):
+        cdef size_t i
+        for i in range(self.msgs.size()):
+            Py_XDECREF(self.msgs[i].pymsg)
+            Py_XDECREF(self.msgs[i].run)
+        self.msgs.clear()
+
+    @property
+    def sched(self):
+        return self._sched
+
+    @sched.setter
+    def sched(self, CoreScheduler value):
+        self._sched = value
+
+    cpdef int route_id(self, tuple keys, object mult) except -1:
+        """The number of a route (its link keys and their multiplicities, None: 1 each)."""
+        if mult is None:
+            mult = (1,) * len(keys)
+        key = (keys, mult)
+        rid = self.route_ids.get(key)
+        if rid is None:
+            rid = self.route_ids[key] = len(self.route_ids)
+            for k in keys:
+                self.route_keys.push_back(k)
+            for m in mult:
+                self.route_mult.push_back(m)
+            self.route_ptr.push_back(self.route_keys.size())
+        return rid
+
+    cdef int _new_msg(self, int64_t src, int64_t dst, int64_t size, int route, double latency, int64_t alone,
+                      object pymsg, object run, int i, int c, int p, int st) except -1:
+        cdef int mid
+        cdef Message blank
+        if self.free_msgs.empty():
+            mid = self.msgs.size()
+            self.msgs.push_back(blank)
+        else:
+            mid = self.free_msgs.back()
+            self.free_msgs.pop_back()
+        cdef Message* m = &self.msgs[mid]
+        m.src = src
+        m.dst = dst
+        m.size = size
+        m.route = route
+        m.latency = latency
+        m.alone = alone
+        m.t_send = self._sched.now
+        m.t_arrive = 0
+        m.i = i
+        m.c = c
+        m.p = p
+        m.st = st
+        if pymsg is None:
+            m.pymsg = NULL
+        else:
+            Py_INCREF(pymsg)
+            m.pymsg = <PyObject*>pymsg
+        if run is None:
+            m.run = NULL
+        else:
+            Py_INCREF(run)
+            m.run = <PyObject*>run
+        return mid
+
+    def send(self, msg):
+        """A Python `Msg`, now (`NetModel.send`)."""
+        msg.t_send = self._sched.now
+        keys = msg.keys
+        rid = self.route_id(keys, msg.mult) if keys or self.keeps_empty() else -1
+        mid = self._new_msg(msg.src, msg.dst, msg.size, rid, msg.latency, msg.alone_ns, msg, None, 0, 0, 0, 0)
+        self._start(mid)
+
+    cdef bint keeps_empty(self):
+        return False
+
+    cdef void _send_native(self, CoreCollectiveRun run, int64_t src, int64_t dst, int64_t size, int route,
+                           double latency, int64_t alone, int i, int c, int p, int st) except *:
+        cdef int mid = self._new_msg(src, dst, size, route, latency, alone, None, run, i, c, p, st)
+        self._start(mid)
+
+    cdef void _start(self, int mid) except *:
+        raise NotImplementedError
+
+    cdef int _nkeys(self, int route) noexcept:
+        if route < 0:
+            return 0
+        return self.route_ptr[route + 1] - self.route_ptr[route]
+
+    cdef void _arrive(self, int mid) except *:
+        """Message `mid` has arrived now: its run, or its Python `Msg`'s `deliver`, learns of it."""
+        cdef Message* m = &self.msgs[mid]
+        m.t_arrive = self._sched.now
+        cdef Message copy = m[0]
+        m.pymsg = NULL
+        m.run = NULL
+        self.free_msgs.push_back(mid)
+        cdef object msg
+        cdef object run
+        if copy.pymsg != NULL:
+            msg = <object>copy.pymsg
+            Py_XDECREF(copy.pymsg)
+            msg.t_arrive = copy.t_arrive
+            msg.deliver(msg)
+        else:
+            run = <object>copy.run
+            Py_XDECREF(copy.run)
+            (<CoreCollectiveRun>run)._arrive(copy)
+
+
+cdef class CoreUnaware(CoreNet):
+    """`netmodels.UnawareNet`: a message takes its uncontended time."""
+
+    name = "unaware"
+
+    cdef bint keeps_empty(self):
+        return True
+
+    cdef void _start(self, int mid) except *:
+        cdef CoreScheduler s = self._sched
+        s.push(s.now + self.msgs[mid].alone, 0, EV_ARRIVE, self, mid, 0, 0, None)
+
+
+cdef class CoreAware(CoreNet):
+    """`netmodels.AwareNet`: store and forward hop by hop, each link one message at a time, FIFO."""
+
+    cdef vector[char] busy
+    cdef vector[deque[pair[int, int]]] waiting
+
+    name = "aware"
+
+    def __init__(self, CoreScheduler sched, capacity, latency):
+        super().__init__(sched, capacity, latency)
+        self.busy.resize(len(self.capacity), 0)
+        self.waiting.resize(len(self.capacity))
+
+    cdef void _start(self, int mid) except *:
+        cdef CoreScheduler s = self._sched
+        if self._nkeys(self.msgs[mid].route) == 0:
+            s.push(s.now, 0, EV_ARRIVE, self, mid, 0, 0, None)
+            return
+        self._enter(mid, 0)
+
+    cdef void _enter(self, int mid, int hop) except *:
+        cdef int key = self.route_keys[self.route_ptr[self.msgs[mid].route] + hop]
+        if self.busy[key]:
+            self.waiting[key].push_back(pair[int, int](mid, hop))
+        else:
+            self._transmit(key, mid, hop)
+
+    cdef void _transmit(self, int key, int mid, int hop) except *:
+        self.busy[key] = 1
+        cdef CoreScheduler s = self._sched
+        cdef double ser = <double>self.msgs[mid].size / <double>self.capacity[key]
+        s.push(s.now + <int64_t>(<double>self.latency[key] + ser), 0, EV_HOP, self, mid, hop, 0, None)
+        s.push(s.now + <int64_t>ser, 0, EV_FREE, self, key, 0, 0, None)
+
+    cdef void _hop_done(self, int mid, int hop) except *:
+        if hop + 1 == self._nkeys(self.msgs[mid].route):
+            self._arrive(mid)
+        else:
+            self._enter(mid, hop + 1)
+
+    cdef void _free(self, int key) except *:
+        self.busy[key] = 0
+        cdef pair[int, int] nxt
+        if not self.waiting[key].empty():
+            nxt = self.waiting[key].front()
+            self.waiting[key].pop_front()
+            self._transmit(key, nxt.first, nxt.second)
 
 
 cdef struct Flow:
     int64_t seq
     int route
+    int msg
     double remaining
     double rate
     int64_t t_upd
     int64_t version
     bint const_
     bint live
-    PyObject* msg  # an owned reference while the flow is live
 
 
 cdef inline bint _by_seq(const pair[int64_t, int]& a, const pair[int64_t, int]& b) noexcept:
     return a.first < b.first
 
 
-cdef class CompiledFluidNet:
-    """`netmodels.FastFluidNet` compiled: `send(msg)` a message now on the scheduler `sched`."""
+cdef class CoreFluid(CoreNet):
+    """`netmodels.FastFluidNet`: max-min fair flows, rates recomputed once per instant over the
+    component a change touches, a component's rates looked up when its routes were solved before."""
 
-    cdef public object sched
-    cdef public list capacity
-    cdef public list latency
     cdef public int64_t sent
     cdef public int64_t recomputes
     cdef public int64_t reused
@@ -61,10 +470,6 @@ cdef class CompiledFluidNet:
     cdef vector[Flow] flows
     cdef vector[int] free_ids
     cdef vector[vector[int]] on_link
-    cdef dict route_ids
-    cdef vector[int] route_ptr
-    cdef vector[int] route_keys
-    cdef vector[int64_t] route_mult
     cdef cmap[vector[int], vector[double]] solved
     cdef int64_t kept
     cdef object dirty_sched
@@ -75,62 +480,28 @@ cdef class CompiledFluidNet:
     cdef vector[int64_t] key_stamp
     cdef vector[int64_t] flow_stamp
     cdef int64_t stamp
-    cdef object _drain_cb
-    cdef object _arrive_cb
-    cdef object _recompute_cb
 
     name = "fluid"
-    timed_alone = True
-    clock = None
-    shares = None
 
-    def __init__(self, sched, capacity, latency):
-        self.sched = sched
-        self.capacity = list(capacity)
-        self.latency = list(latency)
+    def __init__(self, CoreScheduler sched, capacity, latency):
+        super().__init__(sched, capacity, latency)
         self.cap = [float(c) for c in self.capacity]
         self.on_link.resize(len(self.capacity))
         self.key_stamp.resize(len(self.capacity), 0)
-        self.route_ids = {}
-        self.route_ptr.push_back(0)
         self.dirty_sched = None
         self.dirty_token = -1
-        self._drain_cb = self._drain
-        self._arrive_cb = self._arrive
-        self._recompute_cb = self._recompute
 
-    def __dealloc__(self):
-        cdef size_t i
-        for i in range(self.flows.size()):
-            if self.flows[i].live:
-                Py_XDECREF(self.flows[i].msg)
-                self.flows[i].msg = NULL
-
-    # -- messages --------------------------------------------------------------------------------
-
-    def send(self, msg):
-        s = self.sched
+    cdef void _start(self, int mid) except *:
+        cdef CoreScheduler s = self._sched
         cdef int64_t now = s.now
-        msg.t_send = now
-        keys = msg.keys
-        if not keys:
-            s.at(now + int(msg.latency), self._arrive_cb, msg)
+        cdef int r = self.msgs[mid].route
+        if self._nkeys(r) == 0:
+            s.push(now + <int64_t>self.msgs[mid].latency, 0, EV_ARRIVE, self, mid, 0, 0, None)
             return
         self.sent += 1
-        mult = msg.mult or (1,) * len(keys)
-        rid = self.route_ids.get((keys, mult))
-        if rid is None:
-            rid = self.route_ids[(keys, mult)] = len(self.route_ids)
-            for k in keys:
-                self.route_keys.push_back(k)
-            for m in mult:
-                self.route_mult.push_back(m)
-            self.route_ptr.push_back(self.route_keys.size())
         cdef int fid
         cdef Flow blank
         blank.version = 0
-        blank.live = False
-        blank.msg = NULL
         if self.free_ids.empty():
             fid = self.flows.size()
             self.flows.push_back(blank)
@@ -141,30 +512,28 @@ cdef class CompiledFluidNet:
         cdef Flow* f = &self.flows[fid]
         # the version goes on from the slot's last flow: a stale drain event never matches a new flow
         f.seq = self.sent
-        f.route = rid
-        f.remaining = <double>msg.size
+        f.route = r
+        f.msg = mid
+        f.remaining = <double>self.msgs[mid].size
         f.rate = 0.0
         f.t_upd = now
         f.const_ = True
         f.live = True
-        Py_INCREF(msg)
-        f.msg = <PyObject*>msg
-        cdef int r = rid
         cdef int j
         for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
             self.on_link[self.route_keys[j]].push_back(fid)
-        self._mark(r, -1, now)
+        self._mark(r, 0, now)
 
-    cdef void _mark(self, int route, int skip_empty, int64_t now) except *:
-        """Links of a route to solve again at `now`, after every ordinary event of it (`skip_empty`
-        1: only the links that still carry flows)."""
-        s = self.sched
+    cdef void _mark(self, int route, bint skip_empty, int64_t now) except *:
+        """Links of a route to solve again at `now`, after every ordinary event of it (`skip_empty`:
+        only the links that still carry flows)."""
+        cdef CoreScheduler s = self._sched
         if self.dirty_token < 0 or self.dirty_sched is not s or self.dirty_now != now:
             self.tokens += 1
             self.dirty_token = self.tokens
             self.dirty_sched = s
             self.dirty_now = now
-            s.after_all(now, self._recompute_cb, self.dirty_token)
+            s.push(now, 1, EV_RECOMPUTE, self, self.dirty_token, 0, 0, None)
         cdef vector[int]* keys = &self.dirty[self.dirty_token]
         cdef int j, k
         for j in range(self.route_ptr[route], self.route_ptr[route + 1]):
@@ -173,11 +542,7 @@ cdef class CompiledFluidNet:
                 continue
             keys.push_back(k)
 
-    def _arrive(self, msg):
-        msg.t_arrive = self.sched.now
-        msg.deliver(msg)
-
-    def _drain(self, int fid, int64_t version):
+    cdef void _drain(self, int64_t fid, int64_t version) except *:
         cdef Flow* f = &self.flows[fid]
         if not f.live or version != f.version:
             return
@@ -197,25 +562,22 @@ cdef class CompiledFluidNet:
                     break
             if not lst.empty():
                 left = True
-        s = self.sched
+        cdef CoreScheduler s = self._sched
         cdef int64_t now = s.now
-        msg = <object>f.msg
         if left:
             self._mark(r, 1, now)
+        cdef int mid = f.msg
+        cdef Message* m = &self.msgs[mid]
         cdef int64_t t
         if f.const_:
-            t = <int64_t>msg.t_send + <int64_t>(<double>msg.latency + <double>msg.size / f.rate)
+            t = m.t_send + <int64_t>(m.latency + <double>m.size / f.rate)
         else:
-            t = now + <int64_t>(<double>msg.latency)
+            t = now + <int64_t>m.latency
         f.live = False
-        Py_XDECREF(f.msg)
-        f.msg = NULL
         self.free_ids.push_back(fid)
-        s.at(t if t > now else now, self._arrive_cb, msg)
+        s.push(t if t > now else now, 0, EV_ARRIVE, self, mid, 0, 0, None)
 
-    # -- rates -----------------------------------------------------------------------------------
-
-    def _recompute(self, int64_t token):
+    cdef void _recompute(self, int64_t token) except *:
         if token == self.dirty_token:
             self.dirty_token = -1
         cdef vector[int] keys = self.dirty[token]
@@ -224,7 +586,7 @@ cdef class CompiledFluidNet:
         if comp.empty():
             return
         self.recomputes += 1
-        s = self.sched
+        cdef CoreScheduler s = self._sched
         cdef int64_t now = s.now
         cdef size_t i
         cdef Flow* f
@@ -249,7 +611,7 @@ cdef class CompiledFluidNet:
                 if r > 0.0:
                     x = floor(f.remaining / r)
                     wait = <int64_t>x if x > 0 else 0
-                    s.at(now + wait, self._drain_cb, comp[i], f.version)
+                    s.push(now + wait, 0, EV_DRAIN, self, comp[i], f.version, 0, None)
 
     cdef vector[int] _component(self, vector[int]& keys):
         """The flows connected to `keys` through shared links, in the order they were sent."""
@@ -327,20 +689,20 @@ cdef class CompiledFluidNet:
         """`netmodels._fill_small` without weights: the same sums in the same order."""
         cdef vector[int] links  # in the order first met
         cdef unordered_map[int, int] slot
+        cdef unordered_map[int, int].iterator it
         cdef vector[double] rem
         cdef vector[int64_t] weight
         cdef vector[int] count
         cdef size_t i, n = routes.size()
         cdef int j, k, r, l
-        cdef unordered_map[int, int].iterator it
         for i in range(n):
             r = routes[i]
             for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
                 k = self.route_keys[j]
                 it = slot.find(k)
                 if it == slot.end():
-                    slot[k] = links.size()
                     l = links.size()
+                    slot[k] = l
                     links.push_back(k)
                     rem.push_back(self.cap[k])
                     weight.push_back(0)
@@ -374,9 +736,8 @@ cdef class CompiledFluidNet:
                     if bottleneck[slot[self.route_keys[j]]]:
                         hit = True
                         break
-                if not hit:
-                    continue
-                active[i] = 2  # frozen this round
+                if hit:
+                    active[i] = 2  # frozen this round
             for i in range(n):
                 if active[i] != 2:
                     continue
@@ -462,3 +823,383 @@ cdef class CompiledFluidNet:
                     active[i] = 0
                     left -= 1
         return rates
+
+
+# -- ASTRA-SIM's system layer ---------------------------------------------------------------------
+
+
+cdef class CorePhase:
+    """One `system.PhaseProgram` in C++ vectors."""
+
+    cdef int queue
+    cdef int64_t delay
+    cdef int steps
+    cdef int period  # steps stored
+    cdef bint gated
+    cdef int offset
+    cdef bint xor
+    cdef vector[int64_t] ptr
+    cdef vector[int64_t] dst
+    cdef vector[int64_t] nbytes
+    cdef vector[int64_t] need  # stored steps x simulated ranks
+    cdef vector[int64_t] proc
+
+    def __init__(self, ph):
+        self.queue = ph.queue
+        self.delay = ph.delay_ns
+        self.steps = ph.steps
+        self.period = ph.stored
+        self.gated = ph.gated
+        self.offset = ph.step_offset
+        self.xor = ph.symmetry == "xor"
+        self.ptr = ph.out_ptr.tolist()
+        self.dst = ph.out_dst.tolist()
+        self.nbytes = ph.out_bytes.tolist()
+        self.need = ph.in_count.reshape(-1).tolist()
+        self.proc = list(ph.proc_ns)
+
+
+cdef class CorePlan:
+    """A `system.CollectivePlan` in C++ vectors (built once per plan: `core_plan`)."""
+
+    cdef list progs  # [even chunks' phases, odd chunks' phases], each a list of CorePhase
+    cdef int n
+    cdef int chunks
+    cdef int active
+    cdef int queues
+    cdef int nphases
+    cdef int max_steps
+    cdef bint lane
+    cdef vector[int64_t] members
+    cdef vector[int] lut  # member -> index
+
+    def __init__(self, plan):
+        even = [CorePhase(ph) for ph in plan.phases]
+        odd = [CorePhase(ph) for ph in plan.odd_phases] if plan.odd_phases is not None else even
+        self.progs = [even, odd]
+        self.n = plan.sim_ranks
+        self.chunks = plan.chunks
+        self.active = plan.active
+        self.queues = max((ph.queue for ph in plan.phases), default=0) + 1
+        self.nphases = len(plan.phases)
+        self.max_steps = max([ph.steps for ph in plan.phases] + [ph.steps for ph in (plan.odd_phases or [])] + [1])
+        self.lane = plan.lane
+        self.members = list(plan.members)
+        top = max(plan.members) if plan.members else 0
+        self.lut = vector[int](top + 1, -1)
+        cdef int k
+        for k in range(len(plan.members)):
+            self.lut[plan.members[k]] = k
+
+
+def core_plan(plan):
+    """The plan's C++ form, built once and kept on the plan."""
+    found = getattr(plan, "_core", None)
+    if found is None:
+        found = CorePlan(plan)
+        plan._core = found
+    return found
+
+
+cdef class RouteEntry:
+    cdef tuple keys
+    cdef object mult
+    cdef double latency
+    cdef int64_t alone
+    cdef object model  # the model whose route number `rid` is
+    cdef int rid
+
+
+cdef class CoreCollectiveRun:
+    """`system.CollectiveRun` on a core model: one collective executed rank by rank.
+
+    `route(src, dst, size, flow)` gives a message's (keys, multiplicities, latency, uncontended
+    ns), remembered in `routes` (a dict kept by the caller for the same route function; by flow
+    only when `per_flow`: routes that depend on it);
+    `on_rank_done(rank, t)` when a member has finished every chunk; `on_batch(t_send, t_arrive,
+    src, dst, bytes, chunk, phase, step)` receives the messages that arrived, as int64 columns,
+    every `BATCH` messages and when `flush()` is called."""
+
+    cdef CorePlan cp
+    cdef CoreScheduler _sched
+    cdef CoreNet net
+    cdef object route
+    cdef dict routes
+    cdef object on_rank_done
+    cdef object on_batch
+    cdef int64_t flow
+    cdef bint per_flow
+    cdef int n
+    cdef public int done
+    cdef vector[int] running    # n x queues
+    cdef vector[deque[pair[int, int]]] waiting  # n x queues: (chunk, phase)
+    cdef vector[int] phase      # n x chunks
+    cdef vector[int] step
+    cdef vector[char] sent
+    cdef unordered_map[int64_t, int64_t] arrived
+    cdef vector[int] left
+    cdef unordered_map[int64_t, int64_t] free
+    cdef unordered_map[int64_t, vector[int64_t]] queued
+    cdef vector[vector[int64_t]] rec
+    cdef public int64_t recorded
+
+    def __init__(self, plan, CoreScheduler sched, CoreNet net, route, on_rank_done, on_batch=None, *,
+                 int64_t flow=0, dict routes=None, bint per_flow=True):
+        self.cp = core_plan(plan)
+        self._sched = sched
+        self.net = net
+        self.route = route
+        self.routes = {} if routes is None else routes
+        self.on_rank_done = on_rank_done
+        self.on_batch = on_batch
+        self.flow = flow
+        self.per_flow = per_flow
+        cdef CorePlan cp = self.cp
+        self.n = cp.n
+        self.running.resize(cp.n * cp.queues, 0)
+        self.waiting.resize(cp.n * cp.queues)
+        self.phase.resize(cp.n * cp.chunks, 0)
+        self.step.resize(cp.n * cp.chunks, 0)
+        self.sent.resize(cp.n * cp.chunks, 0)
+        self.left.resize(cp.n, cp.chunks)
+        self.rec.resize(8)
+
+    @property
+    def sched(self):
+        return self._sched
+
+    @sched.setter
+    def sched(self, CoreScheduler value):
+        self._sched = value
+
+    def start(self):
+        """Start every simulated rank now."""
+        cdef int i
+        for i in range(self.n):
+            self.start_rank(i)
+
+    def start_rank(self, int i):
+        """Start simulated rank i now."""
+        if self.cp.nphases == 0:
+            self._rank_done(i)
+            return
+        cdef int c
+        for c in range(self.cp.chunks):
+            self._enqueue(i, c, 0)
+
+    def index(self, rank):
+        """The simulated-rank index of a member."""
+        return 0 if self.cp.lane else self.cp.lut[rank]
+
+    cdef inline CorePhase _ph(self, int c, int p):
+        return <CorePhase>(<list>self.cp.progs[c & 1])[p]
+
+    cdef inline int64_t _key(self, int i, int c, int p, int st) noexcept:
+        return ((<int64_t>i * self.cp.chunks + c) * self.cp.nphases + p) * self.cp.max_steps + st
+
+    cdef void _enqueue(self, int i, int c, int p) except *:
+        cdef int q = self._ph(c, p).queue
+        cdef int slot = i * self.cp.queues + q
+        if self.running[slot] < self.cp.active:
+            self.running[slot] += 1
+            self._begin(i, c, p)
+        else:
+            self.waiting[slot].push_back(pair[int, int](c, p))
+
+    cdef void _begin(self, int i, int c, int p) except *:
+        cdef int ic = i * self.cp.chunks + c
+        self.phase[ic] = p
+        self.step[ic] = 0
+        self.sent[ic] = 0
+        cdef CorePhase ph = self._ph(c, p)
+        if ph.ptr[i] == ph.ptr[i + 1]:
+            self._send(i, c)  # nothing to send first (a tree's inner node): it waits for its children
+            return
+        self._sched.push(self._sched.now + ph.delay, 0, EV_SEND, self, i, c, 0, None)
+
+    cdef RouteEntry _route(self, int64_t src, int64_t dst, int64_t size, int64_t flow):
+        key = (src, dst, size, flow if self.per_flow else 0)
+        cdef RouteEntry e = self.routes.get(key)
+        if e is None:
+            keys, mult, latency, alone = self.route(src, dst, size, flow)
+            e = RouteEntry()
+            e.keys = tuple(keys)
+            e.mult = mult
+            e.latency = latency
+            e.alone = alone
+            e.model = None
+            e.rid = -1
+            self.routes[key] = e
+        if e.model is not self.net:
+            e.model = self.net
+            e.rid = self.net.route_id(e.keys, e.mult) if e.keys or self.net.keeps_empty() else -1
+        return e
+
+    cdef void _send(self, int i, int c) except *:
+        cdef int ic = i * self.cp.chunks + c
+        cdef int p = self.phase[ic]
+        cdef int st = self.step[ic]
+        cdef CorePhase ph = self._ph(c, p)
+        cdef int64_t src = self.cp.members[i]
+        cdef int64_t k = (st % ph.period) * self.n + i
+        cdef int64_t j
+        cdef RouteEntry e
+        for j in range(ph.ptr[k], ph.ptr[k + 1]):
+            e = self._route(src, ph.dst[j], ph.nbytes[j], self.flow + c)
+            self.net._send_native(self, src, ph.dst[j], ph.nbytes[j], e.rid, e.latency, e.alone, i, c, p, st)
+        self.sent[ic] = 1
+        if st == 0 and ph.gated:
+            self._gate(i, c, p)  # its step-0 messages may all have arrived (and been reduced) already
+            return
+        self._check(i, c)
+
+    cdef void _arrive(self, Message& m) except *:
+        cdef int i = m.i
+        cdef int c = m.c
+        cdef int p = m.p
+        cdef int st = m.st
+        if not self.cp.lane:
+            i = self.cp.lut[m.dst]
+        self.arrived[self._key(i, c, p, st)] += 1
+        self._record(m)
+        cdef CorePhase ph = self._ph(c, p)
+        cdef CoreScheduler s
+        if ph.gated and st == 0:
+            s = self._sched
+            s.push(s.now + ph.delay + ph.proc[0], 0, EV_GENERAL, self, i, c, p, None)
+            return
+        cdef int ic = i * self.cp.chunks + c
+        if self.phase[ic] == p and self.step[ic] == st and self.sent[ic]:
+            self._check(i, c)
+
+    cdef void _record(self, Message& m) except *:
+        if self.on_batch is None:
+            return
+        self.rec[0].push_back(m.t_send)
+        self.rec[1].push_back(m.t_arrive)
+        self.rec[2].push_back(m.src)
+        self.rec[3].push_back(m.dst)
+        self.rec[4].push_back(m.size)
+        self.rec[5].push_back(m.c)
+        self.rec[6].push_back(m.p)
+        self.rec[7].push_back(m.st)
+        self.recorded += 1
+        if self.rec[0].size() >= BATCH:
+            self.flush()
+
+    def flush(self):
+        """Hand the recorded messages on (`on_batch`)."""
+        if self.on_batch is None or self.rec[0].empty():
+            return
+        cols = []
+        cdef size_t n = self.rec[0].size()
+        cdef int64_t[::1] view
+        cdef int k
+        for k in range(8):
+            a = np.empty(n, dtype=np.int64)
+            view = a
+            memcpy(&view[0], self.rec[k].data(), n * sizeof(int64_t))
+            self.rec[k].clear()
+            cols.append(a)
+        self.on_batch(*cols)
+
+    cdef void _general(self, int i, int c, int p) except *:
+        self.free[(<int64_t>i * self.cp.chunks + c) * self.cp.nphases + p] += 1
+        self._gate(i, c, p)
+
+    cdef void _gate(self, int i, int c, int p) except *:
+        cdef int ic = i * self.cp.chunks + c
+        if self.phase[ic] != p or (not self.sent[ic] and self.step[ic] == 0):
+            return
+        cdef CorePhase ph = self._ph(c, p)
+        cdef int64_t key0, k, j, fkey = (<int64_t>i * self.cp.chunks + c) * self.cp.nphases + p
+        cdef vector[int64_t]* q
+        if self.step[ic] == 0:
+            key0 = self._key(i, c, p, 0)
+            if self.arrived[key0] < ph.need[i]:
+                return
+            self.arrived.erase(key0)
+            k = (1 % ph.period) * self.n + i
+            q = &self.queued[ic]
+            q.clear()
+            for j in range(ph.ptr[k], ph.ptr[k + 1]):
+                q.push_back(j)
+            self.step[ic] = 1
+            self.sent[ic] = 0
+        if self.queued.find(ic) == self.queued.end() or self.queued[ic].empty() or self.step[ic] != 1:
+            return
+        q = &self.queued[ic]
+        cdef int64_t release = self.free[fkey]
+        if <int64_t>q.size() < release:
+            release = q.size()
+        self.free[fkey] -= release
+        cdef int64_t src = self.cp.members[i]
+        cdef RouteEntry e
+        cdef vector[int64_t] go
+        for j in range(release):
+            go.push_back(q[0][j])
+        q.erase(q.begin(), q.begin() + release)
+        for j in go:
+            e = self._route(src, ph.dst[j], ph.nbytes[j], self.flow + c)
+            self.net._send_native(self, src, ph.dst[j], ph.nbytes[j], e.rid, e.latency, e.alone, i, c, p, 1)
+        q = &self.queued[ic]
+        if q.empty():
+            self.queued.erase(ic)
+            self.free.erase(fkey)
+            self.sent[ic] = 1
+            self._check(i, c)
+
+    cdef void _check(self, int i, int c) except *:
+        cdef int ic = i * self.cp.chunks + c
+        cdef int p = self.phase[ic]
+        cdef int st = self.step[ic]
+        cdef CorePhase ph = self._ph(c, p)
+        if ph.gated and st == 0:
+            return  # step 1 goes out as the step-0 messages are reduced (`_general`)
+        cdef int per = ph.period
+        cdef int n = self.n
+        cdef int64_t need = ph.need[(st % per) * n + i]
+        cdef int64_t key = self._key(i, c, p, st)
+        cdef unordered_map[int64_t, int64_t].iterator it = self.arrived.find(key)
+        cdef int64_t got = 0 if it == self.arrived.end() else deref(it).second
+        if got < need:
+            return
+        if it != self.arrived.end():
+            self.arrived.erase(it)
+        cdef CoreScheduler s = self._sched
+        cdef int64_t wait = ph.proc[st] + ph.delay if need else 0
+        cdef int nxt = st + 1
+        while nxt < ph.steps and not ph.need[(nxt % per) * n + i] and \
+                ph.ptr[(nxt % per) * n + i] == ph.ptr[(nxt % per) * n + i + 1]:
+            nxt += 1
+        self.sent[ic] = 0
+        if nxt < ph.steps:
+            self.step[ic] = nxt
+            s.push(s.now + wait, 0, EV_SEND, self, i, c, 0, None)
+        elif wait:
+            s.push(s.now + wait, 0, EV_LEAVE, self, i, c, 0, None)
+        else:
+            self._leave(i, c)
+
+    cdef void _leave(self, int i, int c) except *:
+        cdef int ic = i * self.cp.chunks + c
+        cdef int p = self.phase[ic]
+        cdef int q = self._ph(c, p).queue
+        cdef int slot = i * self.cp.queues + q
+        self.running[slot] -= 1
+        cdef pair[int, int] nxt
+        if not self.waiting[slot].empty():
+            self.running[slot] += 1
+            nxt = self.waiting[slot].front()
+            self.waiting[slot].pop_front()
+            self._begin(i, nxt.first, nxt.second)
+        if p + 1 < self.cp.nphases:
+            self._enqueue(i, c, p + 1)
+            return
+        self.left[i] -= 1
+        if self.left[i] == 0:
+            self._rank_done(i)
+
+    cdef void _rank_done(self, int i) except *:
+        self.done += 1
+        self.on_rank_done(self.cp.members[i], self._sched.now)

@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simstudy.backends.base import BackendError
-from simstudy.backends.flowsim.netmodels import FLUID_SOLVERS, NETMODELS, Msg, NetModel
+from simstudy.backends.flowsim.netmodels import CORE_NETMODELS, FLUID_SOLVERS, NETMODELS, Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, Planner, lane_images
 from simstudy.backends.flowsim.tcp import TCP_NETMODELS, TcpPaths
@@ -133,6 +133,8 @@ class Lanes:
                 key = (k, "up" if link.src.startswith("h") else "down")
             orbit[i] = keys.setdefault(key, len(keys))
         self.orbit = orbit
+        #: the compiled collectives' routes on these lanes (`Comms._core_run`)
+        self.core_routes: dict[tuple[int, int, int, int], Any] = {}
         self.capacity = [-1.0] * len(keys)
         self.latency = [-1.0] * len(keys)
         for i, o in enumerate(orbit.tolist()):
@@ -193,6 +195,11 @@ class _Recorder:
         self.sent = np.zeros(hosts) if counts_only else None
         self._sent: dict[int, int] = {}
         self.n = 0
+        #: columns recorded in blocks (`add_batch`), after those of `cols`
+        self.blocks: list[list[IntArray]] = []
+        offsets = [ph.step_offset for ph in plan.phases]
+        self._offsets = np.asarray(offsets or [0], dtype=np.int64)
+        self._xor = np.asarray([ph.symmetry == "xor" for ph in plan.phases] or [False], dtype=np.int64)
 
     def add(self, msg: Msg) -> None:
         self.n += 1
@@ -207,9 +214,24 @@ class _Recorder:
                                       ph.symmetry == "xor"), strict=True):
             col.append(v)
 
+    def add_batch(self, t_send: IntArray, t_arrive: IntArray, src: IntArray, dst: IntArray, size: IntArray,
+                  chunk: IntArray, phase: IntArray, step: IntArray) -> None:
+        """Messages recorded by the compiled core, as columns (`add`'s, message by message)."""
+        self.n += len(src)
+        if self.counts_only:
+            assert self.sent is not None
+            self.transfers += len(src)
+            self.total += int(size.sum())
+            np.add.at(self.sent, src, size.astype(np.float64))
+            return
+        self.blocks.append([t_send, t_arrive, src, dst, size, chunk, self._offsets[phase] + step, self._xor[phase]])
+
     def columns(self) -> list[IntArray]:
-        return [np.frombuffer(c, dtype=np.int64).copy() if len(c) else np.empty(0, dtype=np.int64)
+        cols = [np.frombuffer(c, dtype=np.int64).copy() if len(c) else np.empty(0, dtype=np.int64)
                 for c in self.cols]
+        if self.blocks:
+            cols = [np.concatenate([col, *(b[k] for b in self.blocks)]) for k, col in enumerate(cols)]
+        return cols
 
     def counted(self) -> tuple[int, int, NDArray[np.float64]] | None:
         if self.sent is None:
@@ -263,7 +285,7 @@ class Comms:
     def __init__(self, info: WorkloadInfo, net: Network, mode: str | Congestion, sched: Scheduler,
                  emit: Callable[..., None], *, planner: Planner | None = None,
                  count: Callable[[int, int, NDArray[np.float64]], None] | None = None, isolated: bool = True,
-                 solver: str = "fast", model: NetModel | None = None) -> None:
+                 solver: str = "fast", model: NetModel | None = None, engine: str = "python") -> None:
         if model is None and mode not in NETMODELS:
             raise ValueError(f"unknown congestion mode {mode!r}; expected one of {', '.join(NETMODELS)}")
         if solver not in FLUID_SOLVERS:
@@ -283,7 +305,15 @@ class Comms:
         self.route = self.routes.shared_route if mode.shares_links else self.routes.route
         if model is None and self.tcp is not None:
             model = TCP_NETMODELS[mode](sched, self.routes.effective, net.latency, tcp=self.tcp)
+        #: the compiled core runs the network model and the collectives (`engine` compiled, a model of
+        #: its own: the fluid one as the `fast` solver, no TCP under loss, no model from elsewhere)
+        self.compiled = (engine == "compiled" and model is None and self.tcp is None and mode in CORE_NETMODELS
+                         and (not mode.fluid or solver == "fast"))
+        if self.compiled:
+            self.model_class = CORE_NETMODELS[mode]
         self.model: NetModel = model or self.model_class(sched, self.routes.effective, net.latency)
+        #: the compiled collectives' routes, by (src, dst, size, flow): the shared network's, and each lane set's
+        self._core_routes: dict[tuple[int, int, int, int], Any] = {}
         self.emit = emit
         #: when given, isolated collectives only report (transfers, bytes, bytes sent per rank)
         self.count = count
@@ -447,9 +477,12 @@ class Comms:
 
         rows: list[tuple[int, int, int, int, int, int, int]] = []
         offsets = [ph.step_offset for ph in plan.phases]
+        runs: list[Any] = []  # the compiled run, which keeps its messages until it hands them on
 
         def flush() -> None:
-            if rows:
+            if runs:
+                runs[0].flush()
+            elif rows:
                 cols = [np.asarray(c, dtype=np.int64) for c in zip(*rows, strict=True)]
                 self.unflushed -= len(rows)
                 rows.clear()
@@ -475,10 +508,36 @@ class Comms:
             if len(rows) >= 65536:
                 flush()
 
+        if self.compiled:
+            steps = np.asarray(offsets or [0], dtype=np.int64)
+
+            def batch(t_send: IntArray, t_arrive: IntArray, src: IntArray, dst: IntArray, size: IntArray,
+                      chunk: IntArray, phase: IntArray, step: IntArray) -> None:
+                self.emit(kind, ctx, t_send, t_arrive, src, dst, size, chunk, steps[phase] + step)
+
+            core = self._core_run(plan, sched, self.model, self.route, rank_done, batch, act.flow, self._core_routes)
+            runs.append(core)
+            if start:
+                core.start()
+            return core  # type: ignore[no-any-return]
         run = CollectiveRun(plan, sched, self.model, self.route, rank_done, message, flow=act.flow)
         if start:
             run.start()
         return run
+
+    def _core_run(self, plan: CollectivePlan, sched: Scheduler, model: NetModel, route: Callable[..., Route],
+                  done: Callable[[int, int], None], batch: Callable[..., None], flow: int,
+                  cache: dict[tuple[int, int, int, int], Any]) -> Any:
+        """A collective on the compiled core (`_core.CoreCollectiveRun`): `CollectiveRun`'s events,
+        its messages handed on in blocks of columns (`batch`); routes kept in `cache`, by flow only
+        where routes depend on it (bounded: ECMP per flow gives every collective flows of its own)."""
+        from simstudy.backends.flowsim import _core
+
+        per_flow = self.routes.per_flow and route is self.route
+        if len(cache) > 1 << 20:
+            cache.clear()
+        return _core.CoreCollectiveRun(plan, sched, model, route, done, batch,  # type: ignore[arg-type]
+                                       flow=flow, routes=cache, per_flow=per_flow)
 
     def _replay(self, act: Activity) -> None:
         """Turn an isolated collective into a message-by-message one: replay it alone from its
@@ -488,7 +547,7 @@ class Comms:
         act.pending = 0
         self._release_fast(act)
         act.fast = False
-        private = Scheduler(act.start)
+        private = type(self.sched)(act.start)
         self.model.sched = private
         try:
             run = self._run_detailed(act, private)
@@ -536,7 +595,7 @@ class Comms:
             return found
         self.stats["timed"] += 1
         self.stats["lanes"] += plan.lane
-        sched = Scheduler(0)
+        sched = type(self.sched)(0)
         lanes = self._lanes_for(plan) if plan.lane else None
         if lanes is not None:
             model = self.model_class(sched, lanes.capacity, lanes.latency)
@@ -553,13 +612,19 @@ class Comms:
         def done(rank: int, t: int) -> None:
             finish[index[rank]] = t
 
-        run = CollectiveRun(plan, sched, model, route, done, rec.add, flow=flow)
+        if self.compiled:
+            cache = self._core_routes if lanes is None else lanes.core_routes
+            run: Any = self._core_run(plan, sched, model, route, done, rec.add_batch, flow, cache)
+        else:
+            run = CollectiveRun(plan, sched, model, route, done, rec.add, flow=flow)
         run.start()
         self._timing_now, self._timing_sched = rec, sched
         try:
             sched.run_before(math.inf, self.tick)
         finally:
             self._timing_now = None
+        if self.compiled:
+            run.flush()
         if run.done < plan.sim_ranks:  # as the full path (and ASTRA-SIM, whose ranks never finish either)
             raise BackendError(f"flowsim: deadlock: {plan.kind} of {len(plan.members)} ranks never finished on "
                                f"{plan.sim_ranks - run.done} of them: its chunks wait for queues that others hold")

@@ -28,7 +28,7 @@ from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.comms import Comms
 from simstudy.backends.flowsim.hosts import SharedHosts
 from simstudy.backends.flowsim.in_network import InNetwork, chunk_sizes
-from simstudy.backends.flowsim.netmodels import Msg, NetModel
+from simstudy.backends.flowsim.netmodels import Msg, NetModel, core_scheduler
 from simstudy.backends.flowsim.sched import TICK, Scheduler
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.network import Network
@@ -84,14 +84,18 @@ class Engine:
                  progress: Tick | None = None, identical: bool = False,
                  planner: Planner | None = None, count: Callable[..., None] | None = None,
                  isolated: bool = True, solver: str = "fast",
-                 model: Callable[[Scheduler], NetModel] | None = None) -> None:
+                 model: Callable[[Scheduler], NetModel] | None = None, engine: str = "python") -> None:
         self.info = info
         self.net = net
         self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        self.sched = Scheduler()
+        #: the compiled core's event queue (`engine` compiled: `_core.CoreScheduler`, `Scheduler`'s
+        #: equal), or Python's
+        self.core_queue = engine == "compiled" and model is None
+        self.sched: Scheduler = core_scheduler() if self.core_queue else Scheduler()
         self.emit_rows = emit
         self.comms = Comms(info, net, mode, self.sched, self._emit_collective, planner=planner, count=count,
-                           isolated=isolated, solver=solver, model=model(self.sched) if model is not None else None)
+                           isolated=isolated, solver=solver, model=model(self.sched) if model is not None else None,
+                           engine=engine if model is None else "python")
         self.comms.tick = self.tick
         #: all-reduces the switches compute (`in_network`)
         self.in_network = InNetwork(self.comms, net, emit, self._in_network_done)
@@ -157,6 +161,10 @@ class Engine:
         for r in range(len(self.ranks)):
             self.issue_ready(r)
         sched = self.sched
+        if self.core_queue:  # the compiled core's queue runs its own loop
+            sched.run_counting(self.tick, TICK)  # type: ignore[attr-defined]
+            self._stopped()
+            return
         heap = sched.heap
         checks = 0
         clock = self.comms.model.clock
@@ -169,6 +177,11 @@ class Engine:
             checks += 1
             if checks % TICK == 0:
                 self.tick()
+        self._stopped()
+
+    def _stopped(self) -> None:
+        """The queue is empty: every rank done, or a deadlock named."""
+        sched = self.sched
         stuck = [r for r, s in enumerate(self.ranks) if s.left]
         if stuck:
             r = stuck[0]

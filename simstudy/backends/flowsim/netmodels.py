@@ -561,14 +561,25 @@ class FastFluidNet(FluidNet):
 #: The model of each congestion mode flowsim runs (`Congestion`): what `--congestion` picks.
 NETMODELS: dict[Congestion, type[NetModel]] = {Congestion.FLUID: FastFluidNet, Congestion.UNAWARE: UnawareNet,
                                               Congestion.AWARE: AwareNet}
-#: The fluid model's solvers: `fast` (the default), `reference`, the solver it must equal, and
-#: `compiled`, `fast` in C++ (the compiled core, where it is built: `core`).
+#: The fluid model's solvers: `fast` (the default) and `reference`, the solver it must equal.
 FLUID_SOLVERS: dict[str, type[NetModel]] = {"fast": FastFluidNet, "reference": FluidNet}
-try:
-    from simstudy.backends.flowsim._core import CompiledFluidNet
+
+try:  # the compiled core (`_core.pyx`): the event queue, the system layer and these models in C++
+    from simstudy.backends.flowsim import _core
 except ImportError as exc:  # not built (no C++ compiler where simstudy was installed)
     #: why the compiled core cannot be used here (None: it can)
     CORE_MISSING: str | None = f"the compiled core is not built ({exc})"
+    #: the compiled model of each congestion mode (`NETMODELS`' in C++; the fluid one is `fast`'s)
+    CORE_NETMODELS: dict[Congestion, Any] = {}
 else:
     CORE_MISSING = None
-    FLUID_SOLVERS["compiled"] = CompiledFluidNet  # type: ignore[assignment]  # NetModel's interface, in C++
+    CORE_NETMODELS = {Congestion.FLUID: _core.CoreFluid, Congestion.UNAWARE: _core.CoreUnaware,
+                      Congestion.AWARE: _core.CoreAware}
+
+
+def core_scheduler(now: int = 0) -> Scheduler:
+    """The compiled core's event queue (`Scheduler`'s interface: `at`, `after_all`, `now`,
+    `run_before`, `drain_into`, and its own loop `run_counting`)."""
+    if CORE_MISSING is not None:
+        raise RuntimeError(CORE_MISSING)
+    return _core.CoreScheduler(now)  # type: ignore[return-value]  # Scheduler's interface, in C++
