@@ -377,18 +377,15 @@ class Fit:
         rho = "n/a" if math.isnan(self.correlation) else f"{self.correlation:.2f}"
         j = v.jitter if v is not None else None
         if j is not None:
-            s = np.array(j.samples)
-            out.append(f"jitter: empirical from the iteration intervals, {len(s)} samples, "
-                       f"cv {s.std() / s.mean():.3f}, range {s.min():.2f}-{s.max():.2f}; correlated: "
+            out.append(f"jitter: empirical from the iteration intervals, {_summary(j)}; correlated: "
                        f"{str(j.correlated).lower()} (the ranks' series correlate {rho}, threshold {CORRELATED})")
         else:
             out.append("jitter: none (no per-iteration times logged)")
         rj = v.rank_jitter if v is not None else None
         if rj is not None:
-            s = np.array(rj.samples)
             out.append(f"rank jitter: empirical from {' + '.join(self.compute_only)} (each rank's time over the step's "
-                       f"mean over ranks, over its median), {len(s)} samples, cv {s.std() / s.mean():.3f}, range "
-                       f"{s.min():.2f}-{s.max():.2f}; drawn per rank and iteration on top of the jitter")
+                       f"mean over ranks, over its median), {_summary(rj)}; drawn per rank and iteration on top of "
+                       "the jitter")
         elif len(self.compute_only) < 2:
             out.append("rank jitter: none (no logged phase holds the whole compute)")
         else:
@@ -413,6 +410,12 @@ class Fit:
                        f"{list(self.system.rank_hosts or ())}; measured is a rank's time alone")
         out += [f"note: {n}" for n in self.notes]
         return out
+
+
+def _summary(jitter: Jitter) -> str:
+    """An empirical jitter's samples: how many, their cv and range."""
+    s = np.array(jitter.samples)
+    return f"{len(s)} samples, cv {s.std() / s.mean():.3f}, range {s.min():.2f}-{s.max():.2f}"
 
 
 def logged_period(meta: CaptureMeta) -> tuple[float, int]:
