@@ -28,7 +28,9 @@ cores make it jitter). Same targets.
                                             [--matrix hosts|one-host|all] [--one-host-iterations 20]
 
 `--fit` also validates each whole capture (with its meta.json) with its compute fitted to what
-it logged, as `simstudy validate --real DIR --fit` does, and prints that verdict beside.
+it logged, as `simstudy validate --real DIR --fit` does, and prints that verdict beside. Every
+FAIL is followed by one line per failing metric: its real and simulated values, its distance and
+the tolerance (kept in the JSON as `failures` and `failures_fit`).
 `--reuse` analyses the captures already in the output directory instead of capturing again
 (rerun one case by deleting its directory). Captures are CPU-sensitive: the load average at the
 start and the end is printed.
@@ -93,6 +95,17 @@ def bare_copy(directory: Path, bare: Path) -> Path:
     for f in sorted(directory.glob("*.pcap")):
         shutil.copy2(f, bare / f.name)
     return bare
+
+
+def failures(report: Any) -> list[dict[str, Any]]:
+    """Each failing metric of a verdict: its real and simulated values, its distance and tolerance."""
+    return [{"metric": r.metric, "real": r.real, "simulated": r.simulated, "distance": r.distance,
+             "tolerance": r.tolerance} for r in report.failures]
+
+
+def failure_lines(label: str, rows: list[dict[str, Any]]) -> str:
+    return "".join(f"\n    {label}{r['metric']}: real {r['real']:.4g}, simulated {r['simulated']:.4g} "
+                   f"(distance {r['distance']:.3f}, tolerance {r['tolerance']:.2f})" for r in rows)
 
 
 def load() -> str:
@@ -175,6 +188,7 @@ def main() -> int:
                "bytes": b.total, "bytes_truth": want["total"], "bytes_err": b.total / want["total"] - 1,
                "per_worker": b.mean, "per_worker_truth": want["per_worker"], "iterations": b.iterations,
                "verdict": v.report.verdict, "wall_s": time.monotonic() - t0}
+        row["failures"] = failures(v.report)
         if v.report.failures:
             row["verdict"] += ": " + ", ".join(r.metric for r in v.report.failures)
         if args.fit:  # the whole capture, its compute fitted to what it logged (`validate --real DIR --fit`)
@@ -183,13 +197,16 @@ def main() -> int:
                 vf = validate(case, out / "validation-fit" / spec.name, fit=True)
             row["verdict_fit"] = vf.report.verdict + (
                 ": " + ", ".join(r.metric for r in vf.report.failures) if vf.report.failures else "")
+            row["failures_fit"] = failures(vf.report)
         rows.append(row)
         ok = abs(row["period_err"]) <= 0.05 and abs(row["bytes_err"]) <= 0.02
         print(f"{spec.name:34s} {roles:16s} {p.period_s * 1e3:10.1f}ms {want['period_s'] * 1e3:7.1f}ms "
               f"{row['period_err']:+7.1%} {row['period_err_median']:+8.1%}  "
               f"{b.total:13,.0f} {want['total']:13,.0f} {row['bytes_err']:+7.2%}  "
               f"{b.iterations:2d}  {row['verdict']}{'' if ok else '   <- off target'}"
-              + (f"  | --fit: {row['verdict_fit']}" if args.fit else ""), flush=True)
+              + (f"  | --fit: {row['verdict_fit']}" if args.fit else "")
+              + failure_lines("", row["failures"]) + failure_lines("--fit: ", row.get("failures_fit", [])),
+              flush=True)
     done = [r for r in rows if "error" not in r]
     period_ok = sum(abs(r["period_err"]) <= 0.05 for r in done)
     bytes_ok = sum(abs(r["bytes_err"]) <= 0.02 for r in done)

@@ -3,6 +3,8 @@
 The capture in tests/data/fit/ddp_lstm_w2_namespace is a real 2-worker DDP job of a small LSTM,
 both workers processes of one host (`simstudy capture`, kept with its meta.json): its training
 steps ran slower than its calibration passes, so its recorded scenario misses the period by 12%.
+The one in tests/data/fit/ps_lstm_w2_namespace is a real parameter server of the same LSTM, 2
+workers and the server processes of one host of 2 cores: its workers' pushes spread over the step.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from simstudy.validation.fitting import (
     find_stragglers,
     fit_system,
     jitter_of,
+    rank_jitter_of,
 )
 from tests.conftest import run_cli
 
 CAPTURE = Path(__file__).parent / "data" / "fit" / "ddp_lstm_w2_namespace"
+PS_CAPTURE = Path(__file__).parent / "data" / "fit" / "ps_lstm_w2_namespace"
 
 
 def _row(verdict: s.Verdict, metric: str) -> dict[str, object]:
@@ -55,8 +59,8 @@ def test_the_fit_brings_a_slow_jobs_period_within_tolerance(tmp_path: Path) -> N
     assert (tmp_path / "fit" / "fit" / "run0").is_dir()
 
 
-def _variant(kind: str) -> Scenario:
-    meta = read_meta(CAPTURE)
+def _variant(kind: str, capture: Path = CAPTURE) -> Scenario:
+    meta = read_meta(capture)
     assert meta is not None and meta.scenario is not None
     data = copy.deepcopy(meta.scenario)
     if kind == "another model":
@@ -65,22 +69,51 @@ def _variant(kind: str) -> Scenario:
     elif kind == "2x the bandwidth":
         data["topology"]["bandwidth_gbps"] *= 2
     else:
+        data["topology"]["npus"] += data["parallelism"]["dp"]
         data["parallelism"]["dp"] *= 2
-        data["topology"]["npus"] *= 2
     return Scenario.model_validate(data)
 
 
+@pytest.mark.parametrize("capture", [CAPTURE, PS_CAPTURE], ids=["ddp", "ps"])
 @pytest.mark.parametrize("fit", [False, True], ids=["recorded", "fitted"])
 @pytest.mark.parametrize("kind", ["another model", "2x the bandwidth", "2x the workers"])
-def test_a_wrong_scenario_still_fails(kind: str, fit: bool, tmp_path: Path) -> None:
-    """The fit sets the compute's pace, not the network: a scenario with another model (bytes per
-    iteration), twice the bandwidth (the duty cycle of the iteration) or twice the workers (bytes
-    and who talks with whom) fails with and without it (the right one passes with it: above)."""
-    verdict = s.validate(CAPTURE, _variant(kind), out=tmp_path, fit=fit)
+def test_a_wrong_scenario_still_fails(kind: str, fit: bool, capture: Path, tmp_path: Path) -> None:
+    """The fit sets the compute's pace and spread, not the network: a scenario with another model
+    (bytes per iteration), twice the bandwidth (the duty cycle of the iteration) or twice the workers
+    (bytes and who talks with whom) fails with and without it (the right one passes with it)."""
+    verdict = s.validate(capture, _variant(kind, capture), out=tmp_path, fit=fit)
     assert not verdict.passed
     failed = {r.metric for r in verdict.report.failures}
     network = {"bytes_per_iter_mean", "traffic_matrix:jensen_shannon_undirected", "duty_cycle_iteration"}
     assert failed & network, failed
+
+
+def test_workers_sharing_cores_spread_as_the_logged_ones(tmp_path: Path) -> None:
+    """The parameter server's 2 workers and its server on 2 cores: the fit draws each worker's own
+    variation within a step (rank jitter, from its forward and backward) on top of the job's, and
+    the duty cycle of the iteration passes. The same capture as if its host had 8 cores (no rank
+    contends for one) is fitted without it: its workers push together and the duty cycle fails."""
+    fitted = s.validate(PS_CAPTURE, out=tmp_path / "fit", fit=True)
+    fit = fitted.validation.fit
+    assert fit is not None and fit.converged
+    v = fit.system.variability
+    assert v is not None and v.jitter is not None and v.jitter.correlated
+    assert v.rank_jitter is not None and not v.rank_jitter.correlated and len(v.rank_jitter.samples) >= 20
+    assert any(line.startswith("rank jitter: empirical from forward_us + backward_us") for line in fit.lines())
+    assert fitted.passed, fitted.report.to_markdown()
+    cores = tmp_path / "cores"
+    shutil.copytree(PS_CAPTURE, cores)
+    meta = json.loads((cores / "meta.json").read_text())
+    meta["host_cores"] = 8
+    (cores / "meta.json").write_text(json.dumps(meta))
+    together = s.validate(cores, out=tmp_path / "together", fit=True)
+    assert together.validation.fit is not None and together.validation.fit.converged
+    variability = together.validation.fit.system.variability
+    assert variability is not None and variability.rank_jitter is None
+    assert any(line == "rank jitter: none (no host holds more ranks than cores)"
+               for line in together.validation.fit.lines())
+    duty = _row(together, "duty_cycle_iteration")
+    assert not duty["passed"] and float(duty["simulated"]) < float(duty["real"])  # type: ignore[arg-type]
 
 
 def test_on_shared_hosts_the_fit_is_a_ranks_time_alone(tmp_path: Path) -> None:
@@ -157,6 +190,24 @@ def test_jitter_factors_and_their_correlation() -> None:
     assert rho == pytest.approx(-1.0) and jitter is not None and not jitter.correlated and len(jitter.samples) == 8
     synchronous, _ = jitter_of(apart, synchronous=True)
     assert synchronous is not None and synchronous.correlated and synchronous.samples == (1.0,) * 4
+
+
+def test_rank_jitter_is_how_the_ranks_of_a_step_differ() -> None:
+    """Each rank's time over the step's mean over ranks, over that ratio's median for the rank: a
+    step the whole job was slow in and a rank slow in every step (a straggler) vary nothing."""
+    jitter = rank_jitter_of({0: [1.0, 2.0, 1.0], 1: [3.0, 2.0, 1.0]})
+    assert jitter is not None and not jitter.correlated and jitter.distribution == "empirical"
+    assert jitter.samples == pytest.approx((0.5, 1.0, 1.0, 1.5, 1.0, 1.0))
+    steady = rank_jitter_of({0: [1.0, 3.0, 1.0], 1: [2.0, 6.0, 2.0]})  # rank 1 twice as slow, the job in step 1
+    assert steady is not None and steady.samples == (1.0,) * 6
+    assert rank_jitter_of({0: [1.0, 2.0]}) is None and rank_jitter_of({0: [1.0], 1: [2.0]}) is None
+
+
+def test_the_ddp_capture_on_cores_of_its_own_gets_no_rank_jitter() -> None:
+    """2 DDP workers on 2 cores: no host holds more ranks than cores, and DDP's forward is a part of
+    the compute: no rank jitter."""
+    fit = s.fit(CAPTURE)
+    assert fit.system.variability is not None and fit.system.variability.rank_jitter is None
 
 
 def _meta(intervals: list[float]) -> CaptureMeta:

@@ -1,7 +1,8 @@
 """Compute variability (`system.variability`): jitter and stragglers written into the compute nodes.
 
 A rank's compute nodes of iteration k take their time times that rank's factor for k: its jitter
-draw (`draw`) times the slowdown of every straggler entry naming the rank and k. The scaled time
+draw (`draw`), times its `rank_jitter` draw (a stream of its own), times the slowdown of every
+straggler entry naming the rank and k. The scaled time
 is rounded half up to whole microseconds (the ET's unit, `costs.whole_us`), and a node that had
 any time keeps at least 1 us; a node of 0 us stays 0. Ranks with the same factors keep sharing
 one task list (and the ET writer's encoded frames); without variability the graph is untouched.
@@ -22,10 +23,14 @@ from simstudy.spec.system import MIN_FACTOR, Jitter, Variability
 __all__ = ["apply_variability", "draw", "rank_factors"]
 
 
-def draw(jitter: Jitter, rank: int, iteration: int) -> float:
+def draw(jitter: Jitter, rank: int, iteration: int, stream: int = 0) -> float:
     """The jitter factor of `rank` in `iteration`: numpy's Generator seeded from (seed, rank,
-    iteration), or (seed, iteration) when correlated; mean 1 (see `Jitter.distribution`)."""
+    iteration), or (seed, iteration) when correlated, followed by `stream` when it is not 0 (so that
+    `rank_jitter`'s draws, stream 1, are independent of `jitter`'s with the same seed); mean 1 (see
+    `Jitter.distribution`)."""
     key = [jitter.seed, iteration] if jitter.correlated else [jitter.seed, rank, iteration]
+    if stream:
+        key.append(stream)
     rng = np.random.default_rng(key)
     if jitter.distribution == "empirical":
         samples = jitter.samples
@@ -45,6 +50,8 @@ def rank_factors(variability: Variability, rank: int, iterations: int) -> tuple[
     out = []
     for k in range(iterations):
         f = 1.0 if variability.jitter is None else draw(variability.jitter, rank, k)
+        if variability.rank_jitter is not None:
+            f *= draw(variability.rank_jitter, rank, k, stream=1)
         for s in variability.stragglers:
             first, last = s.iterations if s.iterations is not None else (0, iterations - 1)
             if rank in s.ranks and first <= k <= last:

@@ -113,13 +113,36 @@ class Straggler(Spec):
 class Variability(Spec):
     """How compute time varies between ranks and iterations: random jitter and stragglers.
 
-    A compute node's time is its time times the rank's jitter draw for the iteration times the
-    slowdown of every straggler entry that names the rank and iteration, rounded half up to whole
-    microseconds (the Chakra ET's unit) and at least 1 us for a node that had any time. It is
-    written into the ET files, so every backend runs the same times."""
+    A compute node's time is its time times the rank's jitter draw for the iteration (times its
+    `rank_jitter` draw, when given) times the slowdown of every straggler entry that names the rank
+    and iteration, rounded half up to whole microseconds (the Chakra ET's unit) and at least 1 us
+    for a node that had any time. It is written into the ET files, so every backend runs the same
+    times."""
 
     jitter: Jitter | None = Field(default=None, description="random compute time per rank and iteration")
+    rank_jitter: Jitter | None = Field(
+        default=None,
+        description="each rank's own variation on top of `jitter`: an independent draw per rank and iteration "
+        "(correlated: false), multiplied with jitter's (e.g. a correlated jitter for what the whole job shares "
+        "and this for how the ranks of one iteration differ)",
+    )
     stragglers: tuple[Straggler, ...] = Field(default=(), description="ranks that compute slower")
+
+    @model_validator(mode="after")
+    def _check_rank_jitter(self) -> Variability:
+        if self.rank_jitter is not None and self.rank_jitter.correlated:
+            raise FieldError("rank_jitter.correlated", "rank_jitter is drawn per rank; for a draw the ranks share, "
+                                                       "use jitter with correlated: true")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_rank_jitter(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Leave `rank_jitter` out when unset, so that variability written before it keeps its
+        canonical JSON (and its sweep run keys)."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("rank_jitter", 0) is None:
+            del data["rank_jitter"]
+        return data
 
     def check_job(self, ranks: int, iterations: int) -> None:
         """Stragglers must name ranks and iterations of a job of `ranks` ranks and `iterations`

@@ -49,15 +49,33 @@ then still fails).
 iteration starts: each over that rank's median. They hold the communication's variation too
 (TCP, retransmissions); taken as compute's, they are applied as the same relative spread, not
 stretched to the compute alone (which, where communication is most of the iteration, would turn
-a few percent of TCP noise into factors of 2). The compute-only phases are not used for it:
-timed on busy shared cores, single passes vary by up to 2x between ranks and steps while the
-iterations they make vary by 10-20%; drawn independently per rank, such factors would put a
-synchronous job's ranks out of step as the real ones never were. A draw is one of these factors
-(the compiler divides them by their mean). `correlated: true` when the job is
-synchronous (its ranks wait for each other: their iteration intervals are one quantity timed on
-each rank) or when the ranks' series move together anyway: their mean pairwise Pearson
-correlation is at least `CORRELATED`. The samples are then the job's factor per iteration (the
-mean over ranks), else every rank's factor of every iteration.
+a few percent of TCP noise into factors of 2). A draw is one of these factors (the compiler
+divides them by their mean). `correlated: true` when the job is synchronous (its ranks wait for
+each other: their iteration intervals are one quantity timed on each rank) or when the ranks'
+series move together anyway: their mean pairwise Pearson correlation is at least `CORRELATED`.
+The samples are then the job's factor per iteration (the mean over ranks), else every rank's
+factor of every iteration.
+
+**Rank jitter** (`variability.rank_jitter`, empirical, a draw per rank and iteration on top of
+the job's): how the ranks of one iteration differ from each other, where they contend for cores
+(a host of the recorded system holds more ranks than `host_cores`), from the compute-only phases
+where they hold the whole compute (forward and backward: parameter servers, Horovod). Each
+rank's time in a step over the mean of all ranks' times in that step (what the ranks shared in
+that step, the job's factor, is taken out: the intervals model it), over that ratio's median for
+the rank (a rank slower in every step is a straggler, below, not jitter). Where the ranks share
+cores this is large: 4 workers on 2 cores are not served in equal shares step by step (their
+forward and backward differ by up to 2x within one step), so they reach their pushes at
+different times and the parameter server's traffic spreads over the step, as the simulation of
+identical ranks, pushing together, does not (duty cycle 0.38-0.41 logged against 0.26-0.31
+simulated). Drawn from the whole single-pass times instead of these residuals, the job's
+variation would be counted twice and the ranks put further out of step than the logged ones.
+Ranks with cores of their own are not served unevenly by a scheduler: what makes their phases
+differ is the communication's own work on their cores (Horovod's background thread reduces and
+sends while the backward runs), which the simulation models as communication, so there is none
+for them (with it, Horovod's fused all-reduces waited for the slowest rank and its simulated
+duty cycle rose to 1.0 against 0.75-0.9 logged).
+None where the steps log no phase that holds the whole compute (DDP's forward is a part of it,
+and its backward holds the wait that makes up for it; TensorFlow logs none).
 
 **Stragglers** come from the compute-only phases where they hold the whole compute (forward and
 backward: parameter servers, Horovod; iteration times cannot show stragglers, as in a
@@ -114,6 +132,7 @@ __all__ = [
     "find_stragglers",
     "fit_system",
     "jitter_of",
+    "rank_jitter_of",
     "scaled_system",
     "scaled_times",
     "with_system",
@@ -238,6 +257,22 @@ def jitter_of(series: Mapping[int, Sequence[float]], seed: int = 0, *,
     return Jitter(distribution="empirical", samples=samples, seed=seed, correlated=correlated), rho
 
 
+def rank_jitter_of(times: Mapping[int, Sequence[float]], seed: int = 0) -> Jitter | None:
+    """How the ranks of one step differ (module docstring): each rank's time over the step's mean
+    over ranks, over that ratio's median for the rank; None with fewer than two ranks or steps."""
+    n = min((len(v) for v in times.values()), default=0)
+    if len(times) < 2 or n < 2:
+        return None
+    x = np.array([list(v[:n]) for v in times.values()], dtype=float)
+    mean = x.mean(axis=0)
+    if np.any(mean <= 0):
+        return None
+    rel = x / mean
+    rel /= np.median(rel, axis=1, keepdims=True)
+    samples = tuple(round(max(MIN_FACTOR, float(f)), 4) for f in rel.ravel())
+    return Jitter(distribution="empirical", samples=samples, seed=seed)
+
+
 def scaled_times(measured: dict[str, Any], factor: float) -> dict[str, Any]:
     """`system.measured` (as JSON) with every time times `factor`."""
     out = {k: (v * factor if k.endswith("_us") and v is not None else v) for k, v in measured.items()}
@@ -342,12 +377,19 @@ class Fit:
         rho = "n/a" if math.isnan(self.correlation) else f"{self.correlation:.2f}"
         j = v.jitter if v is not None else None
         if j is not None:
-            s = np.array(j.samples)
-            out.append(f"jitter: empirical from the iteration intervals, {len(s)} samples, "
-                       f"cv {s.std() / s.mean():.3f}, range {s.min():.2f}-{s.max():.2f}; correlated: "
+            out.append(f"jitter: empirical from the iteration intervals, {_summary(j)}; correlated: "
                        f"{str(j.correlated).lower()} (the ranks' series correlate {rho}, threshold {CORRELATED})")
         else:
             out.append("jitter: none (no per-iteration times logged)")
+        rj = v.rank_jitter if v is not None else None
+        if rj is not None:
+            out.append(f"rank jitter: empirical from {' + '.join(self.compute_only)} (each rank's time over the step's "
+                       f"mean over ranks, over its median), {_summary(rj)}; drawn per rank and iteration on top of "
+                       "the jitter")
+        elif len(self.compute_only) < 2:
+            out.append("rank jitter: none (no logged phase holds the whole compute)")
+        else:
+            out.append("rank jitter: none (no host holds more ranks than cores)")
         if not self.compute_only:
             out.append("stragglers: none derived (the steps log no phase without communication)")
         elif len(self.compute_only) == 1:
@@ -368,6 +410,12 @@ class Fit:
                        f"{list(self.system.rank_hosts or ())}; measured is a rank's time alone")
         out += [f"note: {n}" for n in self.notes]
         return out
+
+
+def _summary(jitter: Jitter) -> str:
+    """An empirical jitter's samples: how many, their cv and range."""
+    s = np.array(jitter.samples)
+    return f"{len(s)} samples, cv {s.std() / s.mean():.3f}, range {s.min():.2f}-{s.max():.2f}"
 
 
 def logged_period(meta: CaptureMeta) -> tuple[float, int]:
@@ -415,7 +463,10 @@ def fit_system(meta: CaptureMeta, scenario: Scenario, simulate: Callable[[Scenar
                        if whole and f.straggles and f.rank < scenario.npus)
     synchronous = scenario.parallelism.aggregation.synchronous
     jitter, rho = jitter_of(_intervals(meta), seed, synchronous=synchronous)
-    variability = Variability(jitter=jitter, stragglers=stragglers) if jitter or stragglers else None
+    ranks = {r: v for r, v in only.items() if r < scenario.npus}
+    spread = rank_jitter_of(ranks, seed) if whole and _contended(recorded) else None
+    variability = (Variability(jitter=jitter, rank_jitter=spread, stragglers=stragglers)
+                   if jitter or spread or stragglers else None)
 
     def run(pace: float) -> FitRun:
         sim = simulate(with_system(base, scaled_system(recorded, pace, variability)), len(runs))
@@ -453,6 +504,14 @@ def fit_system(meta: CaptureMeta, scenario: Scenario, simulate: Callable[[Scenar
                compute_only=keys, notes=tuple(notes),
                logged_compute_only_s=statistics.median(t for v in only.values() for t in v) if only else None,
                sharing=_sharing(recorded, list(meta.steps)))
+
+
+def _contended(system: System) -> bool:
+    """Whether a host of `system` holds more ranks than it has cores (`host_cores`)."""
+    if system.host_cores is None or system.rank_hosts is None:
+        return False
+    hosts = list(system.rank_hosts)
+    return any(hosts.count(h) > system.host_cores for h in set(hosts))
 
 
 def _sharing(system: System, workers: Sequence[int]) -> float:

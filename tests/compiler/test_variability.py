@@ -107,6 +107,27 @@ def test_correlated_jitter_is_one_draw_per_iteration_for_every_rank(tmp_path: Pa
     assert len({draw(j, 0, k) for k in range(5)}) == 5
 
 
+def test_rank_jitter_multiplies_the_jobs_draw_with_each_ranks_own(tmp_path: Path) -> None:
+    """A correlated jitter (the job's) times a rank jitter (each rank's): the ranks' traces differ,
+    each factor is the product of the two draws, and the rank jitter's draws are a stream of their
+    own (not the draws of an uncorrelated jitter of the same seed)."""
+    v = Variability.model_validate({
+        "jitter": {"cv": 0.2, "correlated": True, "seed": 5},
+        "rank_jitter": {"distribution": "empirical", "samples": [0.5, 1.0, 1.5], "seed": 5}})
+    assert v.jitter is not None and v.rank_jitter is not None
+    for r in range(4):
+        want = tuple(draw(v.jitter, r, k) * draw(v.rank_jitter, r, k, stream=1) for k in range(3))
+        assert rank_factors(v, r, 3) == want
+    own = [draw(v.rank_jitter, r, k, stream=1) for r in range(8) for k in range(8)]
+    alike = [draw(v.rank_jitter, r, k) for r in range(8) for k in range(8)]
+    assert own != alike and set(own) == {0.5, 1.0, 1.5}
+    t = traces(scenario(v.model_dump(mode="json")), tmp_path / "rj")
+    assert len(set(t)) == 4
+    assert traces(scenario({"jitter": {"cv": 0.2, "correlated": True, "seed": 5}}), tmp_path / "job")[0] != t[0]
+    # unset, it is not written: variability without it keeps its canonical JSON
+    assert "rank_jitter" not in Variability.model_validate({"jitter": {"cv": 0.1}}).model_dump(mode="json")
+
+
 @pytest.mark.parametrize(("distribution", "cv"), [("normal", 0.1), ("normal", 0.3), ("lognormal", 0.3)])
 def test_draws_have_mean_one_and_the_given_cv(distribution: str, cv: float) -> None:
     j = Jitter.model_validate({"distribution": distribution, "cv": cv})

@@ -30,6 +30,8 @@ def _scenario(tmp_path: Path, variability: dict[str, Any], **extra: Any) -> Path
      "times > 0"),
     ({"jitter": {"cv": 0.1, "samples": [1.0]}}, "system.variability.jitter.samples", "distribution: empirical"),
     ({"jitter": {"distribution": "uniform", "cv": 0.1}}, "system.variability.jitter.distribution", "normal"),
+    ({"rank_jitter": {"cv": 0.1, "correlated": True}}, "system.variability.rank_jitter.correlated",
+     "drawn per rank"),
     ({"stragglers": [{"ranks": [4], "slowdown": 2}]}, "system.variability.stragglers.0.ranks",
      "rank 4 is not in the job: it has 4 ranks"),
     ({"stragglers": [{"ranks": [1], "slowdown": 2}, {"ranks": [1, 1], "slowdown": 2}]},
