@@ -3,7 +3,8 @@
 Every case is compiled once (in a process of its own: the compile's wall time and peak memory) and
 run by flowsim in each congestion mode, and by ASTRA-SIM's binaries where they take the network
 and are found (`ASTRA_SIM_BIN`), each in a process of its own, keeping no traffic, one iteration.
-The table prints the counts `simstudy run --estimate` prints, the measured wall time (the
+flowsim runs on each of its engines (`flowsim`: the compiled core; `flowsim-python`). The table
+prints the counts `simstudy run --estimate` prints, the measured wall time (the
 simulation's, as `benchmarks/scale.py` and `benchmarks/fluid_scale.py` time it) and peak memory
 (VmHWM; the binary's ru_maxrss), the estimate of each and estimate / measured. `--fit` fits the
 cost model (`simstudy.backends.estimate.COSTS`) to the rows measured: non-negative least squares of
@@ -65,11 +66,12 @@ if kind == "compile":
     from simstudy.spec import Scenario
     compile_scenario(Scenario.model_validate(arg["spec"]), arg["bundle"])
     print(json.dumps({"wall": time.perf_counter() - t0, "peak": vmhwm()}))
-elif kind == "flowsim":
+elif kind.startswith("flowsim"):
     from simstudy.backends import FlowsimBackend
     from simstudy.compiler import Bundle
-    r = FlowsimBackend(congestion=arg["mode"], traffic="none").run(Bundle.from_dir(arg["bundle"]), work / "run",
-                                                                   timeout_s=arg["timeout"])
+    engine = "python" if kind == "flowsim-python" else "compiled"
+    r = FlowsimBackend(congestion=arg["mode"], traffic="none", engine=engine).run(
+        Bundle.from_dir(arg["bundle"]), work / "run", timeout_s=arg["timeout"])
     print(json.dumps({"wall": time.perf_counter() - t0, "peak": vmhwm(), "transfers": r.output.transfers}))
 else:
     from simstudy.backends import AstraSimBackend
@@ -138,11 +140,11 @@ SMALL = [c for c in CASES if c not in ("llama4096", "llama4096sw", "llama16k")]
 #: benchmarks/scale.py's runs on this machine as docs/how-to/llm-training.md prints them (wall s, peak
 #: bytes): the same bundles as llama4096, llama4096sw and llama16k (their transfers are the counts here).
 PUBLISHED = [
-    {"case": "llama4096", "backend": "flowsim", "mode": "unaware", "wall": 98.9, "peak": 2606 << 20},
-    {"case": "llama4096", "backend": "flowsim", "mode": "unaware", "wall": 183.1, "peak": 2606 << 20},
-    {"case": "llama4096sw", "backend": "flowsim", "mode": "aware", "wall": 522.2, "peak": 2641 << 20},
-    {"case": "llama16k", "backend": "flowsim", "mode": "unaware", "wall": 840.6, "peak": 11114 << 20},
-    {"case": "llama16k", "backend": "flowsim", "mode": "unaware", "wall": 1573.1, "peak": 11115 << 20},
+    {"case": "llama4096", "backend": "flowsim-python", "mode": "unaware", "wall": 98.9, "peak": 2606 << 20},
+    {"case": "llama4096", "backend": "flowsim-python", "mode": "unaware", "wall": 183.1, "peak": 2606 << 20},
+    {"case": "llama4096sw", "backend": "flowsim-python", "mode": "aware", "wall": 522.2, "peak": 2641 << 20},
+    {"case": "llama16k", "backend": "flowsim-python", "mode": "unaware", "wall": 840.6, "peak": 11114 << 20},
+    {"case": "llama16k", "backend": "flowsim-python", "mode": "unaware", "wall": 1573.1, "peak": 11115 << 20},
     {"case": "llama4096", "backend": "astrasim", "mode": "unaware", "wall": 293.9, "peak": 11162 << 20},
     {"case": "llama4096sw", "backend": "astrasim", "mode": "aware", "wall": 749.4, "peak": 15858 << 20},
     {"case": "llama4096", "backend": "compile", "mode": "", "wall": 17.6, "peak": 0},
@@ -170,7 +172,7 @@ def estimate_of(backend: str, mode: str, w: Workload, rows: bool = False) -> tup
     model = COSTS.get((backend, mode))
     if model is None:
         return None
-    kept = rows and backend == "flowsim"
+    kept = rows and backend.startswith("flowsim")
     return (model.wall_s(w) + (ROW_S * w.messages if kept else 0.0),
             model.bytes(w) + (ROW_BYTES * min(w.messages, ROW_BUFFERED) if kept else 0.0))
 
@@ -184,7 +186,7 @@ def measure(cases: list[str], modes: list[str], backends: list[str], timeout_s: 
             scenario = Scenario.model_validate(spec)
             w = count(scenario)
             bundle = Path(tmp) / case / "bundle"
-            runs = [("compile", "")] + [("flowsim", m) for m in modes if "flowsim" in backends]
+            runs = [("compile", "")] + [(b, m) for b in ("flowsim", "flowsim-python") if b in backends for m in modes]
             if astra and scenario.topology.kind in ("ring", "switch", "fully_connected", "multi_dim"):
                 runs += [("astrasim", m) for m in modes if m != "fluid"]
             for backend, mode in runs:
@@ -262,8 +264,9 @@ def main() -> None:
     parser.add_argument("--published", action="store_true",
                         help="add the published measurements of the large cases (PUBLISHED) to the table and fit")
     parser.add_argument("--modes", default="unaware,aware,fluid", help="flowsim's congestion modes")
-    parser.add_argument("--backends", default="flowsim,astrasim",
-                        help="flowsim, and ASTRA-SIM's binaries where they take the network and are found")
+    parser.add_argument("--backends", default="flowsim,flowsim-python,astrasim",
+                        help="flowsim (its compiled engine), flowsim-python (its Python engine), and ASTRA-SIM's "
+                             "binaries where they take the network and are found")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds before a run is stopped")
     parser.add_argument("--save", help="append the measured rows to this JSON-lines file")
     parser.add_argument("--load", help="measure nothing: read the rows of --save files (comma-separated)")

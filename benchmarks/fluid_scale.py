@@ -9,6 +9,9 @@ Clos under 5 minutes, 16,384 under 20 minutes and 16 GiB; fluid within 2x unawar
 
 Cases (`--cases`, comma-separated; default all that the zoo can build):
   rn256      ResNet-50 DP 256, leaf-spine 8 leaves x 4 hosts x 8 GPUs, 4 spines
+  rn1024ring ResNet-50 DP 1,024 on a ring, every transfer kept (`--traffic rows`), unaware, against
+             ASTRA-SIM's congestion-unaware binary with its trace on (run `astrasim`: the binary's
+             own wall time and peak memory; ASTRA_SIM_BIN)
   rn4096     ResNet-50 DP 4,096, leaf-spine 32 leaves x 16 hosts x 8 GPUs, 16 spines
   lingjun    specs/placement_lingjun.yaml, the whole study (3 placements, every job alone too, links kept)
   llama4096  LLaMA-3 70B TP 8 x PP 8 x DP 64 on a 3-tier Clos of 4,096 GPUs
@@ -100,6 +103,9 @@ def two_llamas(job: Any = llama_job) -> dict[str, Any]:
 CASES: dict[str, tuple[str, Any]] = {
     "rn256": ("ResNet-50 DP 256 leaf-spine", lambda: resnet("resnet50_256", 8, 4, 4)),
     "rn4096": ("ResNet-50 DP 4096 leaf-spine", lambda: resnet("resnet50_4096", 32, 16, 16)),
+    "rn1024ring": ("ResNet-50 DP 1024 ring, rows", lambda: {
+        "name": "resnet50_1024_ring", "model": "resnet50", "parallelism": {"dp": 1024},
+        "topology": {"kind": "ring", "npus": 1024}, "training": {"iterations": 1}}),
     "lingjun": ("Lingjun placement study", None),
     "llama4096": ("LLaMA-3 70B 4096 3-tier Clos", lambda: llama(4096)),
     "llama2x2048": ("2 x LLaMA-3 70B 2048 Clos", two_llamas),
@@ -108,6 +114,12 @@ CASES: dict[str, tuple[str, Any]] = {
     "gpt2x2048": ("2 x GPT-2 medium 2048 Clos", lambda: two_llamas(gpt_job)),
     "gpt16k": ("GPT-2 medium 16384 3-tier Clos", lambda: llama(16384, gpt_job)),
 }
+
+
+#: What a case's runs keep of the transfers (default: none)
+TRAFFIC = {"rn1024ring": "rows"}
+#: The runs of a case unless `--runs` says otherwise (default: `--runs`' default)
+RUNS = {"rn1024ring": "unaware:compiled,unaware:python,astrasim"}
 
 
 def peak_bytes() -> int:
@@ -149,7 +161,8 @@ def work(case: str, run: str, bundle_dir: str, out: str, timeout_s: float) -> di
         last[:] = [p]
 
     try:
-        result = FlowsimBackend(congestion=mode, traffic="none", progress=keep, engine=engine).run(
+        result = FlowsimBackend(congestion=mode, traffic=TRAFFIC.get(case, "none"), progress=keep,
+                                engine=engine).run(
             Bundle.from_dir(bundle_dir), Path(out), timeout_s=timeout_s)
     except BackendError as exc:
         if "timed out" not in str(exc) or not last:
@@ -202,6 +215,15 @@ def needs_zoo(case: str) -> str | None:
 
 
 def run_child(case: str, mode: str, bundle: Path | None, out: Path, timeout_s: float) -> dict[str, Any]:
+    if mode == "astrasim":  # the binary itself, its trace on (as the astrasim backend runs it)
+        from scale import child  # benchmarks/scale.py: wall time and the binary's peak memory
+
+        assert bundle is not None
+        t0 = time.perf_counter()
+        a = child("astrasim", {"bundle": str(bundle), "mode": "unaware", "trace": True}, out)
+        if a is None:
+            return {"wall": time.perf_counter() - t0, "error": "the binary failed (see above)"}
+        return {"wall": a["wall"], "peak": int(a["rss_mb"] * 2**20), "finish_ns": a["finish"], "transfers": None}
     args = [sys.executable, __file__, "--child", case, mode, str(bundle or ""), str(out), str(timeout_s)]
     t0 = time.perf_counter()
     # its own process group: a study's sweep workers are stopped with it (they outlived it before)
@@ -245,10 +267,9 @@ def main() -> None:
         case, mode, bundle, out, timeout_s = args.child
         print(json.dumps(work(case, mode, bundle, out, float(timeout_s))))
         return
-    modes = [m for m in args.runs.split(",") if m]
-    ref = modes[-1]
+    args.runs_given = any(a.startswith(("--runs", "--modes")) for a in sys.argv[1:])
     print(f"{'case':<32} {'run':<16} {'wall s':>8} {'peak GiB':>9} {'transfers':>13} {'transfers/s':>12} "
-          f"{'finish ms':>10} {'x ' + ref:>10}")
+          f"{'finish ms':>10} {'wall x ref':>10} {'mem x ref':>9}  (ref: a case's last run)")
     with tempfile.TemporaryDirectory() as tmp:
         for case in [c for c in args.cases.split(",") if c]:
             label = CASES[case][0]
@@ -261,13 +282,16 @@ def main() -> None:
             if bundle is not None:
                 print(f"{label:<32} {'compile':<16} {time.perf_counter() - t0:>8.1f}", flush=True)
             workload = estimate_workload(case)
-            results = {m: run_child(case, m, bundle, Path(tmp) / case / m, args.timeout) for m in modes}
-            for m in modes:
+            runs = [m for m in (args.runs if args.runs_given else RUNS.get(case, args.runs)).split(",") if m]
+            ref = runs[-1]
+            results = {m: run_child(case, m, bundle, Path(tmp) / case / m, args.timeout) for m in runs}
+            for m in runs:
                 r = results[m]
                 base = results[ref]
-                ratio = "-"
+                ratio = mem = "-"
                 if "error" not in r and "error" not in base and not r.get("timeout") and not base.get("timeout"):
                     ratio = f"{r['wall'] / base['wall']:.2f}"
+                    mem = f"{r['peak'] / base['peak']:.2f}" if r.get("peak") and base.get("peak") else "-"
                 n = r.get("transfers")
                 rate = f"{n / r['wall']:,.0f}" if n and "peak" in r else "-"
                 count = f"{n:,}" if n else "-"
@@ -280,10 +304,12 @@ def main() -> None:
                              f" about {eta:,.0f} s in all at this rate")
                 note += f"  {r['error']}" if "error" in r else ""
                 print(f"{label:<32} {m:<16} {fmt_wall(r, args.timeout):>8} {peak:>9} {count:>13} {rate:>12} "
-                      f"{finish:>10} {ratio:>10}{note}", flush=True)
-                if workload is not None:
+                      f"{finish:>10} {ratio:>10} {mem:>9}{note}", flush=True)
+                if workload is not None and m != "astrasim":
                     done = "error" not in r and not r.get("timeout")
-                    est = against(workload, "flowsim", m.partition(":")[0], r["wall"] if done else None, r.get("peak"))
+                    mode, _, eng = m.partition(":")
+                    est = against(workload, "flowsim-python" if eng == "python" else "flowsim", mode,
+                                  r["wall"] if done else None, r.get("peak"), rows=TRAFFIC.get(case) == "rows")
                     print(f"{'':<32} {est}", flush=True)
 
 

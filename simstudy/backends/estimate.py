@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from simstudy.backends.flowsim import CORE_MISSING
 from simstudy.backends.patterns import CollectiveConfig, first_member_messages
 from simstudy.backends.registry import entry
 from simstudy.compiler import check_fit, job_scenario, resolve, resolve_cluster
@@ -115,6 +116,9 @@ _FIT = ("`python benchmarks/estimate.py --save rows.jsonl` (7 cases, 128-1,024 G
         "process on this project's 2-core, 24 GiB machine, shared) then `--load rows.jsonl --published --fit`, "
         "which adds benchmarks/scale.py's published LLaMA-3 70B runs at 4,096 and 16,384 GPUs")
 
+_FIT_CORE = ("`python benchmarks/estimate.py --backends flowsim --save rows.jsonl` (the same 7 cases on the "
+             "compiled core) then `--load rows.jsonl --fit`")
+
 #: (backend, congestion mode) -> its model; ("compile", "") is the compile before every run of a spec
 #: (writing every rank's ET file: its time adds to the run's, its memory is freed before the run).
 #: Coefficients: memory (bytes: 1, per node held, per rank), seconds (1, per node, per message simulated,
@@ -123,9 +127,16 @@ _FIT = ("`python benchmarks/estimate.py --save rows.jsonl` (7 cases, 128-1,024 G
 #: measured under the heaviest load, 0.37x).
 COSTS: dict[tuple[str, str], Model] = {
     ("compile", ""): Model((5.102e7, 1756.0, 7880.0), (0.4437, 3.981e-6, 0.0, 0.0), _FIT, compile=True),
-    ("flowsim", "unaware"): Model((1.544e8, 540.4, 1.614e4), (0.8146, 0.0, 4.324e-6, 7.056e-9), _FIT),
-    ("flowsim", "aware"): Model((1.595e8, 530.9, 1.075e4), (1.199, 1.317e-4, 0.0, 2.224e-8), _FIT),
-    ("flowsim", "fluid"): Model((1.669e8, 552.2, 1905.0), (1.294, 3.832e-5, 0.0, 6.489e-8), _FIT),
+    # flowsim's compiled core (`engine: compiled`, the default where built), fitted to the same 7 cases
+    # (`_FIT_CORE`: runs of the first compiled core; wall time within 0.8-1.2x on all but fluid on the
+    # 512-GPU Clos, 0.31x)
+    ("flowsim", "unaware"): Model((1.571e8, 546.9, 1.475e4), (0.6587, 1.129e-5, 0.0, 2.177e-10), _FIT_CORE),
+    ("flowsim", "aware"): Model((1.583e8, 629.7, 1.667e4), (0.6781, 1.935e-5, 0.0, 1.265e-9), _FIT_CORE),
+    ("flowsim", "fluid"): Model((1.619e8, 608.8, 1.269e4), (0.6489, 1.406e-5, 0.0, 3.524e-9), _FIT_CORE),
+    # flowsim's Python engine (`engine: python`, or where the compiled core is not built)
+    ("flowsim-python", "unaware"): Model((1.544e8, 540.4, 1.614e4), (0.8146, 0.0, 4.324e-6, 7.056e-9), _FIT),
+    ("flowsim-python", "aware"): Model((1.595e8, 530.9, 1.075e4), (1.199, 1.317e-4, 0.0, 2.224e-8), _FIT),
+    ("flowsim-python", "fluid"): Model((1.669e8, 552.2, 1905.0), (1.294, 3.832e-5, 0.0, 6.489e-8), _FIT),
     # the binaries' memory per ET node of every rank and time per message, from their two published
     # 4,096-GPU runs (measured since: llama512 unaware 1.08x in memory, 0.73x in time; rn256ring and
     # rn1024ring unaware 0.5x in memory, 4.4x and 6.1x in time: collectives of every rank cost it less)
@@ -304,9 +315,11 @@ def count(spec: Scenario | Cluster, source: str | Path | None = None) -> Workloa
 
 
 def _runs(spec: Scenario | Cluster) -> list[tuple[str, str]]:
-    """The backends and modes a spec can run on that have a model: flowsim in every mode, ASTRA-SIM's
-    binaries where they take the network (ASTRA-SIM's own dimensions, not a graph; the aware one: one)."""
-    out = [("flowsim", m) for m in ("unaware", "aware", "fluid")]
+    """The backends and modes a spec can run on that have a model: flowsim in every mode on each of
+    its engines (`flowsim`: the compiled core, where built; `flowsim-python`), ASTRA-SIM's binaries
+    where they take the network (ASTRA-SIM's own dimensions, not a graph; the aware one: one)."""
+    engines = ("flowsim-python",) if CORE_MISSING is not None else ("flowsim", "flowsim-python")
+    out = [(b, m) for b in engines for m in ("unaware", "aware", "fluid")]
     if not is_graph(spec.topology):
         out.append(("astrasim", "unaware"))
         if len(topology_dims(spec.topology)) == 1:  # the congestion-aware binary takes one dimension
@@ -329,8 +342,8 @@ def estimate(spec: Scenario | Cluster, source: str | Path | None = None, *,
         model = COSTS.get((backend, mode))
         if model is None:
             continue
-        sim = model.wall_s(w) + (row_s if backend == "flowsim" else 0.0)
-        held = model.bytes(w) + (row_bytes if backend == "flowsim" else 0.0)
+        sim = model.wall_s(w) + (row_s if backend.startswith("flowsim") else 0.0)
+        held = model.bytes(w) + (row_bytes if backend.startswith("flowsim") else 0.0)
         costs.append(Cost(backend, mode, int(max(held, compile_bytes)), compile_s + sim, sim))
     name = Path(source).name if source is not None else spec.name
     return Estimate(name, w, tuple(costs), machine_memory())
@@ -338,8 +351,12 @@ def estimate(spec: Scenario | Cluster, source: str | Path | None = None, *,
 
 def _mode(backend: BackendSpec) -> tuple[str, str]:
     """The (backend, mode) a spec runs: the mode its registry entry takes for it (ASTRA-SIM's unaware
-    binary under the default fluid)."""
-    return backend.name, entry(backend).mode(backend).value
+    binary under the default fluid), flowsim's on the engine it will run (`flowsim-python` for the
+    Python one)."""
+    name: str = backend.name
+    if name == "flowsim" and (backend.engine == "python" or CORE_MISSING is not None):
+        name = "flowsim-python"
+    return name, entry(backend).mode(backend).value
 
 
 def check_memory(spec: Scenario | Cluster, backend: BackendSpec, source: str | Path | None = None, *,

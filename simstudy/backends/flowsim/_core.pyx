@@ -64,10 +64,15 @@ cdef enum Kind:
     EV_FREE = 8      # aware: link a free
 
 
-cdef struct Event:
+cdef struct Item:
+    # a place in the heap: the event's order (time, then priority << 62 | insertion number) and
+    # where its payload is (24 bytes: the heap moves these, not the payloads)
     int64_t t
-    int64_t seq
-    int prio
+    int64_t key
+    int64_t slot
+
+
+cdef struct Payload:
     int kind
     int64_t a
     int64_t b
@@ -76,85 +81,144 @@ cdef struct Event:
     PyObject* args  # owned (EV_PY), else NULL
 
 
-cdef inline bint _before(const Event& x, const Event& y) noexcept nogil:
+cdef inline bint _before(const Item& x, const Item& y) noexcept nogil:
     if x.t != y.t:
         return x.t < y.t
-    if x.prio != y.prio:
-        return x.prio < y.prio
-    return x.seq < y.seq
+    return x.key < y.key
+
+
+cdef int64_t _schedulers = 0
 
 
 cdef class CoreScheduler:
-    """`sched.Scheduler` in C++: a heap of events and the current time (ns)."""
+    """`sched.Scheduler` in C++: a heap of events and the current time (ns).
+
+    An event's place in the heap is known by its slot (`pos`), so that a flow's drain event can be
+    moved when its rate changes (`update`) instead of leaving a stale one behind, as the Python
+    model does: the moved event takes the time and insertion number a new one would, and the stale
+    one would have done nothing, so the order of every event that does something is the same."""
 
     cdef public int64_t now
     cdef public int64_t seq
-    cdef vector[Event] heap
+    cdef int64_t serial
+    cdef vector[Item] heap
+    cdef vector[Payload] slab
+    cdef vector[int64_t] free_slots
+    cdef vector[int64_t] pos
 
     def __init__(self, int64_t now=0):
+        global _schedulers
+        _schedulers += 1
+        self.serial = _schedulers
         self.now = now
         self.seq = 0
 
     def __dealloc__(self):
         cdef size_t i
         for i in range(self.heap.size()):
-            Py_XDECREF(self.heap[i].obj)
-            Py_XDECREF(self.heap[i].args)
+            Py_XDECREF(self.slab[self.heap[i].slot].obj)
+            Py_XDECREF(self.slab[self.heap[i].slot].args)
         self.heap.clear()
 
     def __len__(self):
         return self.heap.size()
 
-    cdef void push(self, int64_t t, int prio, int kind, object obj, int64_t a, int64_t b, int64_t c,
-                   object args) except *:
+    cdef int64_t push(self, int64_t t, int prio, int kind, object obj, int64_t a, int64_t b, int64_t c,
+                      object args) except -1:
+        """Queue an event; its slot."""
         self.seq += 1
-        cdef Event ev
-        ev.t = t
-        ev.seq = self.seq
-        ev.prio = prio
-        ev.kind = kind
-        ev.a = a
-        ev.b = b
-        ev.c = c
+        cdef Payload pl
+        pl.kind = kind
+        pl.a = a
+        pl.b = b
+        pl.c = c
         Py_INCREF(obj)
-        ev.obj = <PyObject*>obj
+        pl.obj = <PyObject*>obj
         if args is None:
-            ev.args = NULL
+            pl.args = NULL
         else:
             Py_INCREF(args)
-            ev.args = <PyObject*>args
-        self._push(ev)
+            pl.args = <PyObject*>args
+        return self._push(t, (<int64_t>prio << 62) | self.seq, pl)
 
-    cdef void _push(self, Event& ev) noexcept:
-        self.heap.push_back(ev)
-        cdef size_t i = self.heap.size() - 1, parent
-        cdef Event moving = self.heap[i]
+    cdef int64_t _push(self, int64_t t, int64_t key, Payload& pl) noexcept:
+        cdef int64_t slot
+        if self.free_slots.empty():
+            slot = self.slab.size()
+            self.slab.push_back(pl)
+            self.pos.push_back(-1)
+        else:
+            slot = self.free_slots.back()
+            self.free_slots.pop_back()
+            self.slab[slot] = pl
+        cdef Item moving
+        moving.t = t
+        moving.key = key
+        moving.slot = slot
+        self.heap.push_back(moving)
+        self._up(self.heap.size() - 1, moving)
+        return slot
+
+    cdef inline void _place(self, size_t i, Item& item) noexcept:
+        self.heap[i] = item
+        self.pos[item.slot] = i
+
+    # a 4-ary heap: half the levels of a binary one, its four children side by side in memory
+
+    cdef void _up(self, size_t i, Item moving) noexcept:
+        cdef size_t parent
         while i > 0:
-            parent = (i - 1) >> 1
+            parent = (i - 1) >> 2
             if not _before(moving, self.heap[parent]):
                 break
-            self.heap[i] = self.heap[parent]
+            self._place(i, self.heap[parent])
             i = parent
-        self.heap[i] = moving
+        self._place(i, moving)
 
-    cdef Event _pop(self) noexcept:
-        cdef Event top = self.heap[0]
-        cdef Event last = self.heap.back()
+    cdef void _down(self, size_t i, Item moving) noexcept:
+        cdef size_t n = self.heap.size(), child, first, last, k
+        while True:
+            first = 4 * i + 1
+            if first >= n:
+                break
+            last = first + 4 if first + 4 < n else n
+            child = first
+            for k in range(first + 1, last):
+                if _before(self.heap[k], self.heap[child]):
+                    child = k
+            if not _before(self.heap[child], moving):
+                break
+            self._place(i, self.heap[child])
+            i = child
+        self._place(i, moving)
+
+    cdef Item _pop(self) noexcept:
+        cdef Item top = self.heap[0]
+        cdef Item last = self.heap.back()
         self.heap.pop_back()
-        cdef size_t n = self.heap.size(), i = 0, child
-        if n:
-            while True:
-                child = 2 * i + 1
-                if child >= n:
-                    break
-                if child + 1 < n and _before(self.heap[child + 1], self.heap[child]):
-                    child += 1
-                if not _before(self.heap[child], last):
-                    break
-                self.heap[i] = self.heap[child]
-                i = child
-            self.heap[i] = last
+        self.pos[top.slot] = -1
+        if self.heap.size():
+            self._down(0, last)
         return top
+
+    cdef int64_t update(self, int64_t slot, int64_t key, int64_t t, int prio, int64_t b) noexcept:
+        """Move the queued event of `slot` (still the one of order `key`) to time `t`, as if queued
+        now, with payload `b`; its new order key, or -1 when it is no longer queued."""
+        if slot < 0 or slot >= <int64_t>self.pos.size() or self.pos[slot] < 0:
+            return -1
+        cdef size_t i = self.pos[slot]
+        if self.heap[i].key != key:
+            return -1
+        self.seq += 1
+        cdef Item moving = self.heap[i]
+        moving.t = t
+        moving.key = (<int64_t>prio << 62) | self.seq
+        self.slab[slot].b = b
+        # later than before (a larger insertion number, and a time that may be either side)
+        self._up(i, moving)
+        i = self.pos[slot]
+        self._down(i, self.heap[i])
+        return moving.key
 
     def at(self, int64_t t, fn, *args):
         self.push(t, 0, EV_PY, fn, 0, 0, 0, args)
@@ -163,7 +227,7 @@ cdef class CoreScheduler:
         """Run `fn` at `t`, after every ordinary event of that time."""
         self.push(t, 1, EV_PY, fn, 0, 0, 0, args)
 
-    cdef void _dispatch(self, Event& ev) except *:
+    cdef void _dispatch(self, Payload& ev) except *:
         cdef int kind = ev.kind
         cdef object obj = <object>ev.obj
         if kind == EV_PY:
@@ -186,8 +250,10 @@ cdef class CoreScheduler:
             (<CoreAware>obj)._free(<int>ev.a)
 
     cdef void _run_one(self) except *:
-        cdef Event ev = self._pop()
-        self.now = ev.t
+        cdef Item it = self._pop()
+        cdef Payload ev = self.slab[it.slot]
+        self.free_slots.push_back(it.slot)
+        self.now = it.t
         try:
             self._dispatch(ev)
         finally:
@@ -217,12 +283,14 @@ cdef class CoreScheduler:
 
     def drain_into(self, CoreScheduler other):
         """Move every pending event to `other`, in this queue's order."""
-        cdef Event ev
+        cdef Item it
+        cdef Payload pl
         while self.heap.size():
-            ev = self._pop()
+            it = self._pop()
+            pl = self.slab[it.slot]
+            self.free_slots.push_back(it.slot)
             other.seq += 1
-            ev.seq = other.seq
-            other._push(ev)  # its references move with it
+            other._push(it.t, (it.key & ((<int64_t>3) << 62)) | other.seq, pl)  # its priority, other's order
 
 
 # -- the network models ---------------------------------------------------------------------------
@@ -447,6 +515,9 @@ cdef struct Flow:
     int64_t seq
     int route
     int msg
+    int64_t ev_sched  # the queue (its serial), slot and order key of its drain event
+    int64_t ev_slot
+    int64_t ev_key
     double remaining
     double rate
     int64_t t_upd
@@ -519,6 +590,9 @@ cdef class CoreFluid(CoreNet):
         f.t_upd = now
         f.const_ = True
         f.live = True
+        f.ev_sched = 0
+        f.ev_slot = -1
+        f.ev_key = -1
         cdef int j
         for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
             self.on_link[self.route_keys[j]].push_back(fid)
@@ -597,7 +671,7 @@ cdef class CoreFluid(CoreNet):
                 f.t_upd = now
         cdef vector[double] rates = self._rates(comp)
         cdef double r, x
-        cdef int64_t wait
+        cdef int64_t wait, key
         for i in range(comp.size()):
             f = &self.flows[comp[i]]
             r = rates[i]
@@ -611,7 +685,13 @@ cdef class CoreFluid(CoreNet):
                 if r > 0.0:
                     x = floor(f.remaining / r)
                     wait = <int64_t>x if x > 0 else 0
-                    s.push(now + wait, 0, EV_DRAIN, self, comp[i], f.version, 0, None)
+                    key = s.update(f.ev_slot, f.ev_key, now + wait, 0, f.version) if f.ev_sched == s.serial else -1
+                    if key < 0:
+                        f.ev_slot = s.push(now + wait, 0, EV_DRAIN, self, comp[i], f.version, 0, None)
+                        f.ev_sched = s.serial
+                        f.ev_key = s.heap[s.pos[f.ev_slot]].key
+                    else:
+                        f.ev_key = key
 
     cdef vector[int] _component(self, vector[int]& keys):
         """The flows connected to `keys` through shared links, in the order they were sent."""
@@ -910,6 +990,12 @@ cdef class RouteEntry:
     cdef int rid
 
 
+cdef struct RouteHit:
+    int64_t size
+    int64_t flow
+    PyObject* entry  # a RouteEntry the run's `held` list keeps
+
+
 cdef class CoreCollectiveRun:
     """`system.CollectiveRun` on a core model: one collective executed rank by rank.
 
@@ -941,6 +1027,8 @@ cdef class CoreCollectiveRun:
     cdef unordered_map[int64_t, int64_t] free
     cdef unordered_map[int64_t, vector[int64_t]] queued
     cdef vector[vector[int64_t]] rec
+    cdef unordered_map[int64_t, vector[RouteHit]] hits  # (src << 32 | dst) -> routes by (size, flow)
+    cdef list held
     cdef public int64_t recorded
 
     def __init__(self, plan, CoreScheduler sched, CoreNet net, route, on_rank_done, on_batch=None, *,
@@ -963,6 +1051,7 @@ cdef class CoreCollectiveRun:
         self.sent.resize(cp.n * cp.chunks, 0)
         self.left.resize(cp.n, cp.chunks)
         self.rec.resize(8)
+        self.held = []
 
     @property
     def sched(self):
@@ -1018,8 +1107,21 @@ cdef class CoreCollectiveRun:
         self._sched.push(self._sched.now + ph.delay, 0, EV_SEND, self, i, c, 0, None)
 
     cdef RouteEntry _route(self, int64_t src, int64_t dst, int64_t size, int64_t flow):
-        key = (src, dst, size, flow if self.per_flow else 0)
-        cdef RouteEntry e = self.routes.get(key)
+        """The route of a message: from this run's own table, else the caller's (`routes`), else `route`."""
+        if not self.per_flow:
+            flow = 0
+        cdef vector[RouteHit]* hits = &self.hits[(src << 32) | dst]
+        cdef size_t h
+        cdef RouteEntry e
+        for h in range(hits.size()):
+            if hits[0][h].size == size and hits[0][h].flow == flow:
+                e = <RouteEntry>hits[0][h].entry
+                if e.model is not self.net:
+                    e.model = self.net
+                    e.rid = self.net.route_id(e.keys, e.mult) if e.keys or self.net.keeps_empty() else -1
+                return e
+        key = (src, dst, size, flow)
+        e = self.routes.get(key)
         if e is None:
             keys, mult, latency, alone = self.route(src, dst, size, flow)
             e = RouteEntry()
@@ -1033,6 +1135,13 @@ cdef class CoreCollectiveRun:
         if e.model is not self.net:
             e.model = self.net
             e.rid = self.net.route_id(e.keys, e.mult) if e.keys or self.net.keeps_empty() else -1
+        self.held.append(e)  # the table's reference
+        cdef RouteHit hit
+        hit.size = size
+        hit.flow = flow
+        hit.entry = <PyObject*>e
+        hits = &self.hits[(src << 32) | dst]
+        hits.push_back(hit)
         return e
 
     cdef void _send(self, int i, int c) except *:

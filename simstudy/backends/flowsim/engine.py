@@ -14,6 +14,7 @@ arrived. Events are ordered by (time, sequence), so runs are deterministic.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import time
 from array import array
@@ -162,7 +163,12 @@ class Engine:
             self.issue_ready(r)
         sched = self.sched
         if self.core_queue:  # the compiled core's queue runs its own loop
-            sched.run_counting(self.tick, TICK)  # type: ignore[attr-defined]
+            # what exists now (the traces, the plans) lives to the end: the collector need not walk it
+            gc.freeze()
+            try:
+                sched.run_counting(self.tick, TICK)  # type: ignore[attr-defined]
+            finally:
+                gc.unfreeze()
             self._stopped()
             return
         heap = sched.heap
