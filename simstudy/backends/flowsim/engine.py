@@ -44,6 +44,7 @@ from simstudy.compiler.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, in_netw
 from simstudy.spec import Congestion
 
 COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE)
+_UNSEEN: Any = object()
 
 
 @dataclass
@@ -70,6 +71,8 @@ class _Rank:
     finish: int = 0
     compute_ns: int = 0
     comm_spans: list[tuple[int, int]] = field(default_factory=list)
+    #: its CPU nodes (`is_cpu_op`), found once: the attribute is looked up by name in a list
+    cpu: set[int] = field(default_factory=set)
 
 
 #: emit(op/meta, t_send, t_arrive, src, dst, bytes, flow, chunk, step): scalars or arrays.
@@ -116,6 +119,9 @@ class Engine:
         self.span_cols = (array("q"), array("q"), array("q"), array("q"))  # rank, node, start, end
         #: ranks sharing their hosts' cores (`system.host_cores`); None: every rank computes alone
         self.hosts = self._shared_hosts()
+        #: per node (by identity, for the run's length): its `node_meta`, its in-network aggregation
+        self._metas: dict[int, NodeMeta] = {}
+        self._aggregated: dict[int, tuple[int, int] | None] = {}
 
     def _shared_hosts(self) -> SharedHosts | None:
         shared = self.info.shared_hosts
@@ -150,7 +156,8 @@ class Engine:
             pending[n.id] = len(deps)
         if not by_id:
             raise BackendError(f"{self.info.bundle.et_path(rank)}: the trace has no nodes")
-        state = _Rank(by_id, pending, children, left=len(by_id))
+        state = _Rank(by_id, pending, children, left=len(by_id),
+                      cpu={i for i, n in by_id.items() if n.get("is_cpu_op", False)})
         state.ready = sorted(i for i, c in pending.items() if c == 0)
         if not state.ready:
             raise BackendError(f"{self.info.bundle.et_path(rank)}: no dependency-free node (a cycle?)")
@@ -213,7 +220,7 @@ class Engine:
     # -- issuing -----------------------------------------------------------------------------
 
     def available(self, s: _Rank, node: Node) -> bool:
-        if node.get("is_cpu_op", False):
+        if node.id in s.cpu:
             return not s.cpu_busy
         if node.type == NodeType.COMP_NODE:
             return not s.comp_busy
@@ -238,7 +245,7 @@ class Engine:
         s = self.ranks[rank]
         now = self.sched.now
         self.issued[(rank, node.id)] = now
-        cpu = bool(node.get("is_cpu_op", False))
+        cpu = node.id in s.cpu
         if node.type == NodeType.COMP_NODE or cpu:
             if node.duration_micros == 0 and int(node.get("num_ops", 0) or 0) == 0:
                 self.complete(rank, node.id)
@@ -267,7 +274,7 @@ class Engine:
     def on_done(self, rank: int, node_id: int) -> None:
         s = self.ranks[rank]
         node = s.nodes[node_id]
-        if node.get("is_cpu_op", False):
+        if node_id in s.cpu:
             s.cpu_busy = False
         elif node.type == NodeType.COMP_NODE:
             s.comp_busy = False
@@ -294,8 +301,17 @@ class Engine:
 
     # -- collectives -------------------------------------------------------------------------
 
+    def meta(self, node: Node) -> NodeMeta:
+        """`node_meta(node)`, found once per node (the attributes are looked up by name in a list)."""
+        found = self._metas.get(id(node))
+        if found is None:
+            found = self._metas[id(node)] = node_meta(node)
+        return found
+
     def issue_collective(self, rank: int, node: Node) -> None:
-        aggregated = in_network_of(node)
+        aggregated = self._aggregated.get(id(node), _UNSEEN)
+        if aggregated is _UNSEEN:
+            aggregated = self._aggregated[id(node)] = in_network_of(node)
         if aggregated is not None:
             self.in_network.issue(rank, node, tuple(self.info.members(node, rank)), *aggregated)
             return
@@ -313,7 +329,7 @@ class Engine:
         if rank not in members:
             raise BackendError(f"{self.info.bundle.et_path(rank)}: node {node.id}: rank {rank} is not in its group")
         if self.identical:
-            alone = _Pending(kind, node_meta(node), {rank: node}, {rank: self.sched.now})
+            alone = _Pending(kind, self.meta(node), {rank: node}, {rank: self.sched.now})
             self.comms.collective(kind, members, self._size(alone), False, self._done_fn(alone), alone.meta,
                                   report=(rank,), flow=alone.meta.flow * FLOWS_PER_COLLECTIVE)
             return
@@ -324,7 +340,7 @@ class Engine:
         now = self.sched.now
         pending = self.coll_waiting.get(key)
         if pending is None:
-            pending = self.coll_waiting[key] = _Pending(kind, node_meta(node))
+            pending = self.coll_waiting[key] = _Pending(kind, self.meta(node))
             # Whether every member issues it at this same instant is known once the instant is over.
             self.sched.after_all(now, self._staggered, key)
         pending.nodes[rank] = node
@@ -398,11 +414,11 @@ class Engine:
         tag = int(node.get("comm_tag", 0))
         if not 0 <= dst < len(self.ranks) or dst == rank:
             raise BackendError(f"{self.info.bundle.et_path(rank)}: send node {node.id}: bad destination {dst}")
-        self.comms.send(rank, dst, size, self.on_arrival, (node, tag), flow=node_meta(node).flow)
+        self.comms.send(rank, dst, size, self.on_arrival, (node, tag), flow=self.meta(node).flow)
 
     def on_arrival(self, msg: Msg) -> None:
         node, tag = msg.ctx
-        meta = node_meta(node)
+        meta = self.meta(node)
         now = self.sched.now
         self.emit_rows(meta, msg.t_send, now, msg.src, msg.dst, msg.size, meta.flow, meta.chunk, 0)
         self.ranks[msg.src].comm_spans.append((msg.t_send, now))

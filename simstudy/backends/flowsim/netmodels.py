@@ -568,7 +568,8 @@ try:  # the compiled core (`_core.pyx`): the event queue, the system layer and t
     from simstudy.backends.flowsim import _core
 except ImportError as exc:  # not built (no C++ compiler where simstudy was installed)
     #: why the compiled core cannot be used here (None: it can)
-    CORE_MISSING: str | None = f"the compiled core is not built ({exc})"
+    CORE_MISSING: str | None = (f"the compiled core is not built ({exc}: simstudy was installed where no C++ "
+                                 "compiler was found; reinstall it where g++ is present to get it)")
     #: the compiled model of each congestion mode (`NETMODELS`' in C++; the fluid one is `fast`'s)
     CORE_NETMODELS: dict[Congestion, Any] = {}
 else:
