@@ -102,8 +102,7 @@ def entry(spec: BackendSpec) -> BackendEntry:
         takers = " or ".join(f"{e.name} ({e.about})" for e in REGISTRY.values() if spec.traffic in e.traffic)
         raise SpecError(None, "traffic", f"{spec.traffic} needs backend {takers}, not {spec.name}")
     if spec.engine == "compiled" and CORE_MISSING is not None:
-        raise SpecError(None, "engine", f"{CORE_MISSING}: install simstudy where a C++ compiler is present, "
-                                        "or use engine python")
+        raise SpecError(None, "engine", f"{CORE_MISSING}; use engine python or auto")
     return found
 
 

@@ -92,8 +92,7 @@ class FlowsimBackend:
         if engine not in ENGINES:
             raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
         if engine == "compiled" and CORE_MISSING is not None:
-            raise BackendError(f"flowsim: engine compiled: {CORE_MISSING}; install simstudy where a C++ compiler "
-                               "is present, or use engine python")
+            raise BackendError(f"flowsim: engine compiled: {CORE_MISSING}; use engine python or auto")
         if engine == "auto" and CORE_MISSING is not None:
             _tell_missing()
         #: the engine chosen (`compiled` or `python`)

@@ -341,6 +341,8 @@ class Comms:
         self.timed_pending = 0
         self._timing_now: _Recorder | None = None
         self._timing_sched: Scheduler | None = None
+        #: the compiled run being timed (its messages are recorded in C++ until it hands them on)
+        self._timing_core: Any = None
         #: called now and then in long private runs (a collective timed alone, a replay)
         self.tick: Callable[[], None] | None = None
 
@@ -351,6 +353,8 @@ class Comms:
     def simulated(self) -> int:
         """Messages simulated and not yet handed on as rows or counts (for a run's progress)."""
         now = self._timing_now
+        if now is not None and self._timing_core is not None:  # the compiled run counts what it recorded
+            return self.unflushed + self.timed_pending + int(self._timing_core.recorded)
         return self.unflushed + self.timed_pending + (now.n if now is not None else 0)
 
     # -- collectives -------------------------------------------------------------------------
@@ -619,6 +623,7 @@ class Comms:
             run = CollectiveRun(plan, sched, model, route, done, rec.add, flow=flow)
         run.start()
         self._timing_now, self._timing_sched = rec, sched
+        self._timing_core = run if self.compiled else None
         try:
             sched.run_before(math.inf, self.tick)
         finally:

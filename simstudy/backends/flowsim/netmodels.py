@@ -25,6 +25,7 @@ left of each link; a flow left nothing waits, at rate 0, until its component is 
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import operator
 from collections import deque
@@ -566,10 +567,12 @@ FLUID_SOLVERS: dict[str, type[NetModel]] = {"fast": FastFluidNet, "reference": F
 
 try:  # the compiled core (`_core.pyx`): the event queue, the system layer and these models in C++
     from simstudy.backends.flowsim import _core
-except ImportError as exc:  # not built (no C++ compiler where simstudy was installed)
+except ImportError as exc:  # not built (no C++ compiler where simstudy was installed), or not loadable
+    built = importlib.util.find_spec("simstudy.backends.flowsim._core") is not None
     #: why the compiled core cannot be used here (None: it can)
-    CORE_MISSING: str | None = (f"the compiled core is not built ({exc}: simstudy was installed where no C++ "
-                                 "compiler was found; reinstall it where g++ is present to get it)")
+    CORE_MISSING: str | None = (f"the compiled core cannot be loaded ({exc})" if built else
+                                "the compiled core is not built (simstudy was installed where no C++ compiler "
+                                "was found; reinstall it where g++ is present)")
     #: the compiled model of each congestion mode (`NETMODELS`' in C++; the fluid one is `fast`'s)
     CORE_NETMODELS: dict[Congestion, Any] = {}
 else:
