@@ -46,10 +46,11 @@ cdef enum:
     #: Messages of a collective recorded before they are handed on (`comms`: 65536 rows).
     BATCH = 65536
 
-cdef class CoreNet
-cdef class CoreFluid
-cdef class CoreAware
-cdef class CoreCollectiveRun
+cdef class OnQueue
+cdef class CoreNet(OnQueue)
+cdef class CoreFluid(CoreNet)
+cdef class CoreAware(CoreNet)
+cdef class CoreCollectiveRun(OnQueue)
 
 
 cdef enum Kind:
@@ -79,6 +80,14 @@ cdef struct Payload:
     int64_t c
     PyObject* obj   # owned
     PyObject* args  # owned (EV_PY), else NULL
+
+
+cdef inline PyObject* _own(object x):
+    """A reference the caller keeps (released with Py_XDECREF), or NULL for None."""
+    if x is None:
+        return NULL
+    Py_INCREF(x)
+    return <PyObject*>x
 
 
 cdef inline bint _before(const Item& x, const Item& y) noexcept nogil:
@@ -132,13 +141,8 @@ cdef class CoreScheduler:
         pl.a = a
         pl.b = b
         pl.c = c
-        Py_INCREF(obj)
-        pl.obj = <PyObject*>obj
-        if args is None:
-            pl.args = NULL
-        else:
-            Py_INCREF(args)
-            pl.args = <PyObject*>args
+        pl.obj = _own(obj)
+        pl.args = _own(args)
         return self._push(t, (<int64_t>prio << 62) | self.seq, pl)
 
     cdef int64_t _push(self, int64_t t, int64_t key, Payload& pl) noexcept:
@@ -313,11 +317,24 @@ cdef struct Message:
     int st
 
 
-cdef class CoreNet:
+cdef class OnQueue:
+    """What runs on a `CoreScheduler`: its queue, which a replay swaps (`comms.Comms._replay`)."""
+
+    cdef CoreScheduler _sched
+
+    @property
+    def sched(self):
+        return self._sched
+
+    @sched.setter
+    def sched(self, CoreScheduler value):
+        self._sched = value
+
+
+cdef class CoreNet(OnQueue):
     """What every core model offers: `send(msg)` a Python `Msg` now, or a core run's message
     (`_send_native`); routes are held once each (their keys and multiplicities) by number."""
 
-    cdef CoreScheduler _sched
     cdef public list capacity
     cdef public list latency
     cdef vector[Message] msgs
@@ -345,14 +362,6 @@ cdef class CoreNet:
             Py_XDECREF(self.msgs[i].pymsg)
             Py_XDECREF(self.msgs[i].run)
         self.msgs.clear()
-
-    @property
-    def sched(self):
-        return self._sched
-
-    @sched.setter
-    def sched(self, CoreScheduler value):
-        self._sched = value
 
     cpdef int route_id(self, tuple keys, object mult) except -1:
         """The number of a route (its link keys and their multiplicities, None: 1 each)."""
@@ -392,16 +401,8 @@ cdef class CoreNet:
         m.c = c
         m.p = p
         m.st = st
-        if pymsg is None:
-            m.pymsg = NULL
-        else:
-            Py_INCREF(pymsg)
-            m.pymsg = <PyObject*>pymsg
-        if run is None:
-            m.run = NULL
-        else:
-            Py_INCREF(run)
-            m.run = <PyObject*>run
+        m.pymsg = _own(pymsg)
+        m.run = _own(run)
         return mid
 
     def send(self, msg):
@@ -996,7 +997,7 @@ cdef struct RouteHit:
     PyObject* entry  # a RouteEntry the run's `held` list keeps
 
 
-cdef class CoreCollectiveRun:
+cdef class CoreCollectiveRun(OnQueue):
     """`system.CollectiveRun` on a core model: one collective executed rank by rank.
 
     `route(src, dst, size, flow)` gives a message's (keys, multiplicities, latency, uncontended
@@ -1007,7 +1008,6 @@ cdef class CoreCollectiveRun:
     every `BATCH` messages and when `flush()` is called."""
 
     cdef CorePlan cp
-    cdef CoreScheduler _sched
     cdef CoreNet net
     cdef object route
     cdef dict routes
@@ -1052,14 +1052,6 @@ cdef class CoreCollectiveRun:
         self.left.resize(cp.n, cp.chunks)
         self.rec.resize(8)
         self.held = []
-
-    @property
-    def sched(self):
-        return self._sched
-
-    @sched.setter
-    def sched(self, CoreScheduler value):
-        self._sched = value
 
     def start(self):
         """Start every simulated rank now."""
