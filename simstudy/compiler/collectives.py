@@ -174,6 +174,13 @@ def _ring_pattern(kind: str, m: IntArray, size: int, only: int | None, reverse: 
     return _ring(m, steps, _ring_msg(kind, n, size), only, reverse)
 
 
+def _ring_first_step(kind: str, m: IntArray, size: int, only: int | None, reverse: bool) -> tuple[Pattern, int]:
+    """A ring's first step and its number of steps: every step sends what the first one does."""
+    n = len(m)
+    steps = n * (n - 1) // 2 if kind == "all_to_all" else 2 * (n - 1) if kind == "all_reduce" else n - 1
+    return _ring(m, 1, _ring_msg(kind, n, size), only, reverse), steps
+
+
 def _ring_processing(kind: str, n: int, size: int) -> dict[int, int]:
     """All-reduce reduces what its first N-1 steps receive (the reduce-scatter half), reduce-scatter
     what every step receives: a message of the ring's size each time."""
@@ -228,6 +235,13 @@ Build = Callable[[str, IntArray, int, int | None, bool, int], Pattern]
 #: Step -> bytes a rank reduces after receiving that step: (kind, members, chunk bytes).
 Process = Callable[[str, int, int], dict[int, int]]
 
+#: What builds the first step of an algorithm whose steps all send the same, and their number:
+#: (kind, members, chunk bytes, only, backwards) -> (the first step's transfers, steps).
+FirstStep = Callable[[str, IntArray, int, int | None, bool], tuple[Pattern, int]]
+#: The algorithms whose steps all send the same (a ring's 2(N-1) steps): the engine plans their
+#: first step only, without building N x steps transfers first.
+REPEATING: dict[str, FirstStep] = {"ring": _ring_first_step}
+
 #: Every registry entry's transfers and reduction steps, under the entry's name.
 PATTERNS: dict[str, tuple[Build, Process]] = {
     "ring": (_ring_pattern, _ring_processing),
@@ -245,6 +259,8 @@ class Algorithm(CollectiveAlgorithm):
 
     build: Build = field(kw_only=True)
     process: Process = field(kw_only=True)
+    #: its first step and the number of steps, where every step sends the same (`REPEATING`)
+    first: FirstStep | None = field(default=None, kw_only=True)
 
     def pattern(self, kind: str, members: list[int] | IntArray, size: int, *, only: int | None = None,
                 reverse: bool = False, variant: int = 0) -> Pattern:
@@ -257,6 +273,15 @@ class Algorithm(CollectiveAlgorithm):
         if kind not in self.kinds:
             raise ValueError(f"{self.astra} implements {', '.join(sorted(self.kinds))}, not {kind}")
         return self.build(kind, m, size, only, reverse, variant)
+
+    def first_step(self, kind: str, members: list[int] | IntArray, size: int, *, only: int | None = None,
+                   reverse: bool = False) -> tuple[Pattern, int] | None:
+        """`pattern`'s first step and its number of steps, where every step sends what the first
+        does in the same order (a ring's); None for an algorithm whose steps differ."""
+        m = np.asarray(members, dtype=np.int64)
+        if self.first is None or len(m) < 2 or kind not in self.kinds:
+            return None
+        return self.first(kind, m, size, only, reverse)
 
     def processing(self, kind: str, n: int, size: int) -> dict[int, int]:
         """Step -> bytes a rank reduces after receiving that step (one chunk of `size` bytes)."""
@@ -277,7 +302,8 @@ def registered(entries: Mapping[str, CollectiveAlgorithm],
     if unmatched:
         raise RuntimeError(f"collective algorithms without both a registry entry (simstudy.spec.collectives) "
                            f"and transfers (PATTERNS): {', '.join(sorted(unmatched))}")
-    return {name: Algorithm(**vars(entry), build=patterns[name][0], process=patterns[name][1])
+    return {name: Algorithm(**vars(entry), build=patterns[name][0], process=patterns[name][1],
+                            first=REPEATING.get(name))
             for name, entry in entries.items()}
 
 

@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from simstudy.backends.flowsim.netmodels import Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
-from simstudy.backends.patterns import PhaseSpec, chunking, collective_phases, phase_messages
+from simstudy.backends.patterns import PhaseSpec, chunking, collective_phases, dim_line, phase_messages
 from simstudy.backends.traffic_build import WorkloadInfo
 from simstudy.compiler.collectives import Pattern, algorithm
 
@@ -109,12 +109,12 @@ class CollectivePlan:
 
 def _program(pattern: Pattern, sim: IntArray, local: dict[int, int] | None, n_sim: int, *, kind: str, queue: int,
              delay: int, proc: dict[int, int], mem_bw: float, offset: int, symmetry: str | None, dim: int,
-             steps: int, gated: bool = False, compress: bool = True) -> PhaseProgram:
+             steps: int, gated: bool = False, compress: bool = True, first_step: bool = False) -> PhaseProgram:
     """The CSR program of a pattern for the simulated ranks `sim` (global ids); `compress`: one
-    step stored when every step sends the same."""
+    step stored when every step sends the same; `first_step`: the pattern is that step already."""
     proc_ns = tuple(3 * math.floor(proc[s] / mem_bw) if s in proc else 0 for s in range(steps))
     period = 0
-    m = _periodic(pattern, steps) if compress else 0
+    m = len(pattern.step) if first_step else _periodic(pattern, steps) if compress else 0
     if m:  # keep the first step only
         period = 1
         pattern = Pattern(pattern.step[:m], pattern.src[:m], pattern.dst[:m], pattern.nbytes[:m])
@@ -205,6 +205,20 @@ class Planner:
         for ph in spec:
             algo = algorithm(ph.algorithm)
             n = len(members) if ph.dim < 0 else dim_sizes[ph.dim]
+            # one call of the algorithm (every member, or one line): a ring's first step only, as
+            # `_program` would keep it of all its steps (N x 2(N-1) transfers at 4,096 ranks: 1 GB)
+            single = ph.dim < 0 or lane or n == int(np.prod(dim_sizes))
+            first = algo.first_step(ph.kind, m if ph.dim < 0 else dim_line(dim_sizes, ph.dim), ph.size,
+                                    only=0 if lane else None, reverse=ph.backwards) if single else None
+            if first is not None and first[1] >= 2 and not (ph.kind in algo.gated and first[1] == 2):
+                pattern, steps = first
+                phases.append(_program(pattern, sim, local, len(sim), kind=ph.kind, queue=ph.queue,
+                                       delay=ph.delay_ns, proc=algo.processing(ph.kind, n, ph.size),
+                                       mem_bw=self.mem_bw, offset=offset,
+                                       symmetry=algo.symmetry_of(ph.kind) if lane else None, dim=ph.dim,
+                                       steps=steps, first_step=True))
+                offset += steps
+                continue
             pattern = phase_messages(ph, m, dim_sizes, turn, first_only=lane)
             steps = pattern.steps
             if steps == 0:
