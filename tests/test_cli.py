@@ -203,6 +203,29 @@ def test_run_and_sweep_take_a_congestion_mode(repo: Path, tmp_path: Path) -> Non
     assert len(records) == 2 and {r["details"]["congestion"] for r in records} == {"aware"}
 
 
+def test_sweep_takes_an_engine(repo: Path, tmp_path: Path) -> None:
+    """`--engine` on `sweep` overrides the study's backend_options.engine; the engine is not part of
+    a run's key (both give the same results), so the second sweep finds every run done."""
+    import json
+
+    from simstudy.backends.flowsim import CORE_MISSING
+
+    if CORE_MISSING is not None:
+        pytest.skip(f"{CORE_MISSING} (CI builds it)")
+    study = tmp_path / "study.yaml"
+    study.write_text("name: e\nbase: {model: small_cnn, topology: {kind: switch, npus: 4}, "
+                     "training: {batch_size_per_worker: 4, iterations: 1}}\n"
+                     "axes: {topology.bandwidth_gbps: [10, 100]}\nanalyses: []\n"
+                     "backend_options: {engine: compiled}\n")
+    res = simstudy("sweep", str(study), "-o", str(tmp_path / "sw"), "--quiet", "--no-report", "--engine", "python",
+                   cwd=repo)
+    assert res.returncode == 0, res.stdout + res.stderr
+    records = [json.loads(p.read_text()) for p in (tmp_path / "sw" / "runs").glob("*/run.json")]
+    assert len(records) == 2 and {r["details"]["engine"] for r in records} == {"python"}
+    again = simstudy("sweep", str(study), "-o", str(tmp_path / "sw"), "--quiet", "--no-report", cwd=repo)
+    assert again.returncode == 0 and "2 cached" in again.stdout + again.stderr, again.stdout + again.stderr
+
+
 def test_run_keeps_links_instead_of_rows_and_shows_progress(repo: Path, tmp_path: Path) -> None:
     """`--traffic links` writes links.parquet (per-link bins) and no traffic.parquet; the plot comes
     from the busiest links; a progress bar goes to stderr unless --quiet, with the simulated time and

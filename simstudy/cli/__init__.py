@@ -174,7 +174,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     study = override(load_study(args.study), args.study, backend=args.backend, aware=True if args.aware else None,
-                     congestion=args.congestion, sets=args.set)
+                     congestion=args.congestion, sets=args.set, engine=args.engine)
     out = Path(args.output) if args.output else Path("results") / study.name
     baseline = None
     if args.baseline:
@@ -539,6 +539,8 @@ COMMANDS = (
              help="local: also run scenarios whose memory estimate exceeds the memory this machine has available "
                   "(skipped by default, with the reason in skipped.json)"),
         _congestion(None),
+        _arg("--engine", choices=list(get_args(BackendOptions.model_fields["engine"].annotation)),
+             help=_field_help("engine") + " (default: the study's backend_options.engine)"),
     )),
     _Command("analyze", "analyse a capture directory (pcaps), a run directory or switch counters", _analyze, (
         _arg("path", help="capture directory (pcap/pcapng files, meta.json), run directory, or switch counters "

@@ -157,16 +157,19 @@ def _combinations(study: Study) -> list[list[tuple[str, Any]]]:
 
 
 def override(study: Study, source: str | Path, *, backend: str | None = None, aware: bool | None = None,
-             congestion: str | None = None, sets: Sequence[str] = ()) -> Study:
+             congestion: str | None = None, sets: Sequence[str] = (), engine: str | None = None) -> Study:
     """The study with command-line overrides: another backend or congestion mode (part of every run
-    key, so the results of both live side by side) and base values (`PATH=VALUE`, VALUE parsed as
-    YAML, PATH a scenario field). Errors name the study file and the override."""
+    key, so the results of both live side by side), flowsim's engine (not part of the key: both
+    engines give the same results) and base values (`PATH=VALUE`, VALUE parsed as YAML, PATH a
+    scenario field). Errors name the study file and the override."""
     update: dict[str, Any] = {}
     if backend is not None:
         update["backend"] = backend
     options: dict[str, Any] = {}
     if congestion is not None:
         options["congestion"] = congestion
+    if engine is not None:
+        options["engine"] = engine
     if aware:
         if congestion not in (None, "aware"):
             raise SpecError(source, "--aware", f"means --congestion aware, but --congestion is {congestion}")
