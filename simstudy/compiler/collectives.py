@@ -165,20 +165,21 @@ def _ring_msg(kind: str, n: int, size: int) -> int:
     return size if kind == "all_gather" else max(size // n, 1)
 
 
+def _ring_steps(kind: str, n: int) -> int:
+    """A ring's steps: ASTRA-SIM's ring all-to-all relays every block around the ring (N(N-1)/2
+    steps), an all-reduce is a reduce-scatter then an all-gather (2(N-1)), the others N-1."""
+    return n * (n - 1) // 2 if kind == "all_to_all" else 2 * (n - 1) if kind == "all_reduce" else n - 1
+
+
 def _ring_pattern(kind: str, m: IntArray, size: int, only: int | None, reverse: bool, variant: int) -> Pattern:
     n = len(m)
-    if kind == "all_to_all":
-        # ASTRA-SIM's ring all-to-all relays every block around the ring: N(N-1)/2 steps.
-        return _ring(m, n * (n - 1) // 2, _ring_msg(kind, n, size), only, reverse)
-    steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
-    return _ring(m, steps, _ring_msg(kind, n, size), only, reverse)
+    return _ring(m, _ring_steps(kind, n), _ring_msg(kind, n, size), only, reverse)
 
 
 def _ring_first_step(kind: str, m: IntArray, size: int, only: int | None, reverse: bool) -> tuple[Pattern, int]:
     """A ring's first step and its number of steps: every step sends what the first one does."""
     n = len(m)
-    steps = n * (n - 1) // 2 if kind == "all_to_all" else 2 * (n - 1) if kind == "all_reduce" else n - 1
-    return _ring(m, 1, _ring_msg(kind, n, size), only, reverse), steps
+    return _ring(m, 1, _ring_msg(kind, n, size), only, reverse), _ring_steps(kind, n)
 
 
 def _ring_processing(kind: str, n: int, size: int) -> dict[int, int]:

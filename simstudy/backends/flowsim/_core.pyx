@@ -276,15 +276,6 @@ cdef class CoreScheduler:
             if tick is not None and n % TICK == 0:
                 tick()
 
-    def run_counting(self, tick, int64_t every):
-        """Run every event, `tick()` every `every` events (the engine's loop)."""
-        cdef int64_t n = 0
-        while self.heap.size():
-            self._run_one()
-            n += 1
-            if n % every == 0:
-                tick()
-
     def drain_into(self, CoreScheduler other):
         """Move every pending event to `other`, in this queue's order."""
         cdef Item it
@@ -409,12 +400,9 @@ cdef class CoreNet(OnQueue):
         """A Python `Msg`, now (`NetModel.send`)."""
         msg.t_send = self._sched.now
         keys = msg.keys
-        rid = self.route_id(keys, msg.mult) if keys or self.keeps_empty() else -1
+        rid = self.route_id(keys, msg.mult) if keys else -1
         mid = self._new_msg(msg.src, msg.dst, msg.size, rid, msg.latency, msg.alone_ns, msg, None, 0, 0, 0, 0)
         self._start(mid)
-
-    cdef bint keeps_empty(self):
-        return False
 
     cdef void _send_native(self, CoreCollectiveRun run, int64_t src, int64_t dst, int64_t size, int route,
                            double latency, int64_t alone, int i, int c, int p, int st) except *:
@@ -454,9 +442,6 @@ cdef class CoreUnaware(CoreNet):
     """`netmodels.UnawareNet`: a message takes its uncontended time."""
 
     name = "unaware"
-
-    cdef bint keeps_empty(self):
-        return True
 
     cdef void _start(self, int mid) except *:
         cdef CoreScheduler s = self._sched
@@ -1110,7 +1095,7 @@ cdef class CoreCollectiveRun(OnQueue):
                 e = <RouteEntry>hits[0][h].entry
                 if e.model is not self.net:
                     e.model = self.net
-                    e.rid = self.net.route_id(e.keys, e.mult) if e.keys or self.net.keeps_empty() else -1
+                    e.rid = self.net.route_id(e.keys, e.mult) if e.keys else -1
                 return e
         key = (src, dst, size, flow)
         e = self.routes.get(key)
@@ -1126,7 +1111,7 @@ cdef class CoreCollectiveRun(OnQueue):
             self.routes[key] = e
         if e.model is not self.net:
             e.model = self.net
-            e.rid = self.net.route_id(e.keys, e.mult) if e.keys or self.net.keeps_empty() else -1
+            e.rid = self.net.route_id(e.keys, e.mult) if e.keys else -1
         self.held.append(e)  # the table's reference
         cdef RouteHit hit
         hit.size = size

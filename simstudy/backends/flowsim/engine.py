@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import math
 import time
 from array import array
 from collections import defaultdict, deque
@@ -173,7 +174,7 @@ class Engine:
             # what exists now (the traces, the plans) lives to the end: the collector need not walk it
             gc.freeze()
             try:
-                sched.run_counting(self.tick, TICK)  # type: ignore[attr-defined]
+                sched.run_before(math.inf, self.tick)  # a tick every TICK events, as below
             finally:
                 gc.unfreeze()
             self._stopped()

@@ -583,7 +583,7 @@ else:
 
 def core_scheduler(now: int = 0) -> Scheduler:
     """The compiled core's event queue (`Scheduler`'s interface: `at`, `after_all`, `now`,
-    `run_before`, `drain_into`, and its own loop `run_counting`)."""
+    `run_before`, `drain_into`)."""
     if CORE_MISSING is not None:
         raise RuntimeError(CORE_MISSING)
     return _core.CoreScheduler(now)  # type: ignore[return-value]  # Scheduler's interface, in C++

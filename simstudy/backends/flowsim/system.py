@@ -210,24 +210,20 @@ class Planner:
             single = ph.dim < 0 or lane or n == int(np.prod(dim_sizes))
             first = algo.first_step(ph.kind, m if ph.dim < 0 else dim_line(dim_sizes, ph.dim), ph.size,
                                     only=0 if lane else None, reverse=ph.backwards) if single else None
-            if first is not None and first[1] >= 2 and not (ph.kind in algo.gated and first[1] == 2):
+            one = first is not None and first[1] >= 2 and not (ph.kind in algo.gated and first[1] == 2)
+            if one:
+                assert first is not None
                 pattern, steps = first
-                phases.append(_program(pattern, sim, local, len(sim), kind=ph.kind, queue=ph.queue,
-                                       delay=ph.delay_ns, proc=algo.processing(ph.kind, n, ph.size),
-                                       mem_bw=self.mem_bw, offset=offset,
-                                       symmetry=algo.symmetry_of(ph.kind) if lane else None, dim=ph.dim,
-                                       steps=steps, first_step=True))
-                offset += steps
-                continue
-            pattern = phase_messages(ph, m, dim_sizes, turn, first_only=lane)
-            steps = pattern.steps
-            if steps == 0:
-                continue
+            else:
+                pattern = phase_messages(ph, m, dim_sizes, turn, first_only=lane)
+                steps = pattern.steps
+                if steps == 0:
+                    continue
             symmetry = algo.symmetry_of(ph.kind) if lane else None
             gated = ph.kind in algo.gated and steps == 2
             phases.append(_program(pattern, sim, local, len(sim), kind=ph.kind, queue=ph.queue, delay=ph.delay_ns,
                                    proc=algo.processing(ph.kind, n, ph.size), mem_bw=self.mem_bw, offset=offset,
-                                   symmetry=symmetry, dim=ph.dim, steps=steps, gated=gated))
+                                   symmetry=symmetry, dim=ph.dim, steps=steps, gated=gated, first_step=one))
             offset += steps
         return phases
 
