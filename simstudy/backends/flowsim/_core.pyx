@@ -35,6 +35,35 @@ from libcpp.utility cimport pair
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cython.operator cimport dereference as deref
 
+cdef extern from *:
+    """
+    #include <vector>
+    #include <unordered_map>
+    #include <cstdint>
+    // a component's routes (in order) -> its rates: hashed, so a lookup reads the routes once
+    struct SimRoutesHash {
+        size_t operator()(const std::vector<int>& v) const noexcept {
+            uint64_t h = 1469598103934665603ULL ^ v.size();
+            for (int x : v) { h ^= (uint64_t)(uint32_t)x; h *= 1099511628211ULL; }
+            return (size_t)(h ^ (h >> 29));
+        }
+    };
+    struct SimSolved {
+        std::unordered_map<std::vector<int>, std::vector<double>, SimRoutesHash> map;
+        const std::vector<double>* get(const std::vector<int>& k) const {
+            auto it = map.find(k);
+            return it == map.end() ? nullptr : &it->second;
+        }
+        void put(const std::vector<int>& k, const std::vector<double>& v) { map[k] = v; }
+        void clear() { map.clear(); }
+    };
+    """
+    cdef cppclass SimSolved:
+        const vector[double]* get(const vector[int]& k)
+        void put(const vector[int]& k, const vector[double]& v)
+        void clear()
+
+
 cdef enum:
     #: Components of at most this many flows are filled as `netmodels._fill_small` does; larger
     #: ones as `_fill_numpy` (the same `_SMALL`).
@@ -45,6 +74,9 @@ cdef enum:
     TICK = 8192
     #: Messages of a collective recorded before they are handed on (`comms`: 65536 rows).
     BATCH = 65536
+    #: Entries of a collective's plan (chunks x phases x messages stored) up to which a run keeps
+    #: each entry's route by place, not only by (source, destination, size, flow)
+    ROUTE_CACHE = 1 << 20
 
 cdef class OnQueue
 cdef class CoreNet(OnQueue)
@@ -66,11 +98,12 @@ cdef enum Kind:
 
 
 cdef struct Item:
-    # a place in the heap: the event's order (time, then priority << 62 | insertion number) and
-    # where its payload is (24 bytes: the heap moves these, not the payloads)
+    # a place in the heap (16 bytes: the four children of a node share a cache line): the time,
+    # and the order key: priority (bits 62-63), insertion number (bits 24-61), whether the event's
+    # place is tracked for `update` (bit 23) and its payload's slot (bits 0-22). Insertion numbers
+    # are unique, so the order is (time, priority, insertion) as in `sched.Scheduler`.
     int64_t t
     int64_t key
-    int64_t slot
 
 
 cdef struct Payload:
@@ -82,6 +115,16 @@ cdef struct Payload:
     PyObject* args  # owned (EV_PY), else NULL
 
 
+cdef enum:
+    SEQ_SHIFT = 24
+    TRACKED = 1 << 23
+    SLOT_MASK = (1 << 23) - 1
+
+
+cdef inline int64_t _slot(const Item& x) noexcept nogil:
+    return x.key & SLOT_MASK
+
+
 cdef inline PyObject* _own(object x):
     """A reference the caller keeps (released with Py_XDECREF), or NULL for None."""
     if x is None:
@@ -91,9 +134,8 @@ cdef inline PyObject* _own(object x):
 
 
 cdef inline bint _before(const Item& x, const Item& y) noexcept nogil:
-    if x.t != y.t:
-        return x.t < y.t
-    return x.key < y.key
+    # without branches: which of two events comes first is as good as a coin toss to a predictor
+    return (x.t < y.t) | ((x.t == y.t) & (x.key < y.key))
 
 
 cdef int64_t _schedulers = 0
@@ -114,9 +156,14 @@ cdef class CoreScheduler:
     cdef vector[Payload] slab
     cdef vector[int64_t] free_slots
     cdef vector[int64_t] pos
+    cdef int64_t ran[9]
+    cdef public int64_t peak  # events pending at most
 
     def __init__(self, int64_t now=0):
         global _schedulers
+        cdef int k
+        for k in range(9):
+            self.ran[k] = 0
         _schedulers += 1
         self.serial = _schedulers
         self.now = now
@@ -125,17 +172,22 @@ cdef class CoreScheduler:
     def __dealloc__(self):
         cdef size_t i
         for i in range(self.heap.size()):
-            Py_XDECREF(self.slab[self.heap[i].slot].obj)
-            Py_XDECREF(self.slab[self.heap[i].slot].args)
+            Py_XDECREF(self.slab[_slot(self.heap[i])].obj)
+            Py_XDECREF(self.slab[_slot(self.heap[i])].args)
         self.heap.clear()
 
     def __len__(self):
         return self.heap.size()
 
+    @property
+    def events_by_kind(self):
+        """Events run so far, by kind (python, drain, recompute, arrive, send, leave, general, hop, free)."""
+        return dict(zip(("python", "drain", "recompute", "arrive", "send", "leave", "general", "hop", "free"),
+                        [self.ran[k] for k in range(9)]))
+
     cdef int64_t push(self, int64_t t, int prio, int kind, object obj, int64_t a, int64_t b, int64_t c,
                       object args) except -1:
-        """Queue an event; its slot."""
-        self.seq += 1
+        """Queue an event; its slot (a drain's place is tracked, so that `update` can move it)."""
         cdef Payload pl
         pl.kind = kind
         pl.a = a
@@ -143,12 +195,16 @@ cdef class CoreScheduler:
         pl.c = c
         pl.obj = _own(obj)
         pl.args = _own(args)
-        return self._push(t, (<int64_t>prio << 62) | self.seq, pl)
+        return self._push(t, prio, pl, kind == EV_DRAIN)
 
-    cdef int64_t _push(self, int64_t t, int64_t key, Payload& pl) noexcept:
+    cdef int64_t _push(self, int64_t t, int64_t prio, Payload& pl, bint tracked) except -1:
         cdef int64_t slot
         if self.free_slots.empty():
             slot = self.slab.size()
+            if slot > SLOT_MASK:
+                Py_XDECREF(pl.obj)
+                Py_XDECREF(pl.args)
+                raise OverflowError(f"flowsim: more than {SLOT_MASK + 1:,} events pending at once")
             self.slab.push_back(pl)
             self.pos.push_back(-1)
         else:
@@ -157,15 +213,22 @@ cdef class CoreScheduler:
             self.slab[slot] = pl
         cdef Item moving
         moving.t = t
-        moving.key = key
-        moving.slot = slot
+        moving.key = self._key(prio, slot, tracked)
         self.heap.push_back(moving)
+        if <int64_t>self.heap.size() > self.peak:
+            self.peak = self.heap.size()
         self._up(self.heap.size() - 1, moving)
         return slot
 
+    cdef inline int64_t _key(self, int64_t prio, int64_t slot, bint tracked) noexcept:
+        """The next insertion number's order key."""
+        self.seq += 1
+        return (prio << 62) | (self.seq << SEQ_SHIFT) | (TRACKED if tracked else 0) | slot
+
     cdef inline void _place(self, size_t i, Item& item) noexcept:
         self.heap[i] = item
-        self.pos[item.slot] = i
+        if item.key & TRACKED:
+            self.pos[item.key & SLOT_MASK] = i
 
     # a 4-ary heap: half the levels of a binary one, its four children side by side in memory
 
@@ -200,7 +263,8 @@ cdef class CoreScheduler:
         cdef Item top = self.heap[0]
         cdef Item last = self.heap.back()
         self.heap.pop_back()
-        self.pos[top.slot] = -1
+        if top.key & TRACKED:
+            self.pos[top.key & SLOT_MASK] = -1
         if self.heap.size():
             self._down(0, last)
         return top
@@ -213,10 +277,9 @@ cdef class CoreScheduler:
         cdef size_t i = self.pos[slot]
         if self.heap[i].key != key:
             return -1
-        self.seq += 1
         cdef Item moving = self.heap[i]
         moving.t = t
-        moving.key = (<int64_t>prio << 62) | self.seq
+        moving.key = self._key(prio, slot, True)
         self.slab[slot].b = b
         # later than before (a larger insertion number, and a time that may be either side)
         self._up(i, moving)
@@ -255,9 +318,10 @@ cdef class CoreScheduler:
 
     cdef void _run_one(self) except *:
         cdef Item it = self._pop()
-        cdef Payload ev = self.slab[it.slot]
-        self.free_slots.push_back(it.slot)
+        cdef Payload ev = self.slab[_slot(it)]
+        self.free_slots.push_back(_slot(it))
         self.now = it.t
+        self.ran[ev.kind] += 1
         try:
             self._dispatch(ev)
         finally:
@@ -282,10 +346,9 @@ cdef class CoreScheduler:
         cdef Payload pl
         while self.heap.size():
             it = self._pop()
-            pl = self.slab[it.slot]
-            self.free_slots.push_back(it.slot)
-            other.seq += 1
-            other._push(it.t, (it.key & ((<int64_t>3) << 62)) | other.seq, pl)  # its priority, other's order
+            pl = self.slab[_slot(it)]
+            self.free_slots.push_back(_slot(it))
+            other._push(it.t, (it.key >> 62) & 3, pl, (it.key & TRACKED) != 0)  # its priority, other's order
 
 
 # -- the network models ---------------------------------------------------------------------------
@@ -527,7 +590,7 @@ cdef class CoreFluid(CoreNet):
     cdef vector[Flow] flows
     cdef vector[int] free_ids
     cdef vector[vector[int]] on_link
-    cdef cmap[vector[int], vector[double]] solved
+    cdef SimSolved solved
     cdef int64_t kept
     cdef object dirty_sched
     cdef int64_t dirty_now
@@ -537,6 +600,14 @@ cdef class CoreFluid(CoreNet):
     cdef vector[int64_t] key_stamp
     cdef vector[int64_t] flow_stamp
     cdef int64_t stamp
+    # scratch space, kept between calls (no allocation per recompute)
+    cdef vector[int] sig
+    cdef vector[int] keys_buf
+    cdef vector[int] stack
+    cdef vector[pair[int64_t, int]] found
+    cdef vector[int] comp
+    cdef vector[int] local_of  # link -> its index in the component being filled (valid where link_stamp is)
+    cdef vector[int64_t] link_stamp
 
     name = "fluid"
 
@@ -545,6 +616,8 @@ cdef class CoreFluid(CoreNet):
         self.cap = [float(c) for c in self.capacity]
         self.on_link.resize(len(self.capacity))
         self.key_stamp.resize(len(self.capacity), 0)
+        self.link_stamp.resize(len(self.capacity), 0)
+        self.local_of.resize(len(self.capacity), 0)
         self.dirty_sched = None
         self.dirty_token = -1
 
@@ -640,9 +713,13 @@ cdef class CoreFluid(CoreNet):
     cdef void _recompute(self, int64_t token) except *:
         if token == self.dirty_token:
             self.dirty_token = -1
-        cdef vector[int] keys = self.dirty[token]
-        self.dirty.erase(token)
-        cdef vector[int] comp = self._component(keys)
+        cdef unordered_map[int64_t, vector[int]].iterator at = self.dirty.find(token)
+        self.keys_buf.clear()
+        if at != self.dirty.end():
+            self.keys_buf.swap(deref(at).second)
+            self.dirty.erase(at)
+        self._component(self.keys_buf)
+        cdef vector[int]* comp = &self.comp
         if comp.empty():
             return
         self.recomputes += 1
@@ -651,15 +728,15 @@ cdef class CoreFluid(CoreNet):
         cdef size_t i
         cdef Flow* f
         for i in range(comp.size()):
-            f = &self.flows[comp[i]]
+            f = &self.flows[comp[0][i]]
             if f.t_upd != now:
                 f.remaining -= f.rate * <double>(now - f.t_upd)
                 f.t_upd = now
-        cdef vector[double] rates = self._rates(comp)
+        cdef vector[double] rates = self._rates(comp[0])
         cdef double r, x
         cdef int64_t wait, key
         for i in range(comp.size()):
-            f = &self.flows[comp[i]]
+            f = &self.flows[comp[0][i]]
             r = rates[i]
             if r <= 0.0:
                 f.const_ = False
@@ -673,18 +750,20 @@ cdef class CoreFluid(CoreNet):
                     wait = <int64_t>x if x > 0 else 0
                     key = s.update(f.ev_slot, f.ev_key, now + wait, 0, f.version) if f.ev_sched == s.serial else -1
                     if key < 0:
-                        f.ev_slot = s.push(now + wait, 0, EV_DRAIN, self, comp[i], f.version, 0, None)
+                        f.ev_slot = s.push(now + wait, 0, EV_DRAIN, self, comp[0][i], f.version, 0, None)
                         f.ev_sched = s.serial
-                        f.ev_key = s.heap[s.pos[f.ev_slot]].key
+                        f.ev_key = s.heap[s.pos[f.ev_slot]].key  # tracked: a drain
                     else:
                         f.ev_key = key
 
-    cdef vector[int] _component(self, vector[int]& keys):
-        """The flows connected to `keys` through shared links, in the order they were sent."""
+    cdef void _component(self, vector[int]& keys) except *:
+        """The flows connected to `keys` through shared links, in the order they were sent, into `comp`."""
         self.stamp += 1
         cdef int64_t st = self.stamp
-        cdef vector[int] stack
-        cdef vector[pair[int64_t, int]] found
+        cdef vector[int]* stack = &self.stack
+        cdef vector[pair[int64_t, int]]* found = &self.found
+        stack.clear()
+        found.clear()
         cdef size_t i
         cdef int k, k2, fid, j, r
         for i in range(keys.size()):
@@ -707,36 +786,35 @@ cdef class CoreFluid(CoreNet):
                     if self.key_stamp[k2] != st:
                         self.key_stamp[k2] = st
                         stack.push_back(k2)
-        sort(found.begin(), found.end(), _by_seq)
-        cdef vector[int] out
-        out.reserve(found.size())
+        if found.size() > 1:
+            sort(found.begin(), found.end())  # by seq (unique), as `_by_seq`
+        self.comp.clear()
         for i in range(found.size()):
-            out.push_back(found[i].second)
-        return out
+            self.comp.push_back(found[0][i].second)
 
     cdef vector[double] _rates(self, vector[int]& comp):
         """The component's max-min rates: solved before for the same routes in the same order, or now."""
-        cdef vector[int] sig
-        sig.reserve(comp.size())
+        cdef vector[int]* sig = &self.sig
+        sig.clear()
         cdef size_t i
         for i in range(comp.size()):
             sig.push_back(self.flows[comp[i]].route)
-        cdef cmap[vector[int], vector[double]].iterator it = self.solved.find(sig)
-        if it != self.solved.end():
+        cdef const vector[double]* found = self.solved.get(sig[0])
+        if found != NULL:
             self.reused += 1
-            return deref(it).second
+            return found[0]
         cdef vector[double] rates
         if comp.size() == 1:
-            rates = self._single(sig[0])
+            rates = self._single(sig[0][0])
         elif comp.size() <= SMALL:
-            rates = self._fill_small(sig)
+            rates = self._fill_small(sig[0])
         else:
-            rates = self._fill_large(sig)
+            rates = self._fill_large(sig[0])
         self.kept += comp.size()
         if self.kept > MEMO:
             self.solved.clear()
             self.kept = comp.size()
-        self.solved[sig] = rates
+        self.solved.put(sig[0], rates)
         return rates
 
     cdef vector[double] _single(self, int r):
@@ -751,30 +829,34 @@ cdef class CoreFluid(CoreNet):
         out.push_back(best)
         return out
 
+    cdef int _local(self, int k, vector[int]& links) noexcept:
+        """Link k's index among the component's links (`links`, in the order first met; this fill's
+        stamp tells whether it has one yet)."""
+        if self.link_stamp[k] != self.stamp:
+            self.link_stamp[k] = self.stamp
+            self.local_of[k] = links.size()
+            links.push_back(k)
+        return self.local_of[k]
+
     cdef vector[double] _fill_small(self, vector[int]& routes):
         """`netmodels._fill_small` without weights: the same sums in the same order."""
+        self.stamp += 1
         cdef vector[int] links  # in the order first met
-        cdef unordered_map[int, int] slot
-        cdef unordered_map[int, int].iterator it
         cdef vector[double] rem
         cdef vector[int64_t] weight
         cdef vector[int] count
+        cdef vector[int] entry  # each route entry's link index
         cdef size_t i, n = routes.size()
         cdef int j, k, r, l
         for i in range(n):
             r = routes[i]
             for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
                 k = self.route_keys[j]
-                it = slot.find(k)
-                if it == slot.end():
-                    l = links.size()
-                    slot[k] = l
-                    links.push_back(k)
+                l = self._local(k, links)
+                if <size_t>l == rem.size():
                     rem.push_back(self.cap[k])
                     weight.push_back(0)
                     count.push_back(0)
-                else:
-                    l = deref(it).second
                 weight[l] += self.route_mult[j]
                 count[l] += 1
         cdef vector[double] rates = vector[double](n, 0.0)
@@ -799,7 +881,7 @@ cdef class CoreFluid(CoreNet):
                 r = routes[i]
                 hit = False
                 for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
-                    if bottleneck[slot[self.route_keys[j]]]:
+                    if bottleneck[self.local_of[self.route_keys[j]]]:
                         hit = True
                         break
                 if hit:
@@ -810,7 +892,7 @@ cdef class CoreFluid(CoreNet):
                 rates[i] = s
                 r = routes[i]
                 for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
-                    l = slot[self.route_keys[j]]
+                    l = self.local_of[self.route_keys[j]]
                     rem[l] -= <double>self.route_mult[j] * s
                     weight[l] -= self.route_mult[j]
                     count[l] -= 1
@@ -819,75 +901,87 @@ cdef class CoreFluid(CoreNet):
         return rates
 
     cdef vector[double] _fill_large(self, vector[int]& routes):
-        """`netmodels._fill_numpy` without weights: links in ascending order, the sums of numpy's
-        bincount (in entry order, from 0.0), the same operations."""
+        """`netmodels._fill_numpy` without weights, the same operations on the same numbers: each
+        round, a link's share is its remaining capacity over the multiplicities of its active flows,
+        and the flows through the links of the smallest share (within 1e-12) are frozen at it, each
+        link giving up the sum of its frozen flows' multiplicities times that share.
+
+        Multiplicities are whole numbers, so their sums are exact in any order: kept per link from
+        round to round (numpy sums them again each round, in entry order, to the same values), and
+        the links in the order first met (numpy's are sorted; no value depends on the order)."""
+        self.stamp += 1
         cdef size_t n = routes.size()
-        cdef vector[int] entry_flow
+        cdef vector[int] links
+        cdef size_t i, e, L
+        cdef int j, r, l
+        # each link's entries (flow, multiplicity), grouped by link: counting sort of the entries
         cdef vector[int] entry_link
-        cdef vector[double] entry_mult
-        cdef vector[int] sorted_links
-        cdef size_t i, e, E
-        cdef int j, r
         for i in range(n):
             r = routes[i]
             for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
-                entry_flow.push_back(i)
-                entry_link.push_back(self.route_keys[j])
-                entry_mult.push_back(<double>self.route_mult[j])
-                sorted_links.push_back(self.route_keys[j])
-        sort(sorted_links.begin(), sorted_links.end())
-        cdef vector[int] links
-        for e in range(sorted_links.size()):
-            if links.empty() or links.back() != sorted_links[e]:
-                links.push_back(sorted_links[e])
-        cdef unordered_map[int, int] slot
-        cdef size_t L = links.size()
-        cdef vector[double] remaining = vector[double](L, 0.0)
+                entry_link.push_back(self._local(self.route_keys[j], links))
+        L = links.size()
+        cdef vector[int] start = vector[int](L + 1, 0)
+        for e in range(entry_link.size()):
+            start[entry_link[e] + 1] += 1
         for e in range(L):
-            slot[links[e]] = e
-            remaining[e] = self.cap[links[e]]
-        E = entry_flow.size()
-        cdef vector[int] local = vector[int](E, 0)
-        for e in range(E):
-            local[e] = slot[entry_link[e]]
+            start[e + 1] += start[e]
+        cdef vector[int] fill = vector[int](start.begin(), start.end() - 1)
+        cdef vector[int] link_flow = vector[int](entry_link.size(), 0)
+        cdef vector[double] link_mult = vector[double](entry_link.size(), 0.0)
+        cdef vector[double] weight = vector[double](L, 0.0)
+        cdef vector[double] remaining = vector[double](L, 0.0)
+        e = 0
+        for i in range(n):
+            r = routes[i]
+            for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
+                l = entry_link[e]
+                link_flow[fill[l]] = i
+                link_mult[fill[l]] = <double>self.route_mult[j]
+                fill[l] += 1
+                weight[l] += <double>self.route_mult[j]
+                e += 1
+        for l in range(L):
+            remaining[l] = self.cap[links[l]]
         cdef vector[double] rates = vector[double](n, 0.0)
         cdef vector[char] active = vector[char](n, 1)
-        cdef vector[char] frozen = vector[char](n, 0)
-        cdef vector[double] weight = vector[double](L, 0.0)
-        cdef vector[double] share = vector[double](L, 0.0)
         cdef vector[double] freed = vector[double](L, 0.0)
+        cdef vector[int] frozen
+        cdef vector[int] touched
         cdef size_t left = n
-        cdef double s, limit
+        cdef double s, limit, share
+        cdef int f, m
         while left:
-            for e in range(L):
-                weight[e] = 0.0
-                freed[e] = 0.0
-            for e in range(E):
-                if active[entry_flow[e]]:
-                    weight[local[e]] += entry_mult[e]
             s = INFINITY
-            for e in range(L):
-                share[e] = remaining[e] / weight[e] if weight[e] > 0 else INFINITY
-                if share[e] < s:
-                    s = share[e]
+            for l in range(L):
+                if weight[l] > 0:
+                    share = remaining[l] / weight[l]
+                    if share < s:
+                        s = share
             limit = s * (1 + 1e-12)
-            for i in range(n):
-                frozen[i] = 0
-            for e in range(E):
-                if active[entry_flow[e]] and share[local[e]] <= limit:
-                    frozen[entry_flow[e]] = 1
-            for i in range(n):
-                if frozen[i]:
-                    rates[i] = s
-            for e in range(E):
-                if frozen[entry_flow[e]]:
-                    freed[local[e]] += entry_mult[e]
-            for e in range(L):
-                remaining[e] = remaining[e] - freed[e] * s
-            for i in range(n):
-                if frozen[i]:
-                    active[i] = 0
-                    left -= 1
+            frozen.clear()
+            for l in range(L):
+                if weight[l] > 0 and remaining[l] / weight[l] <= limit:
+                    for m in range(start[l], start[l + 1]):
+                        f = link_flow[m]
+                        if active[f] == 1:
+                            active[f] = 2
+                            frozen.push_back(f)
+            touched.clear()
+            for f in frozen:
+                rates[f] = s
+                active[f] = 0
+                left -= 1
+                r = routes[f]
+                for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
+                    l = self.local_of[self.route_keys[j]]
+                    if freed[l] == 0.0:
+                        touched.push_back(l)
+                    freed[l] += <double>self.route_mult[j]
+            for l in touched:
+                remaining[l] = remaining[l] - freed[l] * s
+                weight[l] -= freed[l]
+                freed[l] = 0.0
         return rates
 
 
@@ -1015,6 +1109,12 @@ cdef class CoreCollectiveRun(OnQueue):
     cdef unordered_map[int64_t, vector[RouteHit]] hits  # (src << 32 | dst) -> routes by (size, flow)
     cdef list held
     cdef public int64_t recorded
+    # each (chunk, phase, entry)'s route number, latency and time alone, found once (small plans)
+    cdef vector[int64_t] rc_base  # chunk x phase -> its first entry's place; empty: no cache
+    cdef vector[int] rc_rid
+    cdef vector[double] rc_lat
+    cdef vector[int64_t] rc_alone
+    cdef vector[char] rc_known
 
     def __init__(self, plan, CoreScheduler sched, CoreNet net, route, on_rank_done, on_batch=None, *,
                  int64_t flow=0, dict routes=None, bint per_flow=True):
@@ -1037,6 +1137,19 @@ cdef class CoreCollectiveRun(OnQueue):
         self.left.resize(cp.n, cp.chunks)
         self.rec.resize(8)
         self.held = []
+        cdef int64_t total = 0
+        cdef int c, p
+        for c in range(cp.chunks):
+            for p in range(cp.nphases):
+                total += self._ph(c, p).dst.size()
+        if total <= ROUTE_CACHE:
+            for c in range(cp.chunks):
+                for p in range(cp.nphases):
+                    self.rc_base.push_back(self.rc_rid.size())
+                    self.rc_rid.resize(self.rc_rid.size() + self._ph(c, p).dst.size(), -1)
+            self.rc_lat.resize(total, 0.0)
+            self.rc_alone.resize(total, 0)
+            self.rc_known.resize(total, 0)
 
     def start(self):
         """Start every simulated rank now."""
@@ -1128,11 +1241,23 @@ cdef class CoreCollectiveRun(OnQueue):
         cdef CorePhase ph = self._ph(c, p)
         cdef int64_t src = self.cp.members[i]
         cdef int64_t k = (st % ph.period) * self.n + i
-        cdef int64_t j
+        cdef int64_t j, at
         cdef RouteEntry e
-        for j in range(ph.ptr[k], ph.ptr[k + 1]):
-            e = self._route(src, ph.dst[j], ph.nbytes[j], self.flow + c)
-            self.net._send_native(self, src, ph.dst[j], ph.nbytes[j], e.rid, e.latency, e.alone, i, c, p, st)
+        if self.rc_base.empty():
+            for j in range(ph.ptr[k], ph.ptr[k + 1]):
+                e = self._route(src, ph.dst[j], ph.nbytes[j], self.flow + c)
+                self.net._send_native(self, src, ph.dst[j], ph.nbytes[j], e.rid, e.latency, e.alone, i, c, p, st)
+        else:
+            for j in range(ph.ptr[k], ph.ptr[k + 1]):
+                at = self.rc_base[c * self.cp.nphases + p] + j
+                if not self.rc_known[at]:
+                    e = self._route(src, ph.dst[j], ph.nbytes[j], self.flow + c)
+                    self.rc_rid[at] = e.rid
+                    self.rc_lat[at] = e.latency
+                    self.rc_alone[at] = e.alone
+                    self.rc_known[at] = 1
+                self.net._send_native(self, src, ph.dst[j], ph.nbytes[j], self.rc_rid[at], self.rc_lat[at],
+                                      self.rc_alone[at], i, c, p, st)
         self.sent[ic] = 1
         if st == 0 and ph.gated:
             self._gate(i, c, p)  # its step-0 messages may all have arrived (and been reduced) already
