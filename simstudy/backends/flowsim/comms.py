@@ -504,6 +504,10 @@ class Comms:
                 act.finished = True
                 self.detailed[act.links] -= 1
                 flush()
+                # the run refers to this function, which refers to the run: let go of it now, so
+                # that it is freed at once instead of by the cycle collector
+                runs.clear()
+                act.run = None
 
         def message(msg: Msg) -> None:
             _, c, p, st = msg.ctx
