@@ -11,8 +11,8 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 
-from simstudy.backends.traffic_build import WorkloadInfo
-from simstudy.compiler.attributes import node_meta
+from simstudy.backends.traffic_build import WorkloadInfo, by_rank
+from simstudy.compiler.attributes import node_iteration
 
 
 def span_iterations(info: WorkloadInfo, spans: pd.DataFrame) -> np.ndarray:
@@ -20,15 +20,16 @@ def span_iterations(info: WorkloadInfo, spans: pd.DataFrame) -> np.ndarray:
     out = np.full(len(spans), -1, dtype=np.int64)
     if not len(spans):
         return out
-    rank = spans["rank"].to_numpy()
     node = spans["node"].to_numpy()
-    traces: dict[int, list[int]] = defaultdict(list)
-    for r, nodes in enumerate(info.nodes):
-        traces[id(nodes)].append(r)
-    for ranks in traces.values():
-        lut = {n.id: node_meta(n).iteration for n in info.nodes[ranks[0]]}
-        sel = np.isin(rank, ranks)
-        out[sel] = [lut.get(int(i), -1) for i in node[sel].tolist()]
+    luts: dict[int, dict[int, int]] = {}
+    for r, sel in by_rank(spans["rank"].to_numpy()):
+        if not 0 <= r < len(info.nodes):
+            continue
+        nodes = info.nodes[r]
+        lut = luts.get(id(nodes))
+        if lut is None:
+            lut = luts[id(nodes)] = {n.id: node_iteration(n) for n in nodes}
+        out[sel] = [lut.get(i, -1) for i in node[sel].tolist()]
     return out
 
 

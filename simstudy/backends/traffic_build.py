@@ -241,6 +241,17 @@ def spans_table(info: WorkloadInfo, spans: Spans) -> Any:
     return make_spans(*zip(*rows, strict=True))
 
 
+def by_rank(rank: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Each rank of a column of ranks with the places it holds there (ascending), in rank order:
+    one sort for the whole column (a comparison per rank would be quadratic in ranks)."""
+    if not len(rank):
+        return []
+    order = np.argsort(rank, kind="stable")
+    ranks, first = np.unique(rank[order], return_index=True)
+    ends = [*first[1:].tolist(), len(order)]
+    return [(r, order[a:b]) for r, a, b in zip(ranks.tolist(), first.tolist(), ends, strict=True)]
+
+
 def union_ns(intervals: list[tuple[int, int]]) -> int:
     total, end = 0, -1
     for a, b in sorted(intervals):

@@ -96,6 +96,15 @@ class NodeMeta:
     job: int
 
 
+def node_iteration(node: Node) -> int:
+    """`node_meta(node).iteration`, without the rest (the last such attribute, else 0)."""
+    found: Any = 0
+    for a in node.attrs:
+        if a.name == ITERATION:
+            found = a.value
+    return int(found)
+
+
 def node_meta(node: Node) -> NodeMeta:
     """The simstudy attributes of a node, with the fallbacks for bundles that lack them."""
     found: dict[str, Any] = {a.name: a.value for a in node.attrs if a.name.startswith("simstudy.")}
