@@ -98,10 +98,8 @@ cdef enum Kind:
 
 
 cdef struct Item:
-    # a place in the heap (16 bytes: the four children of a node share a cache line): the time,
-    # and the order key: priority (bits 62-63), insertion number (bits 24-61), whether the event's
-    # place is tracked for `update` (bit 23) and its payload's slot (bits 0-22). Insertion numbers
-    # are unique, so the order is (time, priority, insertion) as in `sched.Scheduler`.
+    # a bucket's place in the heap of buckets: its time, and its priority (bits 62-63) and number
+    # (below; only one bucket of a time and priority is queued at once, so the number never orders)
     int64_t t
     int64_t key
 
@@ -113,16 +111,17 @@ cdef struct Payload:
     int64_t c
     PyObject* obj   # owned
     PyObject* args  # owned (EV_PY), else NULL
+    int64_t seq     # the insertion number of the event queued in this slot (0: none)
 
 
-cdef enum:
-    SEQ_SHIFT = 24
-    TRACKED = 1 << 23
-    SLOT_MASK = (1 << 23) - 1
-
-
-cdef inline int64_t _slot(const Item& x) noexcept nogil:
-    return x.key & SLOT_MASK
+cdef struct Bucket:
+    # the events of one time and priority, in insertion order: (insertion number, slot) pairs, the
+    # ones before `head` run; an entry whose slot's event has another insertion number was moved
+    # (`update`) and is passed over
+    int64_t t
+    int64_t prio
+    vector[pair[int64_t, int64_t]] items
+    size_t head
 
 
 cdef inline PyObject* _own(object x):
@@ -141,21 +140,33 @@ cdef inline bint _before(const Item& x, const Item& y) noexcept nogil:
 cdef int64_t _schedulers = 0
 
 
-cdef class CoreScheduler:
-    """`sched.Scheduler` in C++: a heap of events and the current time (ns).
+cdef inline int64_t _bucket_key(int64_t t, int64_t prio) noexcept nogil:
+    return (t << 1) | prio
 
-    An event's place in the heap is known by its slot (`pos`), so that a flow's drain event can be
-    moved when its rate changes (`update`) instead of leaving a stale one behind, as the Python
-    model does: the moved event takes the time and insertion number a new one would, and the stale
-    one would have done nothing, so the order of every event that does something is the same."""
+
+cdef class CoreScheduler:
+    """`sched.Scheduler` in C++: the events in (time, priority, insertion) order, and the current time (ns).
+
+    Events of one time and priority wait in one bucket, in insertion order (a ring's ranks step at the
+    same instants: 17 events per instant in ResNet-50 on 1,024 GPUs of a leaf-spine, fluid, 143
+    unaware), and the buckets in a 4-ary heap by (time, priority): the heap orders instants, not
+    events. A flow's drain event can be moved when its rate changes (`update`): it is queued again
+    with the time and insertion number a new one would get, and its old entry is passed over (the
+    Python model leaves a stale event that does nothing), so the order of every event that does
+    something is the same."""
 
     cdef public int64_t now
     cdef public int64_t seq
     cdef int64_t serial
-    cdef vector[Item] heap
+    cdef vector[Item] heap          # buckets by (time, priority)
+    cdef vector[Bucket] buckets
+    cdef vector[int64_t] free_buckets
+    cdef unordered_map[int64_t, int64_t] open_buckets  # (time, priority) -> bucket queued
+    cdef int64_t last_key           # the bucket the last event went to
+    cdef int64_t last_bucket
     cdef vector[Payload] slab
     cdef vector[int64_t] free_slots
-    cdef vector[int64_t] pos
+    cdef int64_t live
     cdef int64_t ran[9]
     cdef public int64_t peak  # events pending at most
 
@@ -168,16 +179,19 @@ cdef class CoreScheduler:
         self.serial = _schedulers
         self.now = now
         self.seq = 0
+        self.last_key = -1
+        self.last_bucket = -1
 
     def __dealloc__(self):
         cdef size_t i
-        for i in range(self.heap.size()):
-            Py_XDECREF(self.slab[_slot(self.heap[i])].obj)
-            Py_XDECREF(self.slab[_slot(self.heap[i])].args)
-        self.heap.clear()
+        for i in range(self.slab.size()):
+            if self.slab[i].seq:
+                Py_XDECREF(self.slab[i].obj)
+                Py_XDECREF(self.slab[i].args)
+                self.slab[i].seq = 0
 
     def __len__(self):
-        return self.heap.size()
+        return self.live
 
     @property
     def events_by_kind(self):
@@ -187,7 +201,7 @@ cdef class CoreScheduler:
 
     cdef int64_t push(self, int64_t t, int prio, int kind, object obj, int64_t a, int64_t b, int64_t c,
                       object args) except -1:
-        """Queue an event; its slot (a drain's place is tracked, so that `update` can move it)."""
+        """Queue an event; its slot."""
         cdef Payload pl
         pl.kind = kind
         pl.a = a
@@ -195,42 +209,64 @@ cdef class CoreScheduler:
         pl.c = c
         pl.obj = _own(obj)
         pl.args = _own(args)
-        return self._push(t, prio, pl, kind == EV_DRAIN)
+        return self._push(t, prio, pl)
 
-    cdef int64_t _push(self, int64_t t, int64_t prio, Payload& pl, bint tracked) except -1:
+    cdef int64_t _push(self, int64_t t, int64_t prio, Payload& pl) except -1:
         cdef int64_t slot
         if self.free_slots.empty():
             slot = self.slab.size()
-            if slot > SLOT_MASK:
-                Py_XDECREF(pl.obj)
-                Py_XDECREF(pl.args)
-                raise OverflowError(f"flowsim: more than {SLOT_MASK + 1:,} events pending at once")
             self.slab.push_back(pl)
-            self.pos.push_back(-1)
         else:
             slot = self.free_slots.back()
             self.free_slots.pop_back()
             self.slab[slot] = pl
-        cdef Item moving
-        moving.t = t
-        moving.key = self._key(prio, slot, tracked)
-        self.heap.push_back(moving)
-        if <int64_t>self.heap.size() > self.peak:
-            self.peak = self.heap.size()
-        self._up(self.heap.size() - 1, moving)
+        self.seq += 1
+        self.slab[slot].seq = self.seq
+        self._enter(t, prio, self.seq, slot)
+        self.live += 1
+        if self.live > self.peak:
+            self.peak = self.live
         return slot
 
-    cdef inline int64_t _key(self, int64_t prio, int64_t slot, bint tracked) noexcept:
-        """The next insertion number's order key."""
-        self.seq += 1
-        return (prio << 62) | (self.seq << SEQ_SHIFT) | (TRACKED if tracked else 0) | slot
+    cdef void _enter(self, int64_t t, int64_t prio, int64_t seq, int64_t slot) except *:
+        """Put (seq, slot) at the end of the bucket of (t, prio), opened if none is queued."""
+        cdef int64_t key = _bucket_key(t, prio)
+        cdef int64_t b
+        cdef unordered_map[int64_t, int64_t].iterator it
+        if key == self.last_key:
+            b = self.last_bucket
+        else:
+            it = self.open_buckets.find(key)
+            if it != self.open_buckets.end():
+                b = deref(it).second
+            else:
+                b = self._open(t, prio, key)
+            self.last_key = key
+            self.last_bucket = b
+        self.buckets[b].items.push_back(pair[int64_t, int64_t](seq, slot))
 
-    cdef inline void _place(self, size_t i, Item& item) noexcept:
-        self.heap[i] = item
-        if item.key & TRACKED:
-            self.pos[item.key & SLOT_MASK] = i
+    cdef int64_t _open(self, int64_t t, int64_t prio, int64_t key) except -1:
+        cdef int64_t b
+        if self.free_buckets.empty():
+            b = self.buckets.size()
+            self.buckets.resize(b + 1)
+        else:
+            b = self.free_buckets.back()
+            self.free_buckets.pop_back()
+        cdef Bucket* bk = &self.buckets[b]
+        bk.t = t
+        bk.prio = prio
+        bk.items.clear()
+        bk.head = 0
+        self.open_buckets[key] = b
+        cdef Item moving
+        moving.t = t
+        moving.key = (prio << 62) | b
+        self.heap.push_back(moving)
+        self._up(self.heap.size() - 1, moving)
+        return b
 
-    # a 4-ary heap: half the levels of a binary one, its four children side by side in memory
+    # a 4-ary heap of buckets: half the levels of a binary one, its four children side by side in memory
 
     cdef void _up(self, size_t i, Item moving) noexcept:
         cdef size_t parent
@@ -238,9 +274,9 @@ cdef class CoreScheduler:
             parent = (i - 1) >> 2
             if not _before(moving, self.heap[parent]):
                 break
-            self._place(i, self.heap[parent])
+            self.heap[i] = self.heap[parent]
             i = parent
-        self._place(i, moving)
+        self.heap[i] = moving
 
     cdef void _down(self, size_t i, Item moving) noexcept:
         cdef size_t n = self.heap.size(), child, first, last, k
@@ -255,37 +291,56 @@ cdef class CoreScheduler:
                     child = k
             if not _before(self.heap[child], moving):
                 break
-            self._place(i, self.heap[child])
+            self.heap[i] = self.heap[child]
             i = child
-        self._place(i, moving)
+        self.heap[i] = moving
 
-    cdef Item _pop(self) noexcept:
-        cdef Item top = self.heap[0]
+    cdef void _close_top(self) noexcept:
+        """The first bucket is used up: out of the heap, free for another instant."""
+        cdef int64_t b = self.heap[0].key & ((<int64_t>1 << 62) - 1)
+        cdef Bucket* bk = &self.buckets[b]
+        cdef int64_t key = _bucket_key(bk.t, bk.prio)
+        self.open_buckets.erase(key)
+        if self.last_key == key:
+            self.last_key = -1
+        bk.items.clear()
+        bk.head = 0
+        self.free_buckets.push_back(b)
         cdef Item last = self.heap.back()
         self.heap.pop_back()
-        if top.key & TRACKED:
-            self.pos[top.key & SLOT_MASK] = -1
         if self.heap.size():
             self._down(0, last)
-        return top
 
-    cdef int64_t update(self, int64_t slot, int64_t key, int64_t t, int prio, int64_t b) noexcept:
-        """Move the queued event of `slot` (still the one of order `key`) to time `t`, as if queued
-        now, with payload `b`; its new order key, or -1 when it is no longer queued."""
-        if slot < 0 or slot >= <int64_t>self.pos.size() or self.pos[slot] < 0:
+    cdef bint _settle(self) noexcept:
+        """Pass over moved entries and used-up buckets: whether an event is first in the queue
+        (then at the head of the first bucket)."""
+        cdef Bucket* bk
+        cdef pair[int64_t, int64_t]* e
+        while self.heap.size():
+            bk = &self.buckets[self.heap[0].key & ((<int64_t>1 << 62) - 1)]
+            while bk.head < bk.items.size():
+                e = &bk.items[bk.head]
+                if self.slab[e.second].seq == e.first:
+                    return True
+                bk.head += 1
+            self._close_top()
+        return False
+
+    cdef int64_t key_of(self, int64_t slot) noexcept:
+        """The insertion number of the event queued in `slot`."""
+        return self.slab[slot].seq
+
+    cdef int64_t update(self, int64_t slot, int64_t key, int64_t t, int prio, int64_t b) except -2:
+        """Move the queued event of `slot` (still the one of insertion number `key`) to time `t`,
+        as if queued now, with payload `b`; its new insertion number, or -1 when it is no longer
+        queued."""
+        if slot < 0 or slot >= <int64_t>self.slab.size() or key <= 0 or self.slab[slot].seq != key:
             return -1
-        cdef size_t i = self.pos[slot]
-        if self.heap[i].key != key:
-            return -1
-        cdef Item moving = self.heap[i]
-        moving.t = t
-        moving.key = self._key(prio, slot, True)
+        self.seq += 1
+        self.slab[slot].seq = self.seq
         self.slab[slot].b = b
-        # later than before (a larger insertion number, and a time that may be either side)
-        self._up(i, moving)
-        i = self.pos[slot]
-        self._down(i, self.heap[i])
-        return moving.key
+        self._enter(t, prio, self.seq, slot)
+        return self.seq
 
     def at(self, int64_t t, fn, *args):
         self.push(t, 0, EV_PY, fn, 0, 0, 0, args)
@@ -316,11 +371,20 @@ cdef class CoreScheduler:
         elif kind == EV_FREE:
             (<CoreAware>obj)._free(<int>ev.a)
 
+    cdef Payload _take(self) noexcept:
+        """The first event (`_settle` found one): out of the queue, its slot free, the time its own."""
+        cdef Bucket* bk = &self.buckets[self.heap[0].key & ((<int64_t>1 << 62) - 1)]
+        cdef int64_t slot = bk.items[bk.head].second
+        bk.head += 1
+        self.now = bk.t
+        cdef Payload ev = self.slab[slot]
+        self.slab[slot].seq = 0
+        self.free_slots.push_back(slot)
+        self.live -= 1
+        return ev
+
     cdef void _run_one(self) except *:
-        cdef Item it = self._pop()
-        cdef Payload ev = self.slab[_slot(it)]
-        self.free_slots.push_back(_slot(it))
-        self.now = it.t
+        cdef Payload ev = self._take()
         self.ran[ev.kind] += 1
         try:
             self._dispatch(ev)
@@ -334,7 +398,7 @@ cdef class CoreScheduler:
         cdef bint forever = t_stop == INFINITY
         cdef int64_t stop = 0 if forever else int(t_stop)
         cdef int64_t n = 0
-        while self.heap.size() and (forever or self.heap[0].t < stop):
+        while self._settle() and (forever or self.heap[0].t < stop):
             self._run_one()
             n += 1
             if tick is not None and n % TICK == 0:
@@ -342,13 +406,14 @@ cdef class CoreScheduler:
 
     def drain_into(self, CoreScheduler other):
         """Move every pending event to `other`, in this queue's order."""
-        cdef Item it
         cdef Payload pl
-        while self.heap.size():
-            it = self._pop()
-            pl = self.slab[_slot(it)]
-            self.free_slots.push_back(_slot(it))
-            other._push(it.t, (it.key >> 62) & 3, pl, (it.key & TRACKED) != 0)  # its priority, other's order
+        cdef int64_t t, prio, now = self.now
+        while self._settle():
+            t = self.heap[0].t
+            prio = (self.heap[0].key >> 62) & 3
+            pl = self._take()
+            other._push(t, prio, pl)
+        self.now = now
 
 
 # -- the network models ---------------------------------------------------------------------------
@@ -752,7 +817,7 @@ cdef class CoreFluid(CoreNet):
                     if key < 0:
                         f.ev_slot = s.push(now + wait, 0, EV_DRAIN, self, comp[0][i], f.version, 0, None)
                         f.ev_sched = s.serial
-                        f.ev_key = s.heap[s.pos[f.ev_slot]].key  # tracked: a drain
+                        f.ev_key = s.key_of(f.ev_slot)
                     else:
                         f.ev_key = key
 
