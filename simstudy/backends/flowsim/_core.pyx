@@ -114,6 +114,17 @@ cdef struct Payload:
     int64_t seq     # the insertion number of the event queued in this slot (0: none)
 
 
+cdef struct Drain:
+    # a flow's drain event in the heap of drains: its time, insertion number and slot
+    int64_t t
+    int64_t seq
+    int64_t slot
+
+
+cdef inline bint _drain_before(const Drain& x, const Drain& y) noexcept nogil:
+    return (x.t < y.t) | ((x.t == y.t) & (x.seq < y.seq))
+
+
 cdef struct Bucket:
     # the events of one time and priority, in insertion order: (insertion number, slot) pairs, the
     # ones before `head` run; an entry whose slot's event has another insertion number was moved
@@ -149,11 +160,13 @@ cdef class CoreScheduler:
 
     Events of one time and priority wait in one bucket, in insertion order (a ring's ranks step at the
     same instants: 17 events per instant in ResNet-50 on 1,024 GPUs of a leaf-spine, fluid, 143
-    unaware), and the buckets in a 4-ary heap by (time, priority): the heap orders instants, not
-    events. A flow's drain event can be moved when its rate changes (`update`): it is queued again
-    with the time and insertion number a new one would get, and its old entry is passed over (the
-    Python model leaves a stale event that does nothing), so the order of every event that does
-    something is the same."""
+    unaware), and the buckets in a 4-ary heap by (time, priority): that heap orders instants, not
+    events. A flow's drain event is the exception: it moves when the flow's rate changes (`update`,
+    each recompute of a large component moves many), so drains wait in a heap of their own whose
+    places are known by slot, and an update moves one in place, with the time and insertion number
+    a new event would get (the Python model leaves a stale event that does nothing instead, so the
+    order of every event that does something is the same). The next event is the earlier of the
+    first bucket's first and the first drain, by (time, priority, insertion)."""
 
     cdef public int64_t now
     cdef public int64_t seq
@@ -164,6 +177,8 @@ cdef class CoreScheduler:
     cdef unordered_map[int64_t, int64_t] open_buckets  # (time, priority) -> bucket queued
     cdef int64_t last_key           # the bucket the last event went to
     cdef int64_t last_bucket
+    cdef vector[Drain] drains       # a 4-ary heap of drain events, their places by slot in `dpos`
+    cdef vector[int64_t] dpos
     cdef vector[Payload] slab
     cdef vector[int64_t] free_slots
     cdef int64_t live
@@ -200,7 +215,7 @@ cdef class CoreScheduler:
                         [self.ran[k] for k in range(9)]))
 
     cdef int64_t push(self, int64_t t, int prio, int kind, object obj, int64_t a, int64_t b, int64_t c,
-                      object args) except -1:
+                      object args) noexcept:
         """Queue an event; its slot."""
         cdef Payload pl
         pl.kind = kind
@@ -211,11 +226,12 @@ cdef class CoreScheduler:
         pl.args = _own(args)
         return self._push(t, prio, pl)
 
-    cdef int64_t _push(self, int64_t t, int64_t prio, Payload& pl) except -1:
+    cdef int64_t _push(self, int64_t t, int64_t prio, Payload& pl) noexcept:
         cdef int64_t slot
         if self.free_slots.empty():
             slot = self.slab.size()
             self.slab.push_back(pl)
+            self.dpos.push_back(-1)
         else:
             slot = self.free_slots.back()
             self.free_slots.pop_back()
@@ -228,7 +244,7 @@ cdef class CoreScheduler:
             self.peak = self.live
         return slot
 
-    cdef void _enter(self, int64_t t, int64_t prio, int64_t seq, int64_t slot) except *:
+    cdef void _enter(self, int64_t t, int64_t prio, int64_t seq, int64_t slot) noexcept:
         """Put (seq, slot) at the end of the bucket of (t, prio), opened if none is queued."""
         cdef int64_t key = _bucket_key(t, prio)
         cdef int64_t b
@@ -245,7 +261,7 @@ cdef class CoreScheduler:
             self.last_bucket = b
         self.buckets[b].items.push_back(pair[int64_t, int64_t](seq, slot))
 
-    cdef int64_t _open(self, int64_t t, int64_t prio, int64_t key) except -1:
+    cdef int64_t _open(self, int64_t t, int64_t prio, int64_t key) noexcept:
         cdef int64_t b
         if self.free_buckets.empty():
             b = self.buckets.size()
@@ -295,6 +311,37 @@ cdef class CoreScheduler:
             i = child
         self.heap[i] = moving
 
+    cdef void _dup(self, size_t i, Drain moving) noexcept:
+        cdef size_t parent
+        while i > 0:
+            parent = (i - 1) >> 2
+            if not _drain_before(moving, self.drains[parent]):
+                break
+            self.drains[i] = self.drains[parent]
+            self.dpos[self.drains[i].slot] = i
+            i = parent
+        self.drains[i] = moving
+        self.dpos[moving.slot] = i
+
+    cdef void _ddown(self, size_t i, Drain moving) noexcept:
+        cdef size_t n = self.drains.size(), child, first, last, k
+        while True:
+            first = 4 * i + 1
+            if first >= n:
+                break
+            last = first + 4 if first + 4 < n else n
+            child = first
+            for k in range(first + 1, last):
+                if _drain_before(self.drains[k], self.drains[child]):
+                    child = k
+            if not _drain_before(self.drains[child], moving):
+                break
+            self.drains[i] = self.drains[child]
+            self.dpos[self.drains[i].slot] = i
+            i = child
+        self.drains[i] = moving
+        self.dpos[moving.slot] = i
+
     cdef void _close_top(self) noexcept:
         """The first bucket is used up: out of the heap, free for another instant."""
         cdef int64_t b = self.heap[0].key & ((<int64_t>1 << 62) - 1)
@@ -324,22 +371,49 @@ cdef class CoreScheduler:
                     return True
                 bk.head += 1
             self._close_top()
-        return False
+        return not self.drains.empty()
+
+    cdef bint _drain_first(self) noexcept:
+        """Whether the first drain comes before the first bucket's first event (`_settle` found one)."""
+        if self.drains.empty():
+            return False
+        if self.heap.empty():
+            return True
+        cdef Bucket* bk = &self.buckets[self.heap[0].key & ((<int64_t>1 << 62) - 1)]
+        cdef Drain* d = &self.drains[0]
+        if d.t != bk.t:
+            return d.t < bk.t
+        return bk.prio > 0 or d.seq < bk.items[bk.head].first
+
+    cdef int64_t _next_t(self) noexcept:
+        return self.drains[0].t if self._drain_first() else self.heap[0].t
 
     cdef int64_t key_of(self, int64_t slot) noexcept:
         """The insertion number of the event queued in `slot`."""
         return self.slab[slot].seq
 
-    cdef int64_t update(self, int64_t slot, int64_t key, int64_t t, int prio, int64_t b) except -2:
-        """Move the queued event of `slot` (still the one of insertion number `key`) to time `t`,
-        as if queued now, with payload `b`; its new insertion number, or -1 when it is no longer
-        queued."""
+    cdef int64_t update(self, int64_t slot, int64_t key, int64_t t, int prio, int64_t b) noexcept:
+        """Move the queued drain of `slot` (still the one of insertion number `key`) to time `t`,
+        as if queued now (priority 0), with payload `b`; its new insertion number, or -1 when it is
+        no longer queued."""
         if slot < 0 or slot >= <int64_t>self.slab.size() or key <= 0 or self.slab[slot].seq != key:
             return -1
         self.seq += 1
         self.slab[slot].seq = self.seq
         self.slab[slot].b = b
-        self._enter(t, prio, self.seq, slot)
+        cdef Drain moving
+        moving.t = t
+        moving.seq = self.seq
+        moving.slot = slot
+        if self.dpos[slot] < 0:  # in a bucket still: its entry there is passed over from now on
+            self.drains.push_back(moving)
+            self._dup(self.drains.size() - 1, moving)
+            return self.seq
+        cdef size_t i = self.dpos[slot]
+        # later than before (a larger insertion number, and a time that may be either side)
+        self._dup(i, moving)
+        i = self.dpos[slot]
+        self._ddown(i, self.drains[i])
         return self.seq
 
     def at(self, int64_t t, fn, *args):
@@ -373,10 +447,23 @@ cdef class CoreScheduler:
 
     cdef Payload _take(self) noexcept:
         """The first event (`_settle` found one): out of the queue, its slot free, the time its own."""
-        cdef Bucket* bk = &self.buckets[self.heap[0].key & ((<int64_t>1 << 62) - 1)]
-        cdef int64_t slot = bk.items[bk.head].second
-        bk.head += 1
-        self.now = bk.t
+        cdef Bucket* bk
+        cdef int64_t slot
+        cdef Drain d, last
+        if self._drain_first():
+            d = self.drains[0]
+            slot = d.slot
+            self.now = d.t
+            self.dpos[slot] = -1
+            last = self.drains.back()
+            self.drains.pop_back()
+            if self.drains.size():
+                self._ddown(0, last)
+        else:
+            bk = &self.buckets[self.heap[0].key & ((<int64_t>1 << 62) - 1)]
+            slot = bk.items[bk.head].second
+            bk.head += 1
+            self.now = bk.t
         cdef Payload ev = self.slab[slot]
         self.slab[slot].seq = 0
         self.free_slots.push_back(slot)
@@ -398,7 +485,7 @@ cdef class CoreScheduler:
         cdef bint forever = t_stop == INFINITY
         cdef int64_t stop = 0 if forever else int(t_stop)
         cdef int64_t n = 0
-        while self._settle() and (forever or self.heap[0].t < stop):
+        while self._settle() and (forever or self._next_t() < stop):
             self._run_one()
             n += 1
             if tick is not None and n % TICK == 0:
@@ -409,8 +496,12 @@ cdef class CoreScheduler:
         cdef Payload pl
         cdef int64_t t, prio, now = self.now
         while self._settle():
-            t = self.heap[0].t
-            prio = (self.heap[0].key >> 62) & 3
+            if self._drain_first():
+                t = self.drains[0].t
+                prio = 0
+            else:
+                t = self.heap[0].t
+                prio = (self.heap[0].key >> 62) & 3
             pl = self._take()
             other._push(t, prio, pl)
         self.now = now
@@ -701,6 +792,7 @@ cdef class CoreFluid(CoreNet):
             fid = self.flows.size()
             self.flows.push_back(blank)
             self.flow_stamp.push_back(0)
+
         else:
             fid = self.free_ids.back()
             self.free_ids.pop_back()
@@ -722,7 +814,7 @@ cdef class CoreFluid(CoreNet):
             self.on_link[self.route_keys[j]].push_back(fid)
         self._mark(r, 0, now)
 
-    cdef void _mark(self, int route, bint skip_empty, int64_t now) except *:
+    cdef void _mark(self, int route, bint skip_empty, int64_t now) noexcept:
         """Links of a route to solve again at `now`, after every ordinary event of it (`skip_empty`:
         only the links that still carry flows)."""
         cdef CoreScheduler s = self._sched
@@ -740,7 +832,7 @@ cdef class CoreFluid(CoreNet):
                 continue
             keys.push_back(k)
 
-    cdef void _drain(self, int64_t fid, int64_t version) except *:
+    cdef void _drain(self, int64_t fid, int64_t version) noexcept:
         cdef Flow* f = &self.flows[fid]
         if not f.live or version != f.version:
             return
@@ -775,7 +867,7 @@ cdef class CoreFluid(CoreNet):
         self.free_ids.push_back(fid)
         s.push(t if t > now else now, 0, EV_ARRIVE, self, mid, 0, 0, None)
 
-    cdef void _recompute(self, int64_t token) except *:
+    cdef void _recompute(self, int64_t token) noexcept:
         if token == self.dirty_token:
             self.dirty_token = -1
         cdef unordered_map[int64_t, vector[int]].iterator at = self.dirty.find(token)
@@ -821,7 +913,7 @@ cdef class CoreFluid(CoreNet):
                     else:
                         f.ev_key = key
 
-    cdef void _component(self, vector[int]& keys) except *:
+    cdef void _component(self, vector[int]& keys) noexcept:
         """The flows connected to `keys` through shared links, in the order they were sent, into `comp`."""
         self.stamp += 1
         cdef int64_t st = self.stamp
@@ -857,7 +949,7 @@ cdef class CoreFluid(CoreNet):
         for i in range(found.size()):
             self.comp.push_back(found[0][i].second)
 
-    cdef vector[double] _rates(self, vector[int]& comp):
+    cdef vector[double] _rates(self, vector[int]& comp) noexcept:
         """The component's max-min rates: solved before for the same routes in the same order, or now."""
         cdef vector[int]* sig = &self.sig
         sig.clear()
@@ -882,7 +974,7 @@ cdef class CoreFluid(CoreNet):
         self.solved.put(sig[0], rates)
         return rates
 
-    cdef vector[double] _single(self, int r):
+    cdef vector[double] _single(self, int r) noexcept:
         cdef double best = INFINITY
         cdef double x
         cdef int j
@@ -903,7 +995,7 @@ cdef class CoreFluid(CoreNet):
             links.push_back(k)
         return self.local_of[k]
 
-    cdef vector[double] _fill_small(self, vector[int]& routes):
+    cdef vector[double] _fill_small(self, vector[int]& routes) noexcept:
         """`netmodels._fill_small` without weights: the same sums in the same order."""
         self.stamp += 1
         cdef vector[int] links  # in the order first met
@@ -965,7 +1057,7 @@ cdef class CoreFluid(CoreNet):
                 left -= 1
         return rates
 
-    cdef vector[double] _fill_large(self, vector[int]& routes):
+    cdef vector[double] _fill_large(self, vector[int]& routes) noexcept:
         """`netmodels._fill_numpy` without weights, the same operations on the same numbers: each
         round, a link's share is its remaining capacity over the multiplicities of its active flows,
         and the flows through the links of the smallest share (within 1e-12) are frozen at it, each
@@ -1166,7 +1258,8 @@ cdef class CoreCollectiveRun(OnQueue):
     cdef vector[int] phase      # n x chunks
     cdef vector[int] step
     cdef vector[char] sent
-    cdef unordered_map[int64_t, int64_t] arrived
+    cdef unordered_map[int64_t, int64_t] arrived  # messages arrived for a step not its chunk's current one
+    cdef vector[int64_t] cur  # n x chunks: messages arrived for the chunk's current (phase, step)
     cdef vector[int] left
     cdef unordered_map[int64_t, int64_t] free
     cdef unordered_map[int64_t, vector[int64_t]] queued
@@ -1200,6 +1293,7 @@ cdef class CoreCollectiveRun(OnQueue):
         self.step.resize(cp.n * cp.chunks, 0)
         self.sent.resize(cp.n * cp.chunks, 0)
         self.left.resize(cp.n, cp.chunks)
+        self.cur.resize(cp.n * cp.chunks, 0)
         self.rec.resize(8)
         self.held = []
         cdef int64_t total = 0
@@ -1250,10 +1344,24 @@ cdef class CoreCollectiveRun(OnQueue):
         else:
             self.waiting[slot].push_back(pair[int, int](c, p))
 
+    cdef void _go(self, int ic, int i, int c, int p, int st) noexcept:
+        """Chunk ic of rank index i moves to step st of phase p: the messages already arrived for it
+        become its current count."""
+        if self.phase[ic] == p and self.step[ic] == st:
+            return
+        self.phase[ic] = p
+        self.step[ic] = st
+        self.cur[ic] = 0
+        cdef unordered_map[int64_t, int64_t].iterator it
+        if not self.arrived.empty():
+            it = self.arrived.find(self._key(i, c, p, st))
+            if it != self.arrived.end():
+                self.cur[ic] = deref(it).second
+                self.arrived.erase(it)
+
     cdef void _begin(self, int i, int c, int p) except *:
         cdef int ic = i * self.cp.chunks + c
-        self.phase[ic] = p
-        self.step[ic] = 0
+        self._go(ic, i, c, p, 0)
         self.sent[ic] = 0
         cdef CorePhase ph = self._ph(c, p)
         if ph.ptr[i] == ph.ptr[i + 1]:
@@ -1336,7 +1444,11 @@ cdef class CoreCollectiveRun(OnQueue):
         cdef int st = m.st
         if not self.cp.lane:
             i = self.cp.lut[m.dst]
-        self.arrived[self._key(i, c, p, st)] += 1
+        cdef int ic = i * self.cp.chunks + c
+        if self.phase[ic] == p and self.step[ic] == st:
+            self.cur[ic] += 1
+        else:
+            self.arrived[self._key(i, c, p, st)] += 1
         self._record(m)
         cdef CorePhase ph = self._ph(c, p)
         cdef CoreScheduler s
@@ -1344,7 +1456,6 @@ cdef class CoreCollectiveRun(OnQueue):
             s = self._sched
             s.push(s.now + ph.delay + ph.proc[0], 0, EV_GENERAL, self, i, c, p, None)
             return
-        cdef int ic = i * self.cp.chunks + c
         if self.phase[ic] == p and self.step[ic] == st and self.sent[ic]:
             self._check(i, c)
 
@@ -1391,16 +1502,15 @@ cdef class CoreCollectiveRun(OnQueue):
         cdef int64_t key0, k, j, fkey = (<int64_t>i * self.cp.chunks + c) * self.cp.nphases + p
         cdef vector[int64_t]* q
         if self.step[ic] == 0:
-            key0 = self._key(i, c, p, 0)
-            if self.arrived[key0] < ph.need[i]:
+            if self.cur[ic] < ph.need[i]:  # the current step's count (phase p, step 0)
                 return
-            self.arrived.erase(key0)
+            self.cur[ic] = 0
             k = (1 % ph.period) * self.n + i
             q = &self.queued[ic]
             q.clear()
             for j in range(ph.ptr[k], ph.ptr[k + 1]):
                 q.push_back(j)
-            self.step[ic] = 1
+            self._go(ic, i, c, p, 1)
             self.sent[ic] = 0
         if self.queued.find(ic) == self.queued.end() or self.queued[ic].empty() or self.step[ic] != 1:
             return
@@ -1435,13 +1545,9 @@ cdef class CoreCollectiveRun(OnQueue):
         cdef int per = ph.period
         cdef int n = self.n
         cdef int64_t need = ph.need[(st % per) * n + i]
-        cdef int64_t key = self._key(i, c, p, st)
-        cdef unordered_map[int64_t, int64_t].iterator it = self.arrived.find(key)
-        cdef int64_t got = 0 if it == self.arrived.end() else deref(it).second
-        if got < need:
+        if self.cur[ic] < need:
             return
-        if it != self.arrived.end():
-            self.arrived.erase(it)
+        self.cur[ic] = 0
         cdef CoreScheduler s = self._sched
         cdef int64_t wait = ph.proc[st] + ph.delay if need else 0
         cdef int nxt = st + 1
@@ -1450,7 +1556,7 @@ cdef class CoreCollectiveRun(OnQueue):
             nxt += 1
         self.sent[ic] = 0
         if nxt < ph.steps:
-            self.step[ic] = nxt
+            self._go(ic, i, c, p, nxt)
             s.push(s.now + wait, 0, EV_SEND, self, i, c, 0, None)
         elif wait:
             s.push(s.now + wait, 0, EV_LEAVE, self, i, c, 0, None)
