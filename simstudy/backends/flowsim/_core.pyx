@@ -57,11 +57,63 @@ cdef extern from *:
         void put(const std::vector<int>& k, const std::vector<double>& v) { map[k] = v; }
         void clear() { map.clear(); }
     };
+
+    // the queue's two 4-ary heaps (four children side by side in memory): buckets by (time,
+    // priority), moved drains by (time, insertion); a drain's place is kept in `pos` by slot
+    struct SimItem { int64_t t; int64_t key; };
+    struct SimDrain { int64_t t; int64_t seq; int64_t slot; };
+    // without branches: which of two events comes first is as good as a coin toss to a predictor
+    static inline bool sim_before(const SimItem& x, const SimItem& y) {
+        return (x.t < y.t) | ((x.t == y.t) & (x.key < y.key));
+    }
+    static inline bool sim_before(const SimDrain& x, const SimDrain& y) {
+        return (x.t < y.t) | ((x.t == y.t) & (x.seq < y.seq));
+    }
+    static inline void sim_place(std::vector<SimItem>& h, size_t i, const SimItem& x, int64_t*) { h[i] = x; }
+    static inline void sim_place(std::vector<SimDrain>& h, size_t i, const SimDrain& x, int64_t* pos) {
+        h[i] = x;
+        pos[x.slot] = (int64_t)i;
+    }
+    template <class T> void sim_up(std::vector<T>& h, size_t i, T moving, int64_t* pos) {
+        while (i > 0) {
+            size_t parent = (i - 1) >> 2;
+            if (!sim_before(moving, h[parent])) break;
+            sim_place(h, i, h[parent], pos);
+            i = parent;
+        }
+        sim_place(h, i, moving, pos);
+    }
+    template <class T> void sim_down(std::vector<T>& h, size_t i, T moving, int64_t* pos) {
+        size_t n = h.size();
+        for (;;) {
+            size_t first = 4 * i + 1;
+            if (first >= n) break;
+            size_t last = first + 4 < n ? first + 4 : n, child = first;
+            for (size_t k = first + 1; k < last; ++k)
+                if (sim_before(h[k], h[child])) child = k;
+            if (!sim_before(h[child], moving)) break;
+            sim_place(h, i, h[child], pos);
+            i = child;
+        }
+        sim_place(h, i, moving, pos);
+    }
     """
     cdef cppclass SimSolved:
         const vector[double]* get(const vector[int]& k)
         void put(const vector[int]& k, const vector[double]& v)
         void clear()
+    # a bucket's place in the heap of buckets: its time, and its priority (bits 62-63) and number
+    # (below; only one bucket of a time and priority is queued at once, so the number never orders)
+    cdef struct SimItem:
+        int64_t t
+        int64_t key
+    # a moved drain event: its time, insertion number and slot
+    cdef struct SimDrain:
+        int64_t t
+        int64_t seq
+        int64_t slot
+    void sim_up[T](vector[T]& h, size_t i, T moving, int64_t* pos) noexcept
+    void sim_down[T](vector[T]& h, size_t i, T moving, int64_t* pos) noexcept
 
 
 cdef enum:
@@ -97,11 +149,8 @@ cdef enum Kind:
     EV_FREE = 8      # aware: link a free
 
 
-cdef struct Item:
-    # a bucket's place in the heap of buckets: its time, and its priority (bits 62-63) and number
-    # (below; only one bucket of a time and priority is queued at once, so the number never orders)
-    int64_t t
-    int64_t key
+ctypedef SimItem Item
+ctypedef SimDrain Drain
 
 
 cdef struct Payload:
@@ -112,17 +161,6 @@ cdef struct Payload:
     PyObject* obj   # owned
     PyObject* args  # owned (EV_PY), else NULL
     int64_t seq     # the insertion number of the event queued in this slot (0: none)
-
-
-cdef struct Drain:
-    # a flow's drain event in the heap of drains: its time, insertion number and slot
-    int64_t t
-    int64_t seq
-    int64_t slot
-
-
-cdef inline bint _drain_before(const Drain& x, const Drain& y) noexcept nogil:
-    return (x.t < y.t) | ((x.t == y.t) & (x.seq < y.seq))
 
 
 cdef struct Bucket:
@@ -141,11 +179,6 @@ cdef inline PyObject* _own(object x):
         return NULL
     Py_INCREF(x)
     return <PyObject*>x
-
-
-cdef inline bint _before(const Item& x, const Item& y) noexcept nogil:
-    # without branches: which of two events comes first is as good as a coin toss to a predictor
-    return (x.t < y.t) | ((x.t == y.t) & (x.key < y.key))
 
 
 cdef int64_t _schedulers = 0
@@ -282,65 +315,17 @@ cdef class CoreScheduler:
         self._up(self.heap.size() - 1, moving)
         return b
 
-    # a 4-ary heap of buckets: half the levels of a binary one, its four children side by side in memory
+    cdef inline void _up(self, size_t i, Item moving) noexcept:
+        sim_up(self.heap, i, moving, NULL)
 
-    cdef void _up(self, size_t i, Item moving) noexcept:
-        cdef size_t parent
-        while i > 0:
-            parent = (i - 1) >> 2
-            if not _before(moving, self.heap[parent]):
-                break
-            self.heap[i] = self.heap[parent]
-            i = parent
-        self.heap[i] = moving
+    cdef inline void _down(self, size_t i, Item moving) noexcept:
+        sim_down(self.heap, i, moving, NULL)
 
-    cdef void _down(self, size_t i, Item moving) noexcept:
-        cdef size_t n = self.heap.size(), child, first, last, k
-        while True:
-            first = 4 * i + 1
-            if first >= n:
-                break
-            last = first + 4 if first + 4 < n else n
-            child = first
-            for k in range(first + 1, last):
-                if _before(self.heap[k], self.heap[child]):
-                    child = k
-            if not _before(self.heap[child], moving):
-                break
-            self.heap[i] = self.heap[child]
-            i = child
-        self.heap[i] = moving
+    cdef inline void _dup(self, size_t i, Drain moving) noexcept:
+        sim_up(self.drains, i, moving, self.dpos.data())
 
-    cdef void _dup(self, size_t i, Drain moving) noexcept:
-        cdef size_t parent
-        while i > 0:
-            parent = (i - 1) >> 2
-            if not _drain_before(moving, self.drains[parent]):
-                break
-            self.drains[i] = self.drains[parent]
-            self.dpos[self.drains[i].slot] = i
-            i = parent
-        self.drains[i] = moving
-        self.dpos[moving.slot] = i
-
-    cdef void _ddown(self, size_t i, Drain moving) noexcept:
-        cdef size_t n = self.drains.size(), child, first, last, k
-        while True:
-            first = 4 * i + 1
-            if first >= n:
-                break
-            last = first + 4 if first + 4 < n else n
-            child = first
-            for k in range(first + 1, last):
-                if _drain_before(self.drains[k], self.drains[child]):
-                    child = k
-            if not _drain_before(self.drains[child], moving):
-                break
-            self.drains[i] = self.drains[child]
-            self.dpos[self.drains[i].slot] = i
-            i = child
-        self.drains[i] = moving
-        self.dpos[moving.slot] = i
+    cdef inline void _ddown(self, size_t i, Drain moving) noexcept:
+        sim_down(self.drains, i, moving, self.dpos.data())
 
     cdef void _close_top(self) noexcept:
         """The first bucket is used up: out of the heap, free for another instant."""
