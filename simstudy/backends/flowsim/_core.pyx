@@ -74,6 +74,16 @@ cdef extern from *:
         h[i] = x;
         pos[x.slot] = (int64_t)i;
     }
+    // a free place in `items` (one given back to `free`, else a new one at the end)
+    template <class T, class I> I sim_alloc(std::vector<T>& items, std::vector<I>& free) {
+        if (free.empty()) {
+            items.resize(items.size() + 1);
+            return (I)(items.size() - 1);
+        }
+        I at = free.back();
+        free.pop_back();
+        return at;
+    }
     template <class T> void sim_up(std::vector<T>& h, size_t i, T moving, int64_t* pos) {
         while (i > 0) {
             size_t parent = (i - 1) >> 2;
@@ -112,6 +122,7 @@ cdef extern from *:
         int64_t t
         int64_t seq
         int64_t slot
+    I sim_alloc[T, I](vector[T]& items, vector[I]& free) noexcept
     void sim_up[T](vector[T]& h, size_t i, T moving, int64_t* pos) noexcept
     void sim_down[T](vector[T]& h, size_t i, T moving, int64_t* pos) noexcept
 
@@ -295,13 +306,7 @@ cdef class CoreScheduler:
         self.buckets[b].items.push_back(pair[int64_t, int64_t](seq, slot))
 
     cdef int64_t _open(self, int64_t t, int64_t prio, int64_t key) noexcept:
-        cdef int64_t b
-        if self.free_buckets.empty():
-            b = self.buckets.size()
-            self.buckets.resize(b + 1)
-        else:
-            b = self.free_buckets.back()
-            self.free_buckets.pop_back()
+        cdef int64_t b = sim_alloc(self.buckets, self.free_buckets)
         cdef Bucket* bk = &self.buckets[b]
         bk.t = t
         bk.prio = prio
@@ -575,14 +580,7 @@ cdef class CoreNet(OnQueue):
 
     cdef int _new_msg(self, int64_t src, int64_t dst, int64_t size, int route, double latency, int64_t alone,
                       object pymsg, object run, int i, int c, int p, int st) except -1:
-        cdef int mid
-        cdef Message blank
-        if self.free_msgs.empty():
-            mid = self.msgs.size()
-            self.msgs.push_back(blank)
-        else:
-            mid = self.free_msgs.back()
-            self.free_msgs.pop_back()
+        cdef int mid = sim_alloc(self.msgs, self.free_msgs)
         cdef Message* m = &self.msgs[mid]
         m.src = src
         m.dst = dst
