@@ -128,11 +128,11 @@ _FIT_CORE = ("`python benchmarks/estimate.py --backends flowsim --save rows.json
 COSTS: dict[tuple[str, str], Model] = {
     ("compile", ""): Model((5.102e7, 1756.0, 7880.0), (0.4437, 3.981e-6, 0.0, 0.0), _FIT, compile=True),
     # flowsim's compiled core (`engine: compiled`, the default where built), fitted to the same 7 cases
-    # (`_FIT_CORE`: runs of the first compiled core; wall time within 0.8-1.2x on all but fluid on the
-    # 512-GPU Clos, 0.31x)
-    ("flowsim", "unaware"): Model((1.571e8, 546.9, 1.475e4), (0.6587, 1.129e-5, 0.0, 2.177e-10), _FIT_CORE),
-    ("flowsim", "aware"): Model((1.583e8, 629.7, 1.667e4), (0.6781, 1.935e-5, 0.0, 1.265e-9), _FIT_CORE),
-    ("flowsim", "fluid"): Model((1.619e8, 608.8, 1.269e4), (0.6489, 1.406e-5, 0.0, 3.524e-9), _FIT_CORE),
+    # (`_FIT_CORE`: runs of the compiled core's second pass; wall time within 0.86-1.24x on all but
+    # fluid on the 512-GPU Clos, 0.48x)
+    ("flowsim", "unaware"): Model((1.572e8, 576.8, 1.472e4), (0.6052, 7.725e-6, 0.0, 1.546e-10), _FIT_CORE),
+    ("flowsim", "aware"): Model((1.592e8, 617.0, 1.481e4), (0.6113, 1.234e-5, 0.0, 1.484e-9), _FIT_CORE),
+    ("flowsim", "fluid"): Model((1.592e8, 648.0, 1.518e4), (0.6011, 8.552e-6, 0.0, 3.068e-9), _FIT_CORE),
     # flowsim's Python engine (`engine: python`, or where the compiled core is not built)
     ("flowsim-python", "unaware"): Model((1.544e8, 540.4, 1.614e4), (0.8146, 0.0, 4.324e-6, 7.056e-9), _FIT),
     ("flowsim-python", "aware"): Model((1.595e8, 530.9, 1.075e4), (1.199, 1.317e-4, 0.0, 2.224e-8), _FIT),
