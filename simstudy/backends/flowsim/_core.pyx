@@ -1224,7 +1224,8 @@ cdef class CoreCollectiveRun(OnQueue):
     only when `per_flow`: routes that depend on it);
     `on_rank_done(rank, t)` when a member has finished every chunk; `on_batch(t_send, t_arrive,
     src, dst, bytes, chunk, phase, step)` receives the messages that arrived, as int64 columns,
-    every `BATCH` messages and when `flush()` is called."""
+    every `BATCH` messages and when `flush()` is called; or, where only counts are kept,
+    `on_count(messages, bytes, bytes sent by each of `ranks` ranks)` in its place."""
 
     cdef CorePlan cp
     cdef CoreNet net
@@ -1232,6 +1233,10 @@ cdef class CoreCollectiveRun(OnQueue):
     cdef dict routes
     cdef object on_rank_done
     cdef object on_batch
+    cdef object on_count
+    cdef int64_t counted
+    cdef int64_t counted_bytes
+    cdef vector[double] sent_by  # bytes sent by each rank (whole numbers: exact in any order)
     cdef int64_t flow
     cdef bint per_flow
     cdef int n
@@ -1258,6 +1263,7 @@ cdef class CoreCollectiveRun(OnQueue):
     cdef vector[char] rc_known
 
     def __init__(self, plan, CoreScheduler sched, CoreNet net, route, on_rank_done, on_batch=None, *,
+                 on_count=None, int64_t ranks=0,
                  int64_t flow=0, dict routes=None, bint per_flow=True):
         self.cp = core_plan(plan)
         self._sched = sched
@@ -1266,6 +1272,9 @@ cdef class CoreCollectiveRun(OnQueue):
         self.routes = {} if routes is None else routes
         self.on_rank_done = on_rank_done
         self.on_batch = on_batch
+        self.on_count = on_count
+        if on_count is not None:
+            self.sent_by.resize(ranks, 0.0)
         self.flow = flow
         self.per_flow = per_flow
         cdef CorePlan cp = self.cp
@@ -1443,6 +1452,14 @@ cdef class CoreCollectiveRun(OnQueue):
             self._check(i, c)
 
     cdef void _record(self, Message& m) except *:
+        if self.on_count is not None:
+            self.counted += 1
+            self.counted_bytes += m.size
+            self.sent_by[m.src] += <double>m.size
+            self.recorded += 1
+            if self.counted >= BATCH:
+                self.flush()
+            return
         if self.on_batch is None:
             return
         self.rec[0].push_back(m.t_send)
@@ -1458,7 +1475,17 @@ cdef class CoreCollectiveRun(OnQueue):
             self.flush()
 
     def flush(self):
-        """Hand the recorded messages on (`on_batch`)."""
+        """Hand the recorded messages on (`on_batch`), or their counts (`on_count`)."""
+        cdef size_t r
+        if self.on_count is not None:
+            if self.counted:
+                sent = np.asarray(self.sent_by, dtype=np.float64)
+                for r in range(self.sent_by.size()):
+                    self.sent_by[r] = 0.0
+                messages, nbytes = self.counted, self.counted_bytes
+                self.counted = self.counted_bytes = 0
+                self.on_count(messages, nbytes, sent)
+            return
         if self.on_batch is None or self.rec[0].empty():
             return
         cols = []

@@ -321,6 +321,8 @@ class Comms:
         self.lane_planner = planner or Planner(info, lanes=True)
         self.full_planner = Planner(info, lanes=False)
         self.timings: dict[tuple[int, tuple[int, ...]], Timing] = {}
+        #: plans a collective has started with (on a shared network: `_worth_timing`)
+        self._met: set[int] = set()
         self.tree_turns = TreeTurns()
         self._turn = 0
         self._plan_links: dict[tuple[int, tuple[int, ...]], IntArray] = {}
@@ -371,7 +373,8 @@ class Comms:
         choices = self._choices(plan, flow)
         act = Activity(self._links(plan, flow, choices), True, start, plan, None, members, ctx=(kind, done, ctx),
                        report=members if report is None else report, turn=self._turn, flow=flow, choices=choices)
-        if not self.isolated or (self.shared and not self._isolated(act.links)):
+        shared_links = self.shared and not self._isolated(act.links)
+        if not self.isolated or shared_links or not self._worth_timing(plan, choices):
             self._detailed(act)
             return
         self.stats["fast"] += 1
@@ -383,6 +386,23 @@ class Comms:
         # Another transfer may still start on these links at this instant (a collective of another
         # group issued at the same time): time it alone only if nothing has, once the instant is over.
         self.sched.after_all(start, self._launch, act)
+
+    def _worth_timing(self, plan: CollectivePlan, choices: tuple[int, ...]) -> bool:
+        """Whether to time an isolated collective alone (else: message by message on the shared
+        network, which gives the same results). On a shared network a timing is wasted when another
+        collective starts on the collective's links before it ends: the collective is replayed from
+        its start (ResNet-50 DP 4,096 fluid: a 10 s timing, then a 10 s replay). So there, only
+        what may be found again is timed: a plan met before and routed by its pairs (a plan routed
+        by its own flows is timed for one use), and every lane plan (one rank's messages, a
+        fraction of the collective's). Without sharing nothing is ever replayed."""
+        if not self.shared or plan.lane:
+            return True
+        if choices:
+            return False
+        if id(plan) in self._met:
+            return True
+        self._met.add(id(plan))
+        return False
 
     def _launch(self, act: Activity) -> None:
         """An isolated collective: its timing alone, and when each member finishes."""
@@ -497,11 +517,10 @@ class Comms:
         left = [len(act.members)]
 
         def rank_done(rank: int, t: int) -> None:
-            if rank not in act.reported and rank in report:
-                act.reported.add(rank)
-                done(rank, t)
             left[0] -= 1
             if not left[0] and not act.finished:  # every member done: its links are free, its rows whole
+                # (before the last member hears of it, as a timed collective's: what it starts next
+                # finds the links free)
                 act.finished = True
                 self.detailed[act.links] -= 1
                 flush()
@@ -509,6 +528,9 @@ class Comms:
                 # that it is freed at once instead of by the cycle collector
                 runs.clear()
                 act.run = None
+            if rank not in act.reported and rank in report:
+                act.reported.add(rank)
+                done(rank, t)
 
         def message(msg: Msg) -> None:
             _, c, p, st = msg.ctx
@@ -524,7 +546,9 @@ class Comms:
                       chunk: IntArray, phase: IntArray, step: IntArray) -> None:
                 self.emit(kind, ctx, t_send, t_arrive, src, dst, size, chunk, steps[phase] + step)
 
-            core = self._core_run(plan, sched, self.model, self.route, rank_done, batch, act.flow, self._core_routes)
+            # where only counts are kept, the core counts (no columns to hand on and count again)
+            core = self._core_run(plan, sched, self.model, self.route, rank_done, batch, act.flow, self._core_routes,
+                                  self.count)
             runs.append(core)
             if start:
                 core.start()
@@ -536,17 +560,19 @@ class Comms:
 
     def _core_run(self, plan: CollectivePlan, sched: Scheduler, model: NetModel, route: Callable[..., Route],
                   done: Callable[[int, int], None], batch: Callable[..., None], flow: int,
-                  cache: dict[tuple[int, int, int, int], Any]) -> Any:
+                  cache: dict[tuple[int, int, int, int], Any], count: Callable[..., None] | None = None) -> Any:
         """A collective on the compiled core (`_core.CoreCollectiveRun`): `CollectiveRun`'s events,
-        its messages handed on in blocks of columns (`batch`); routes kept in `cache`, by flow only
-        where routes depend on it (bounded: ECMP per flow gives every collective flows of its own)."""
+        its messages handed on in blocks of columns (`batch`), or only counted (`count(messages,
+        bytes, bytes sent per rank)`, where the run keeps no rows); routes kept in `cache`, by flow
+        only where routes depend on it (bounded: ECMP per flow gives every collective flows of its own)."""
         from simstudy.backends.flowsim import _core
 
         per_flow = self.routes.per_flow and route is self.route
         if len(cache) > 1 << 20:
             cache.clear()
         return _core.CoreCollectiveRun(plan, sched, model, route, done, batch,  # type: ignore[arg-type]
-                                       flow=flow, routes=cache, per_flow=per_flow)
+                                       flow=flow, routes=cache, per_flow=per_flow, on_count=count,
+                                       ranks=self.routes.net.hosts)
 
     def _replay(self, act: Activity) -> None:
         """Turn an isolated collective into a message-by-message one: replay it alone from its
