@@ -30,6 +30,7 @@ from simstudy.backends import BackendError, FlowsimBackend, RunResult
 from simstudy.backends.flowsim import CORE_MISSING
 from simstudy.backends.flowsim.netmodels import CORE_NETMODELS, FLUID_SOLVERS, Msg, core_scheduler
 from simstudy.backends.flowsim.sched import Scheduler
+from simstudy.backends.flowsim.shortcuts import FULL
 from simstudy.spec import Congestion
 from tests.backends.fastpaths import PATHS, Case, assert_same, cases
 from tests.backends.test_fluid_solver import graph_cases
@@ -122,6 +123,25 @@ def test_engines_agree_on_the_examples(name: str, mode: str, tmp_path: Path) -> 
         engine: FlowsimBackend(congestion=mode, engine=engine).run(bundle, tmp_path / engine)
         for engine in ("python", "compiled")}
     assert_same(out, "python")
+
+
+@needs_core
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_engines_count_alike_without_rows(name: str, tmp_path: Path) -> None:
+    """Where a run keeps no rows the compiled collectives count their messages themselves: the
+    same transfers, bytes and bytes sent per rank as the Python engine's."""
+    from simstudy.compiler import compile_any
+    from simstudy.spec.load import load_runnable
+
+    spec = load_runnable(ROOT / "specs" / "examples" / f"{name}.yaml")
+    bundle = compile_any(spec, tmp_path / "b").bundle
+    out = {engine: FlowsimBackend(engine=engine, traffic="none", shortcuts=FULL).run(bundle, tmp_path / engine)
+           for engine in ("python", "compiled")}
+    py, core = out["python"].output, out["compiled"].output
+    assert py.transfers > 0
+    assert (core.transfers, core.total_bytes) == (py.transfers, py.total_bytes)
+    assert core.sent is not None and py.sent is not None and core.sent.tolist() == py.sent.tolist()
+    assert [r.finish_ns for r in out["compiled"].ranks] == [r.finish_ns for r in out["python"].ranks]
 
 
 @needs_core
