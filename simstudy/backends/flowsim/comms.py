@@ -391,11 +391,13 @@ class Comms:
         """Whether to time an isolated collective alone (else: message by message on the shared
         network, which gives the same results). On a shared network a timing is wasted when another
         collective starts on the collective's links before it ends: the collective is replayed from
-        its start (ResNet-50 DP 4,096 fluid: a 10 s timing, then a 10 s replay). So there, only
-        what may be found again is timed: a plan met before and routed by its pairs (a plan routed
-        by its own flows is timed for one use), and every lane plan (one rank's messages, a
-        fraction of the collective's). Without sharing nothing is ever replayed."""
-        if not self.shared or plan.lane:
+        its start (ResNet-50 DP 4,096 fluid: a 10 s timing, then a 10 s replay). So there, a
+        collective of every rank (the largest, one plan per size) is timed only where the timing
+        may be found again: its plan met before and routed by its pairs (a plan routed by its own
+        flows is timed for one use). A group's collective (LLaMA's tensor- and data-parallel
+        groups: many small plans, each found again many times) and a lane plan (one rank's
+        messages) are timed as they come. Without sharing nothing is ever replayed."""
+        if not self.shared or plan.lane or plan.group:
             return True
         if choices:
             return False
