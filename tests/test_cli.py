@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -191,36 +192,39 @@ def test_run_and_sweep_take_a_congestion_mode(repo: Path, tmp_path: Path) -> Non
         assert summary["details"]["congestion"] == mode
         finish[mode] = summary["finish_ns"]
     assert finish["aware"] > finish["unaware"]
+    study = _two_run_study(tmp_path, "c", "contention: true")
+    records = _sweep_records(repo, study, tmp_path / "sw", "--congestion", "aware")
+    assert len(records) == 2 and {r["details"]["congestion"] for r in records} == {"aware"}
+
+
+def _two_run_study(tmp_path: Path, name: str, options: str) -> Path:
+    """A study of two small runs (10 and 100 Gbit/s) with these backend options."""
     study = tmp_path / "study.yaml"
-    study.write_text("name: c\nbase: {model: small_cnn, topology: {kind: switch, npus: 4}, "
+    study.write_text(f"name: {name}\nbase: {{model: small_cnn, topology: {{kind: switch, npus: 4}}, "
                      "training: {batch_size_per_worker: 4, iterations: 1}}\n"
                      "axes: {topology.bandwidth_gbps: [10, 100]}\nanalyses: []\n"
-                     "backend_options: {contention: true}\n")
-    res = simstudy("sweep", str(study), "-o", str(tmp_path / "sw"), "--quiet", "--no-report", "--congestion", "aware",
-                   cwd=repo)
+                     f"backend_options: {{{options}}}\n")
+    return study
+
+
+def _sweep_records(repo: Path, study: Path, out: Path, *args: str) -> list[dict[str, Any]]:
+    """`simstudy sweep` of the study into `out` (it must succeed): every run's run.json."""
+    import json
+
+    res = simstudy("sweep", str(study), "-o", str(out), "--quiet", "--no-report", *args, cwd=repo)
     assert res.returncode == 0, res.stdout + res.stderr
-    records = [json.loads(p.read_text()) for p in (tmp_path / "sw" / "runs").glob("*/run.json")]
-    assert len(records) == 2 and {r["details"]["congestion"] for r in records} == {"aware"}
+    return [json.loads(p.read_text()) for p in (out / "runs").glob("*/run.json")]
 
 
 def test_sweep_takes_an_engine(repo: Path, tmp_path: Path) -> None:
     """`--engine` on `sweep` overrides the study's backend_options.engine; the engine is not part of
     a run's key (both give the same results), so the second sweep finds every run done."""
-    import json
-
     from simstudy.backends.flowsim import CORE_MISSING
 
     if CORE_MISSING is not None:
         pytest.skip(f"{CORE_MISSING} (CI builds it)")
-    study = tmp_path / "study.yaml"
-    study.write_text("name: e\nbase: {model: small_cnn, topology: {kind: switch, npus: 4}, "
-                     "training: {batch_size_per_worker: 4, iterations: 1}}\n"
-                     "axes: {topology.bandwidth_gbps: [10, 100]}\nanalyses: []\n"
-                     "backend_options: {engine: compiled}\n")
-    res = simstudy("sweep", str(study), "-o", str(tmp_path / "sw"), "--quiet", "--no-report", "--engine", "python",
-                   cwd=repo)
-    assert res.returncode == 0, res.stdout + res.stderr
-    records = [json.loads(p.read_text()) for p in (tmp_path / "sw" / "runs").glob("*/run.json")]
+    study = _two_run_study(tmp_path, "e", "engine: compiled")
+    records = _sweep_records(repo, study, tmp_path / "sw", "--engine", "python")
     assert len(records) == 2 and {r["details"]["engine"] for r in records} == {"python"}
     again = simstudy("sweep", str(study), "-o", str(tmp_path / "sw"), "--quiet", "--no-report", cwd=repo)
     assert again.returncode == 0 and "2 cached" in again.stdout + again.stderr, again.stdout + again.stderr
