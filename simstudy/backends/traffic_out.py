@@ -128,11 +128,13 @@ class TrafficSink:
         self.total_bytes += int(w.sum())
         self.sent += np.bincount(src, weights=w, minlength=len(self.sent))[: len(self.sent)]
 
-    def count(self, transfers: int, total_bytes: int, sent: NDArray[np.float64]) -> None:
-        """Transfers known only by their number, bytes and bytes sent per rank."""
+    def count(self, transfers: int, total_bytes: int, ranks: NDArray[np.int64], sent: NDArray[np.float64]) -> None:
+        """Transfers known only by their number, bytes and the bytes each of `ranks` sent (ranks
+        that sent nothing may be left out: a collective of a few ranks costs nothing per rank)."""
         self.transfers += transfers
         self.total_bytes += total_bytes
-        self.sent += sent[: len(self.sent)]
+        keep = ranks < len(self.sent)
+        np.add.at(self.sent, ranks[keep], sent[keep])
 
     def add_table(self, table: pd.DataFrame) -> None:
         """A TrafficTable's rows (e.g. the astrasim backend's, built from ASTRA-SIM's trace)."""

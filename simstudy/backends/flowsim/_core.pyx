@@ -1225,7 +1225,8 @@ cdef class CoreCollectiveRun(OnQueue):
     `on_rank_done(rank, t)` when a member has finished every chunk; `on_batch(t_send, t_arrive,
     src, dst, bytes, chunk, phase, step)` receives the messages that arrived, as int64 columns,
     every `BATCH` messages and when `flush()` is called; or, where only counts are kept,
-    `on_count(messages, bytes, bytes sent by each of `ranks` ranks)` in its place."""
+    `on_count(messages, bytes, ranks, bytes sent by each)` in its place (only the ranks that sent:
+    a collective of a few ranks costs nothing per rank of the network)."""
 
     cdef CorePlan cp
     cdef CoreNet net
@@ -1237,6 +1238,8 @@ cdef class CoreCollectiveRun(OnQueue):
     cdef int64_t counted
     cdef int64_t counted_bytes
     cdef vector[double] sent_by  # bytes sent by each rank (whole numbers: exact in any order)
+    cdef vector[int64_t] senders  # the ranks that sent since the last flush, in the order they first did
+    cdef vector[char] sending     # whether a rank is in `senders`
     cdef int64_t flow
     cdef bint per_flow
     cdef int n
@@ -1275,6 +1278,7 @@ cdef class CoreCollectiveRun(OnQueue):
         self.on_count = on_count
         if on_count is not None:
             self.sent_by.resize(ranks, 0.0)
+            self.sending.resize(ranks, 0)
         self.flow = flow
         self.per_flow = per_flow
         cdef CorePlan cp = self.cp
@@ -1455,6 +1459,9 @@ cdef class CoreCollectiveRun(OnQueue):
         if self.on_count is not None:
             self.counted += 1
             self.counted_bytes += m.size
+            if not self.sending[m.src]:
+                self.sending[m.src] = 1
+                self.senders.push_back(m.src)
             self.sent_by[m.src] += <double>m.size
             self.recorded += 1
             if self.counted >= BATCH:
@@ -1477,14 +1484,25 @@ cdef class CoreCollectiveRun(OnQueue):
     def flush(self):
         """Hand the recorded messages on (`on_batch`), or their counts (`on_count`)."""
         cdef size_t r
+        cdef int64_t rank
+        cdef int64_t[::1] who_v
+        cdef double[::1] sent_v
         if self.on_count is not None:
             if self.counted:
-                sent = np.asarray(self.sent_by, dtype=np.float64)
-                for r in range(self.sent_by.size()):
-                    self.sent_by[r] = 0.0
+                who = np.empty(self.senders.size(), dtype=np.int64)
+                sent = np.empty(self.senders.size(), dtype=np.float64)
+                who_v = who
+                sent_v = sent
+                for r in range(self.senders.size()):
+                    rank = self.senders[r]
+                    who_v[r] = rank
+                    sent_v[r] = self.sent_by[rank]
+                    self.sent_by[rank] = 0.0
+                    self.sending[rank] = 0
+                self.senders.clear()
                 messages, nbytes = self.counted, self.counted_bytes
                 self.counted = self.counted_bytes = 0
-                self.on_count(messages, nbytes, sent)
+                self.on_count(messages, nbytes, who, sent)
             return
         if self.on_batch is None or self.rec[0].empty():
             return

@@ -173,8 +173,9 @@ class Timing:
     chunk: IntArray
     step: IntArray
     xor: NDArray[np.bool_]
-    #: when only counts are kept: (messages, bytes, bytes sent per rank), and no messages above
-    counted: tuple[int, int, NDArray[np.float64]] | None = None
+    #: when only counts are kept: (messages, bytes, the ranks that sent, the bytes each sent), and no
+    #: messages above
+    counted: tuple[int, int, IntArray, NDArray[np.float64]] | None = None
 
     @property
     def messages(self) -> int:
@@ -234,12 +235,14 @@ class _Recorder:
             cols = [np.concatenate([col, *(b[k] for b in self.blocks)]) for k, col in enumerate(cols)]
         return cols
 
-    def counted(self) -> tuple[int, int, NDArray[np.float64]] | None:
+    def counted(self) -> tuple[int, int, IntArray, NDArray[np.float64]] | None:
+        """(messages, bytes, the ranks that sent, the bytes each sent), when only counts are kept."""
         if self.sent is None:
             return None
         for r, b in self._sent.items():
             self.sent[r] += b
-        return self.transfers, self.total, self.sent
+        ranks = np.flatnonzero(self.sent)
+        return self.transfers, self.total, ranks, self.sent[ranks]
 
 
 @dataclass(eq=False)
@@ -285,7 +288,8 @@ class Comms:
 
     def __init__(self, info: WorkloadInfo, net: Network, mode: str | Congestion, sched: Scheduler,
                  emit: Callable[..., None], *, planner: Planner | None = None,
-                 count: Callable[[int, int, NDArray[np.float64]], None] | None = None, isolated: bool = True,
+                 count: Callable[[int, int, IntArray, NDArray[np.float64]], None] | None = None,
+                 isolated: bool = True,
                  solver: str = "fast", model: NetModel | None = None, engine: str = "python") -> None:
         if model is None and mode not in NETMODELS:
             raise ValueError(f"unknown congestion mode {mode!r}; expected one of {', '.join(NETMODELS)}")
@@ -745,13 +749,13 @@ class Comms:
         kind, _, ctx = act.ctx
         n = len(act.members) if act.plan.lane else 1
         if self.count is not None:  # only counts are kept
-            sent = np.zeros(self.routes.net.hosts)
-            per_msg = float(t.nbytes.sum())
-            if act.plan.lane:
-                sent[np.asarray(act.members)] += per_msg
+            if act.plan.lane:  # every member sends what rank 0 does
+                ranks = np.asarray(act.members, dtype=np.int64)
+                sent = np.full(len(ranks), float(t.nbytes.sum()))
             else:
-                np.add.at(sent, t.src, t.nbytes.astype(np.float64))
-            self.count(len(t.src) * n, int(t.nbytes.sum()) * n, sent)
+                ranks, which = np.unique(t.src, return_inverse=True)
+                sent = np.bincount(which, weights=t.nbytes.astype(np.float64), minlength=len(ranks))
+            self.count(len(t.src) * n, int(t.nbytes.sum()) * n, ranks, sent)
             return
         step = max(1, EMIT_BLOCK // n)
         dims = [(s, size) for s, size, _ in self.routes.dims]
