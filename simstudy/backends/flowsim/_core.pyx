@@ -58,6 +58,60 @@ cdef extern from *:
         void clear() { map.clear(); }
     };
 
+    // an int64 -> int64 map of keys >= 0 (the open buckets by time and priority): open addressing,
+    // linear probing, deletion by backward shift (no tombstones); one probe of one array mostly,
+    // where std::unordered_map follows a node pointer per lookup
+    struct SimKeyMap {
+        std::vector<int64_t> keys, vals;
+        size_t mask = 15, n = 0;
+        SimKeyMap() : keys(16, -1), vals(16, 0) {}
+        static inline size_t slot_of(int64_t k, size_t mask) {
+            uint64_t x = (uint64_t)k * 0x9E3779B97F4A7C15ULL;
+            return (size_t)(x ^ (x >> 29)) & mask;
+        }
+        int64_t find(int64_t k) const {
+            for (size_t i = slot_of(k, mask);; i = (i + 1) & mask) {
+                if (keys[i] == k) return vals[i];
+                if (keys[i] < 0) return -1;
+            }
+        }
+        void put(int64_t k, int64_t v) {
+            if (2 * (n + 1) > keys.size()) grow();
+            size_t i = slot_of(k, mask);
+            while (keys[i] >= 0 && keys[i] != k) i = (i + 1) & mask;
+            if (keys[i] < 0) ++n;
+            keys[i] = k;
+            vals[i] = v;
+        }
+        void erase(int64_t k) {
+            size_t i = slot_of(k, mask);
+            while (keys[i] != k) {
+                if (keys[i] < 0) return;
+                i = (i + 1) & mask;
+            }
+            // shift back every later entry of the run that may move into the hole
+            for (size_t j = (i + 1) & mask; keys[j] >= 0; j = (j + 1) & mask) {
+                size_t h = slot_of(keys[j], mask);
+                bool stays = i <= j ? (i < h && h <= j) : (i < h || h <= j);
+                if (stays) continue;
+                keys[i] = keys[j];
+                vals[i] = vals[j];
+                i = j;
+            }
+            keys[i] = -1;
+            --n;
+        }
+        void grow() {
+            std::vector<int64_t> ok(keys.size() * 2, -1), ov(keys.size() * 2, 0);
+            ok.swap(keys);
+            ov.swap(vals);
+            mask = keys.size() - 1;
+            n = 0;
+            for (size_t i = 0; i < ok.size(); ++i)
+                if (ok[i] >= 0) put(ok[i], ov[i]);
+        }
+    };
+
     // the queue's two 4-ary heaps (four children side by side in memory): buckets by (time,
     // priority), moved drains by (time, insertion); a drain's place is kept in `pos` by slot
     struct SimItem { int64_t t; int64_t key; };
@@ -108,6 +162,10 @@ cdef extern from *:
         sim_place(h, i, moving, pos);
     }
     """
+    cdef cppclass SimKeyMap:
+        int64_t find(int64_t k)
+        void put(int64_t k, int64_t v)
+        void erase(int64_t k)
     cdef cppclass SimSolved:
         const vector[double]* get(const vector[int]& k)
         void put(const vector[int]& k, const vector[double]& v)
@@ -218,7 +276,7 @@ cdef class CoreScheduler:
     cdef vector[Item] heap          # buckets by (time, priority)
     cdef vector[Bucket] buckets
     cdef vector[int64_t] free_buckets
-    cdef unordered_map[int64_t, int64_t] open_buckets  # (time, priority) -> bucket queued
+    cdef SimKeyMap open_buckets  # (time, priority) -> bucket queued
     cdef int64_t last_key           # the bucket the last event went to
     cdef int64_t last_bucket
     cdef vector[Drain] drains       # a 4-ary heap of drain events, their places by slot in `dpos`
@@ -292,14 +350,11 @@ cdef class CoreScheduler:
         """Put (seq, slot) at the end of the bucket of (t, prio), opened if none is queued."""
         cdef int64_t key = _bucket_key(t, prio)
         cdef int64_t b
-        cdef unordered_map[int64_t, int64_t].iterator it
         if key == self.last_key:
             b = self.last_bucket
         else:
-            it = self.open_buckets.find(key)
-            if it != self.open_buckets.end():
-                b = deref(it).second
-            else:
+            b = self.open_buckets.find(key)
+            if b < 0:
                 b = self._open(t, prio, key)
             self.last_key = key
             self.last_bucket = b
@@ -312,7 +367,7 @@ cdef class CoreScheduler:
         bk.prio = prio
         bk.items.clear()
         bk.head = 0
-        self.open_buckets[key] = b
+        self.open_buckets.put(key, b)
         cdef Item moving
         moving.t = t
         moving.key = (prio << 62) | b
@@ -745,6 +800,7 @@ cdef class CoreFluid(CoreNet):
     cdef vector[int] stack
     cdef vector[pair[int64_t, int]] found
     cdef vector[int] comp
+    cdef vector[double] fresh  # the rates of the component solved last
     cdef vector[int] local_of  # link -> its index in the component being filled (valid where link_stamp is)
     cdef vector[int64_t] link_stamp
 
@@ -872,12 +928,12 @@ cdef class CoreFluid(CoreNet):
             if f.t_upd != now:
                 f.remaining -= f.rate * <double>(now - f.t_upd)
                 f.t_upd = now
-        cdef vector[double] rates = self._rates(comp[0])
+        cdef const vector[double]* rates = self._rates(comp[0])
         cdef double r, x
         cdef int64_t wait, key
         for i in range(comp.size()):
             f = &self.flows[comp[0][i]]
-            r = rates[i]
+            r = deref(rates)[i]
             if r <= 0.0:
                 f.const_ = False
             if r != f.rate:
@@ -932,8 +988,9 @@ cdef class CoreFluid(CoreNet):
         for i in range(found.size()):
             self.comp.push_back(found[0][i].second)
 
-    cdef vector[double] _rates(self, vector[int]& comp) noexcept:
-        """The component's max-min rates: solved before for the same routes in the same order, or now."""
+    cdef const vector[double]* _rates(self, vector[int]& comp) noexcept:
+        """The component's max-min rates: solved before for the same routes in the same order, or now
+        (where they are kept: valid until the next call)."""
         cdef vector[int]* sig = &self.sig
         sig.clear()
         cdef size_t i
@@ -942,20 +999,19 @@ cdef class CoreFluid(CoreNet):
         cdef const vector[double]* found = self.solved.get(sig[0])
         if found != NULL:
             self.reused += 1
-            return found[0]
-        cdef vector[double] rates
+            return found
         if comp.size() == 1:
-            rates = self._single(sig[0][0])
+            self.fresh = self._single(sig[0][0])
         elif comp.size() <= SMALL:
-            rates = self._fill_small(sig[0])
+            self.fresh = self._fill_small(sig[0])
         else:
-            rates = self._fill_large(sig[0])
+            self.fresh = self._fill_large(sig[0])
         self.kept += comp.size()
         if self.kept > MEMO:
             self.solved.clear()
             self.kept = comp.size()
-        self.solved.put(sig[0], rates)
-        return rates
+        self.solved.put(sig[0], self.fresh)
+        return &self.fresh
 
     cdef vector[double] _single(self, int r) noexcept:
         cdef double best = INFINITY
