@@ -89,17 +89,23 @@ class WorkloadInfo:
         cfg = SystemConfig.model_validate(self.system)
         return None if cfg.host_cores is None or cfg.hosts is None else (cfg.host_cores, list(cfg.hosts))
 
-    def members(self, node: Node, rank: int) -> list[int]:
+    @cached_property
+    def _member_tuples(self) -> dict[str, tuple[int, ...]]:
+        """Every group's ranks, and every rank's under "" and "0" (made once: a collective of every
+        rank is issued by every rank, and a list of every rank each time is quadratic in ranks)."""
+        everyone = tuple(range(self.npus))
+        return {**{k: tuple(v) for k, v in self.groups.items()}, "": everyone, "0": everyone}
+
+    def members(self, node: Node, rank: int) -> tuple[int, ...]:
         """The ranks a collective node runs on (its `pg_name` group, or all)."""
         pg = str(node.get("pg_name", "") or "")
-        if pg in ("", "0"):
-            return list(range(self.npus))
-        if pg not in self.groups:
+        found = self._member_tuples.get(pg)
+        if found is None:
             raise BackendError(
                 f"{self.bundle.et_path(rank)}: node {node.id} uses communicator group {pg!r}, "
                 "which the comm-group configuration does not define"
             )
-        return self.groups[pg]
+        return found
 
     @classmethod
     def from_bundle(cls, bundle: Bundle) -> WorkloadInfo:
