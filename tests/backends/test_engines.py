@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -103,6 +104,81 @@ def test_engines_agree_in_every_congestion_mode(case: Case, mode: str, path: str
         for engine, result in out.items():
             if isinstance(result, RunResult):
                 assert result.details["engine"] == engine
+
+
+@st.composite
+def walks(draw: st.DrawFn) -> tuple[int, list[list[tuple[str, int, tuple[int, ...], bool]]]]:
+    """Per rank, a random graph of every kind of node the walk treats apart: compute nodes (some of
+    no time and no ops: done when issued), CPU nodes, metadata nodes (done when issued), an
+    all-reduce of every rank, and a send to the next rank with its receive from the previous one,
+    each on random data or control dependencies (a node's id above its dependencies', ids not in
+    dependency order): (ranks, per rank [(kind, microseconds, dependencies, control)]). Ranks may
+    differ, so a collective or a receive may wait for good: a deadlock."""
+    npus = draw(st.integers(2, 4))
+    shape = [draw(st.sampled_from(["comp", "zero", "cpu", "meta", "coll", "send", "recv"]))
+             for _ in range(draw(st.integers(1, 9)))]
+    ranks = []
+    for _ in range(npus):
+        kinds = shape if draw(st.booleans()) or not ranks else draw(st.permutations(shape))
+        nodes = []
+        for i, kind in enumerate(kinds):
+            deps = tuple(sorted(set(draw(st.lists(st.integers(0, i - 1), max_size=3))))) if i else ()
+            nodes.append((kind, draw(st.sampled_from([1, 3, 10])), deps, draw(st.booleans())))
+        ranks.append(nodes)
+    return npus, ranks
+
+
+def walk_bundle(out: Path, npus: int, ranks: list[list[tuple[str, int, tuple[int, ...], bool]]]) -> Any:
+    from simstudy import chakra
+    from simstudy.chakra import Node, NodeType
+    from tests.backends.bundles import collective_node, write_bundle
+
+    traces = []
+    for r, spec in enumerate(ranks):
+        nodes = []
+        for i, (kind, us, deps, ctrl) in enumerate(spec):
+            nid = 3 * i + 7  # ids not 0.., in any order in the file
+            dep_ids = [3 * d + 7 for d in deps]
+            where = {"ctrl_deps": dep_ids} if ctrl else {"data_deps": dep_ids}
+            if kind == "coll":
+                node = collective_node(nid, "all_reduce", 4096)
+                node.data_deps, node.ctrl_deps = (list(where.get("data_deps", [])), list(where.get("ctrl_deps", [])))
+            elif kind in ("send", "recv"):
+                peer = (r + 1) % npus if kind == "send" else (r - 1) % npus
+                attrs = [chakra.is_cpu_op(False), chakra.comm_size(2048), chakra.comm_tag(i)]
+                attrs.append(chakra.comm_dst(peer) if kind == "send" else chakra.comm_src(peer))
+                node = Node(nid, f"{kind}{i}", NodeType.COMM_SEND_NODE if kind == "send" else NodeType.COMM_RECV_NODE,
+                            attrs=attrs, **where)
+            elif kind == "meta":
+                node = Node(nid, f"meta{i}", NodeType.METADATA_NODE, attrs=[chakra.is_cpu_op(False)], **where)
+            else:
+                zero = kind == "zero"
+                node = Node(nid, f"{kind}{i}", NodeType.COMP_NODE, duration_micros=0 if zero else us,
+                            attrs=[chakra.is_cpu_op(kind == "cpu"), chakra.num_ops(0 if zero else 1)], **where)
+            nodes.append(node)
+        traces.append(nodes[::-1] if r % 2 else nodes)
+    return write_bundle(out, [("Ring", npus, 1.0, 500.0)], traces)
+
+
+@needs_core
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(walks(), st.sampled_from(["fluid", "unaware"]))
+def test_compiled_walk_equals_python(walk: tuple[int, list[Any]], mode: str) -> None:
+    """The compiled walk of each rank's graph (`_core.CoreNodes`) against the Python engine's, on
+    random graphs of every kind of node: the same ranks, spans and rows, or the same deadlock,
+    naming the same rank and nodes."""
+    npus, ranks = walk
+    with tempfile.TemporaryDirectory() as tmp:
+        bundle = walk_bundle(Path(tmp) / "b", npus, ranks)
+        out: dict[str, RunResult | BackendError] = {}
+        for engine in ("python", "compiled"):
+            try:
+                out[engine] = FlowsimBackend(congestion=mode, engine=engine).run(bundle, Path(tmp) / engine)
+            except BackendError as exc:
+                out[engine] = exc
+        assert_same(out, "python")
+        if isinstance(out["python"], BackendError):
+            assert str(out["compiled"]) == str(out["python"])
 
 
 #: Shipped examples whose traffic is not a random bundle's: a parameter server, two jobs on a

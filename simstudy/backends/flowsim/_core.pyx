@@ -1,9 +1,13 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 # distutils: language = c++
-"""flowsim's compiled core: the event queue, ASTRA-SIM's system layer and the three network models in C++.
+"""flowsim's compiled core: the event queue, ASTRA-SIM's workload and system layers and the three network
+models in C++.
 
 Each class here is its Python counterpart, event for event, with its state in C++ containers:
 
+* `CoreNodes` - `engine.Engine`'s walk of each rank's graph (ASTRA-SIM's workload layer): which
+  node is issued when, compute nodes' times, every node's span; it calls Python to start
+  collectives, sends and receives;
 * `CoreScheduler` - `sched.Scheduler`: events in (time, priority, insertion) order. An event is
   either a Python call (what the engine, the hosts and every Python model put there) or one of
   the core's own (a flow's drain, a component's recompute, a message's arrival, a collective's
@@ -30,7 +34,8 @@ from libcpp.vector cimport vector
 from libcpp.deque cimport deque
 from libcpp.map cimport map as cmap
 from libcpp.unordered_map cimport unordered_map
-from libcpp.algorithm cimport sort
+from libcpp.algorithm cimport sort, push_heap, pop_heap
+from libcpp.functional cimport greater
 from libcpp.utility cimport pair
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cython.operator cimport dereference as deref
@@ -204,6 +209,7 @@ cdef class CoreNet(OnQueue)
 cdef class CoreFluid(CoreNet)
 cdef class CoreAware(CoreNet)
 cdef class CoreCollectiveRun(OnQueue)
+cdef class CoreNodes
 
 
 cdef enum Kind:
@@ -216,6 +222,7 @@ cdef enum Kind:
     EV_GENERAL = 6   # run: rank index a, chunk b, phase c: a step-0 message reduced (gated phase)
     EV_HOP = 7       # aware: message a done with hop b
     EV_FREE = 8      # aware: link a free
+    EV_NODE = 9      # workload: rank a's node of index b is done (its compute time has passed)
 
 
 ctypedef SimItem Item
@@ -284,13 +291,13 @@ cdef class CoreScheduler:
     cdef vector[Payload] slab
     cdef vector[int64_t] free_slots
     cdef int64_t live
-    cdef int64_t ran[9]
+    cdef int64_t ran[10]
     cdef public int64_t peak  # events pending at most
 
     def __init__(self, int64_t now=0):
         global _schedulers
         cdef int k
-        for k in range(9):
+        for k in range(10):
             self.ran[k] = 0
         _schedulers += 1
         self.serial = _schedulers
@@ -312,9 +319,10 @@ cdef class CoreScheduler:
 
     @property
     def events_by_kind(self):
-        """Events run so far, by kind (python, drain, recompute, arrive, send, leave, general, hop, free)."""
-        return dict(zip(("python", "drain", "recompute", "arrive", "send", "leave", "general", "hop", "free"),
-                        [self.ran[k] for k in range(9)]))
+        """Events run so far, by kind (python, drain, recompute, arrive, send, leave, general, hop, free,
+        node)."""
+        return dict(zip(("python", "drain", "recompute", "arrive", "send", "leave", "general", "hop", "free", "node"),
+                        [self.ran[k] for k in range(10)]))
 
     cdef int64_t push(self, int64_t t, int prio, int kind, object obj, int64_t a, int64_t b, int64_t c,
                       object args) noexcept:
@@ -489,6 +497,8 @@ cdef class CoreScheduler:
             (<CoreAware>obj)._hop_done(<int>ev.a, <int>ev.b)
         elif kind == EV_FREE:
             (<CoreAware>obj)._free(<int>ev.a)
+        elif kind == EV_NODE:
+            (<CoreNodes>obj)._on_done(<int>ev.a, <int>ev.b)
 
     cdef Payload _take(self) noexcept:
         """The first event (`_settle` found one): out of the queue, its slot free, the time its own."""
@@ -1669,3 +1679,206 @@ cdef class CoreCollectiveRun(OnQueue):
     cdef void _rank_done(self, int i) except *:
         self.done += 1
         self.on_rank_done(self.cp.members[i], self._sched.now)
+
+
+# -- ASTRA-SIM's workload layer -------------------------------------------------------------------
+
+
+cdef enum NodeCode:
+    N_CPU = 0    # a CPU node (`is_cpu_op`), whatever its type: computes on the CPU
+    N_COMP = 1   # a compute node
+    N_COLL = 2   # a collective
+    N_SEND = 3
+    N_RECV = 4
+    N_OTHER = 5  # completes when issued
+
+
+cdef class CoreNodes:
+    """`engine.Engine`'s walk of each rank's graph: dependencies, the ready nodes in ascending id
+    order, one compute, one CPU and one communication node in flight per rank, compute nodes'
+    times, and the spans of every node done, in C++. Communication nodes are issued through
+    `issue_comm(rank, node_id, code)` (Python: the collectives, sends and receives), which tell
+    `on_done(rank, node_id)` when they are done. Every event goes on the queue where the Python
+    engine puts it, so the order of simultaneous events is the same.
+
+    Per rank r, its nodes in ascending id are `base[r]`..`base[r + 1]` of the tables (`ids`, `code`
+    (`NodeCode`), `zero` (a compute node of no time and no ops: done when issued), `dur_ns`,
+    `pending` (dependencies), children as `child_ptr`/`child` (indices within the rank))."""
+
+    cdef CoreScheduler _sched
+    cdef object issue_comm
+    cdef vector[int64_t] base
+    cdef vector[int64_t] ids
+    cdef vector[char] code
+    cdef vector[char] zero
+    cdef vector[int64_t] dur
+    cdef vector[int64_t] pending
+    cdef vector[int64_t] child_ptr
+    cdef vector[int64_t] child
+    cdef vector[int64_t] issued_at
+    cdef vector[vector[int64_t]] ready  # per rank, a min-heap of node indices
+    cdef vector[char] comp_busy
+    cdef vector[char] comm_busy
+    cdef vector[char] cpu_busy
+    cdef vector[int64_t] left_
+    cdef vector[int64_t] finish_
+    cdef vector[int64_t] compute_
+    cdef public int64_t nodes_done
+    cdef vector[int64_t] cols[4]  # rank, node id, start, end of every node done, in completion order
+
+    def __init__(self, CoreScheduler sched, issue_comm, base, ids, code, zero, dur_ns, pending, child_ptr,
+                 child):
+        self._sched = sched
+        self.issue_comm = issue_comm
+        self.base = base
+        self.ids = ids
+        self.code = code
+        self.zero = zero
+        self.dur = dur_ns
+        self.pending = pending
+        self.child_ptr = child_ptr
+        self.child = child
+        cdef size_t ranks = self.base.size() - 1
+        cdef size_t r
+        cdef int64_t i
+        self.issued_at.resize(self.ids.size(), -1)
+        self.ready.resize(ranks)
+        self.comp_busy.resize(ranks, 0)
+        self.comm_busy.resize(ranks, 0)
+        self.cpu_busy.resize(ranks, 0)
+        self.finish_.resize(ranks, 0)
+        self.compute_.resize(ranks, 0)
+        for r in range(ranks):
+            self.left_.push_back(self.base[r + 1] - self.base[r])
+            for i in range(self.base[r + 1] - self.base[r]):
+                if self.pending[self.base[r] + i] == 0:
+                    self.ready[r].push_back(i)  # ascending: a heap already
+
+    def start(self):
+        """Issue what every rank can issue now."""
+        cdef size_t r
+        for r in range(self.ready.size()):
+            self._issue_ready(<int>r)
+
+    cdef inline void _push_ready(self, int r, int64_t i) noexcept:
+        cdef vector[int64_t]* h = &self.ready[r]
+        h.push_back(i)
+        push_heap(h.begin(), h.end(), greater[int64_t]())
+
+    cdef inline int64_t _pop_ready(self, int r) noexcept:
+        cdef vector[int64_t]* h = &self.ready[r]
+        pop_heap(h.begin(), h.end(), greater[int64_t]())
+        cdef int64_t i = h.back()
+        h.pop_back()
+        return i
+
+    cdef bint _available(self, int r, int64_t g) noexcept:
+        cdef char c = self.code[g]
+        if c == N_CPU:
+            return not self.cpu_busy[r]
+        if c == N_COMP:
+            return not self.comp_busy[r]
+        if c == N_COLL or c == N_SEND:
+            return not self.comm_busy[r]
+        return True
+
+    cdef void _issue_ready(self, int r) except *:
+        cdef vector[int64_t] keep  # of this call: issuing may come back here (a collective done at once)
+        cdef int64_t i
+        cdef size_t k
+        while not self.ready[r].empty():
+            i = self._pop_ready(r)
+            if self._available(r, self.base[r] + i):
+                self._issue(r, i)
+            else:
+                keep.push_back(i)
+        for k in range(keep.size()):
+            self._push_ready(r, keep[k])
+
+    cdef void _issue(self, int r, int64_t i) except *:
+        cdef int64_t g = self.base[r] + i
+        cdef int64_t now = self._sched.now
+        self.issued_at[g] = now
+        cdef char c = self.code[g]
+        if c == N_CPU or c == N_COMP:
+            if self.zero[g]:
+                self._complete(r, i)
+                return
+            if c == N_CPU:
+                self.cpu_busy[r] = 1
+            else:
+                self.comp_busy[r] = 1
+                self.compute_[r] += self.dur[g]
+            self._sched.push(now + self.dur[g], 0, EV_NODE, self, r, i, 0, None)
+        elif c == N_COLL or c == N_SEND:
+            self.comm_busy[r] = 1
+            self.issue_comm(r, self.ids[g], c)
+        elif c == N_RECV:
+            self.issue_comm(r, self.ids[g], c)
+        else:
+            self._complete(r, i)
+
+    def on_done(self, int r, int64_t node_id):
+        """Rank r's node `node_id` is done now."""
+        cdef int64_t lo = self.base[r], hi = self.base[r + 1], mid
+        while lo < hi:  # ids ascend within a rank
+            mid = (lo + hi) >> 1
+            if self.ids[mid] < node_id:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo >= self.base[r + 1] or self.ids[lo] != node_id:
+            raise KeyError(node_id)
+        self._on_done(r, lo - self.base[r])
+
+    cdef void _on_done(self, int r, int64_t i) except *:
+        cdef char c = self.code[self.base[r] + i]
+        if c == N_CPU:
+            self.cpu_busy[r] = 0
+        elif c == N_COMP:
+            self.comp_busy[r] = 0
+        elif c == N_COLL or c == N_SEND:
+            self.comm_busy[r] = 0
+        self._complete(r, i)
+        self._issue_ready(r)
+
+    cdef void _complete(self, int r, int64_t i) noexcept:
+        cdef int64_t g = self.base[r] + i
+        cdef int64_t now = self._sched.now
+        cdef int64_t start = self.issued_at[g]
+        self.issued_at[g] = -1
+        self.cols[0].push_back(r)
+        self.cols[1].push_back(self.ids[g])
+        self.cols[2].push_back(now if start < 0 else start)
+        self.cols[3].push_back(now)
+        self.left_[r] -= 1
+        self.nodes_done += 1
+        if now > self.finish_[r]:
+            self.finish_[r] = now
+        cdef int64_t j, ch
+        for j in range(self.child_ptr[g], self.child_ptr[g + 1]):
+            ch = self.child[j]
+            self.pending[self.base[r] + ch] -= 1
+            if self.pending[self.base[r] + ch] == 0:
+                self._push_ready(r, ch)
+
+    def rank_state(self, int r):
+        """(nodes left, finish ns, compute ns, the ids of its nodes that wait on nothing) of rank r."""
+        cdef int64_t i
+        ready = [self.ids[self.base[r] + i] for i in range(self.base[r + 1] - self.base[r])
+                 if self.pending[self.base[r] + i] == 0 and self.left_[r] > 0]
+        return self.left_[r], self.finish_[r], self.compute_[r], sorted(ready)
+
+    def span_columns(self):
+        """(rank, node, start_ns, end_ns) of every node done, in completion order."""
+        out = []
+        cdef int k
+        cdef size_t n = self.cols[0].size()
+        cdef int64_t[::1] view
+        for k in range(4):
+            a = np.empty(n, dtype=np.int64)
+            if n:
+                view = a
+                memcpy(&view[0], self.cols[k].data(), n * sizeof(int64_t))
+            out.append(a)
+        return tuple(out)

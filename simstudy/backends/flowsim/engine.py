@@ -123,6 +123,10 @@ class Engine:
         #: per node (by identity, for the run's length): its `node_meta`, its in-network aggregation
         self._metas: dict[int, NodeMeta] = {}
         self._aggregated: dict[int, tuple[int, int] | None] = {}
+        #: the walk of every rank's graph on the compiled core (`_core.CoreNodes`: `issue_ready`,
+        #: `issue`, `on_done` and `complete` below, event for event), where the core runs the queue
+        #: and ranks compute alone (the shared hosts' processor sharing is Python's)
+        self.core_nodes: Any = self._core_nodes() if self.core_queue and self.hosts is None else None
 
     def _shared_hosts(self) -> SharedHosts | None:
         shared = self.info.shared_hosts
@@ -132,6 +136,49 @@ class Engine:
         # with identical ranks, rank 0 stands for every rank of its host (they compute in lock-step)
         weight = [host_of.count(host_of[0])] if self.identical else None
         return SharedHosts(self.sched, host_of[:len(self.ranks)], cores, self._computed, weight)
+
+    def _core_nodes(self) -> Any:
+        """Every rank's graph as the compiled walk's tables (`_core.CoreNodes`)."""
+        from simstudy.backends.flowsim import _core
+
+        codes = {NodeType.COMP_NODE: 1, NodeType.COMM_COLL_NODE: 2, NodeType.COMM_SEND_NODE: 3,
+                 NodeType.COMM_RECV_NODE: 4}
+        base: list[int] = [0]
+        child_ptr: list[int] = [0]
+        ids: list[int] = []
+        code: list[int] = []
+        zero: list[bool] = []
+        dur: list[int] = []
+        pending: list[int] = []
+        child: list[int] = []
+        for s in self.ranks:
+            order = sorted(s.nodes)
+            index = {nid: k for k, nid in enumerate(order)}
+            for nid in order:
+                n = s.nodes[nid]
+                c = 0 if nid in s.cpu else codes.get(n.type, 5)
+                ids.append(nid)
+                code.append(c)
+                zero.append(c <= 1 and n.duration_micros == 0 and int(n.get("num_ops", 0) or 0) == 0)
+                dur.append(int(n.duration_micros * 1000) if n.duration_micros else 1)
+                pending.append(s.pending[nid])
+                child.extend(index[ch] for ch in s.children.get(nid, ()))
+                child_ptr.append(len(child))
+            base.append(len(ids))
+            # the core keeps the dependencies from here on
+            s.pending, s.children = {}, {}
+        return _core.CoreNodes(self.sched, self._issue_comm, base, ids, code, zero, dur, pending, child_ptr,  # type: ignore[arg-type]
+                               child)
+
+    def _issue_comm(self, rank: int, node_id: int, code: int) -> None:
+        """The compiled walk issues a communication node (`CoreNodes`' code: 2 collective, 3 send, 4 receive)."""
+        node = self.ranks[rank].nodes[node_id]
+        if code == 2:
+            self.issue_collective(rank, node)
+        elif code == 3:
+            self.issue_send(rank, node)
+        else:
+            self.issue_recv(rank, node)
 
     def _computed(self, rank: int, node_id: int, elapsed_ns: int) -> None:
         """A compute node on a shared host is done, `elapsed_ns` after it started."""
@@ -167,8 +214,11 @@ class Engine:
     # -- event loop --------------------------------------------------------------------------
 
     def run(self) -> None:
-        for r in range(len(self.ranks)):
-            self.issue_ready(r)
+        if self.core_nodes is not None:
+            self.core_nodes.start()
+        else:
+            for r in range(len(self.ranks)):
+                self.issue_ready(r)
         sched = self.sched
         if self.core_queue:  # the compiled core's queue runs its own loop
             # what exists now (the traces, the plans) lives to the end: the collector need not walk it
@@ -196,11 +246,17 @@ class Engine:
     def _stopped(self) -> None:
         """The queue is empty: every rank done, or a deadlock named."""
         sched = self.sched
+        core = self.core_nodes
+        if core is not None:  # what the compiled walk knows of each rank
+            for r, s in enumerate(self.ranks):
+                s.left, s.finish, s.compute_ns, _ = core.rank_state(r)
+            self.nodes_done = core.nodes_done
         stuck = [r for r, s in enumerate(self.ranks) if s.left]
         if stuck:
             r = stuck[0]
             s = self.ranks[r]
-            waiting = sorted(i for i, c in s.pending.items() if c == 0)[:3]
+            free = core.rank_state(r)[3] if core is not None else (i for i, c in s.pending.items() if c == 0)
+            waiting = sorted(free)[:3]
             names = [s.nodes[i].name for i in waiting]
             raise BackendError(
                 f"flowsim: deadlock: {len(stuck)} ranks never finished (rank {r} has {s.left} nodes left; "
@@ -216,7 +272,8 @@ class Engine:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise BackendError(f"flowsim: timed out at simulated time {now} ns")
         if self.progress is not None:
-            self.progress(self.nodes_done / max(self.total_nodes, 1), now)
+            done = self.core_nodes.nodes_done if self.core_nodes is not None else self.nodes_done
+            self.progress(done / max(self.total_nodes, 1), now)
 
     # -- issuing -----------------------------------------------------------------------------
 
@@ -273,6 +330,9 @@ class Engine:
             self.complete(rank, node.id)
 
     def on_done(self, rank: int, node_id: int) -> None:
+        if self.core_nodes is not None:
+            self.core_nodes.on_done(rank, node_id)
+            return
         s = self.ranks[rank]
         node = s.nodes[node_id]
         if node_id in s.cpu:
@@ -477,6 +537,8 @@ class Engine:
 
     def span_columns(self) -> tuple[np.ndarray, ...]:
         """(rank, node, start_ns, end_ns) of every node run, in completion order."""
+        if self.core_nodes is not None:
+            return self.core_nodes.span_columns()  # type: ignore[no-any-return]
         return tuple(np.frombuffer(c, dtype=np.int64) if len(c) else np.empty(0, dtype=np.int64)
                      for c in self.span_cols)
 
@@ -504,7 +566,7 @@ def identical_ranks(info: WorkloadInfo, symmetric: Callable[[str, tuple[int, ...
     return True
 
 
-def _first_member_messages(info: WorkloadInfo, kind: str, members: list[int], size: int, group: bool) -> int:
+def _first_member_messages(info: WorkloadInfo, kind: str, members: tuple[int, ...], size: int, group: bool) -> int:
     """The messages the first member of a collective sends, over all its chunks (0 where the
     collective cannot run: the run says why)."""
     try:
