@@ -15,6 +15,8 @@ The cases (`--cases`) are small enough that each run ends within `--timeout` on 
   rn256ring    ResNet-50 DP 256 on a ring (every rank identical: one rank simulated)
   rn1024ring   ResNet-50 DP 1,024 on a ring
   rn256ls      ResNet-50 DP 256 on a leaf-spine of 8 leaves x 4 hosts x 8 GPUs, 4 spines
+  rn1024ls     ResNet-50 DP 1,024 on a leaf-spine of 16 leaves x 8 hosts x 8 GPUs, 8 spines (every rank's
+               messages simulated: no rank stands for the others on a graph)
   llama128     LLaMA-3 70B TP 8 x PP 8 x DP 2 on scale.py's two dimensions (8-GPU switch, 400 Gbit/s switch)
   llama512     LLaMA-3 70B TP 8 x PP 8 x DP 8, the same network
   gpt512clos   GPT-2 medium TP 8 x PP 8 x DP 8 on a 3-tier Clos of 512 GPUs (fluid_scale.py's fabric)
@@ -125,6 +127,8 @@ CASES: dict[str, Any] = {
     "rn1024ring": lambda: resnet(1024, {"kind": "ring", "npus": 1024, "bandwidth_gbps": 100}),
     "rn256ls": lambda: resnet(256, {"kind": "leaf_spine", "leaves": 8, "spines": 4, "hosts_per_leaf": 4,
                                     "gpus_per_host": 8, "bandwidth_gbps": 100}),
+    "rn1024ls": lambda: resnet(1024, {"kind": "leaf_spine", "leaves": 16, "spines": 8, "hosts_per_leaf": 8,
+                                      "gpus_per_host": 8, "bandwidth_gbps": 100}),
     "llama128": lambda: llm("llama3_70b", 8, 8, 2, two_dims(128)),
     "llama512": lambda: llm("llama3_70b", 8, 8, 8, two_dims(512)),
     "gpt512clos": lambda: llm("gpt2_medium", 8, 8, 8, clos(512)),

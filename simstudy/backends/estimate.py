@@ -116,8 +116,8 @@ _FIT = ("`python benchmarks/estimate.py --save rows.jsonl` (7 cases, 128-1,024 G
         "process on this project's 2-core, 24 GiB machine, shared) then `--load rows.jsonl --published --fit`, "
         "which adds benchmarks/scale.py's published LLaMA-3 70B runs at 4,096 and 16,384 GPUs")
 
-_FIT_CORE = ("`python benchmarks/estimate.py --backends flowsim --save rows.jsonl` (the same 7 cases on the "
-             "compiled core) then `--load rows.jsonl --fit`")
+_FIT_CORE = ("`python benchmarks/estimate.py --backends flowsim --save rows.jsonl` (the same 7 cases and "
+             "rn1024ls on the compiled core) then `--load rows.jsonl --fit`")
 
 #: (backend, congestion mode) -> its model; ("compile", "") is the compile before every run of a spec
 #: (writing every rank's ET file: its time adds to the run's, its memory is freed before the run).
@@ -128,11 +128,14 @@ _FIT_CORE = ("`python benchmarks/estimate.py --backends flowsim --save rows.json
 COSTS: dict[tuple[str, str], Model] = {
     ("compile", ""): Model((5.102e7, 1756.0, 7880.0), (0.4437, 3.981e-6, 0.0, 0.0), _FIT, compile=True),
     # flowsim's compiled core (`engine: compiled`, the default where built), fitted to the same 7 cases
-    # (`_FIT_CORE`: runs of the compiled core's second pass; wall time within 0.86-1.24x on all but
-    # fluid on the 512-GPU Clos, 0.48x)
-    ("flowsim", "unaware"): Model((1.572e8, 576.8, 1.472e4), (0.6052, 7.725e-6, 0.0, 1.546e-10), _FIT_CORE),
-    ("flowsim", "aware"): Model((1.592e8, 617.0, 1.481e4), (0.6113, 1.234e-5, 0.0, 1.484e-9), _FIT_CORE),
-    ("flowsim", "fluid"): Model((1.592e8, 648.0, 1.518e4), (0.6011, 8.552e-6, 0.0, 3.068e-9), _FIT_CORE),
+    # and ResNet-50 DP 1,024 on a leaf-spine (`_FIT_CORE`: runs of the compiled core with its workload
+    # layer compiled; wall time within 0.82-1.13x on all but fluid on the 3-tier Clos: 0.35x at 512
+    # GPUs, 0.82x at 256). The fluid term (messages x flows at peak) cannot tell a ring over a
+    # leaf-spine, whose flows seldom meet (ResNet-50 DP 4,096: 3.3x the measured time), from LLaMA-3's
+    # groups on a Clos, whose flows meet in large components (on 4,096 GPUs: 0.34x)
+    ("flowsim", "unaware"): Model((1.589e8, 526.0, 6251.0), (0.6671, 6.505e-6, 0.0, 6.827e-11), _FIT_CORE),
+    ("flowsim", "aware"): Model((1.592e8, 572.8, 3805.0), (0.6774, 1.006e-5, 0.0, 2.383e-10), _FIT_CORE),
+    ("flowsim", "fluid"): Model((1.595e8, 569.2, 6056.0), (0.7181, 8.043e-6, 0.0, 2.3e-10), _FIT_CORE),
     # flowsim's Python engine (`engine: python`, or where the compiled core is not built)
     ("flowsim-python", "unaware"): Model((1.544e8, 540.4, 1.614e4), (0.8146, 0.0, 4.324e-6, 7.056e-9), _FIT),
     ("flowsim-python", "aware"): Model((1.595e8, 530.9, 1.075e4), (1.199, 1.317e-4, 0.0, 2.224e-8), _FIT),
