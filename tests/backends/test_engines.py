@@ -181,6 +181,31 @@ def test_compiled_walk_equals_python(walk: tuple[int, list[Any]], mode: str) -> 
             assert str(out["compiled"]) == str(out["python"])
 
 
+@needs_core
+@pytest.mark.parametrize("defect", ["missing", "cycle"])
+def test_both_walks_refuse_a_broken_graph_alike(defect: str, tmp_path: Path) -> None:
+    """A node that depends on a node not in its file, or a graph with no node free of
+    dependencies: one error naming the file and the node, the same from both walks."""
+    from simstudy import chakra
+    from simstudy.chakra import Node, NodeType
+    from tests.backends.bundles import write_bundle
+
+    def comp(nid: int, deps: list[int]) -> Node:
+        return Node(nid, f"c{nid}", NodeType.COMP_NODE, duration_micros=1, data_deps=deps,
+                    attrs=[chakra.is_cpu_op(False), chakra.num_ops(1)])
+
+    bad = [comp(1, [9]), comp(2, [])] if defect == "missing" else [comp(1, [2]), comp(2, [1])]
+    bundle = write_bundle(tmp_path / "b", [("Ring", 2, 1.0, 500.0)], [[comp(1, []), comp(2, [1])], bad])
+    errors = []
+    for engine in ("python", "compiled"):
+        with pytest.raises(BackendError) as exc:
+            FlowsimBackend(engine=engine).run(bundle, tmp_path / engine)
+        errors.append(str(exc.value))
+    assert errors[0] == errors[1]
+    assert "node 1 depends on node 9" in errors[0] if defect == "missing" else "a cycle" in errors[0]
+    assert ".1.et" in errors[0]
+
+
 #: Shipped examples whose traffic is not a random bundle's: a parameter server, two jobs on a
 #: leaf-spine, LLaMA-2 with ZeRO on Zhejiang Lab's fabric.
 EXAMPLES = ("resnet50_ps4_switch", "two_jobs_leafspine", "lstm_dp4_switch")

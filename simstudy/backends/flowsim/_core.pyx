@@ -1684,6 +1684,13 @@ cdef class CoreCollectiveRun(OnQueue):
 # -- ASTRA-SIM's workload layer -------------------------------------------------------------------
 
 
+cdef void _fill(vector[int64_t]& out, const int64_t[::1] src) noexcept:
+    """`out` becomes a copy of `src`."""
+    out.resize(src.shape[0])
+    if src.shape[0]:
+        memcpy(out.data(), &src[0], src.shape[0] * sizeof(int64_t))
+
+
 cdef enum NodeCode:
     N_CPU = 0    # a CPU node (`is_cpu_op`), whatever its type: computes on the CPU
     N_COMP = 1   # a compute node
@@ -1726,18 +1733,23 @@ cdef class CoreNodes:
     cdef public int64_t nodes_done
     cdef vector[int64_t] cols[4]  # rank, node id, start, end of every node done, in completion order
 
-    def __init__(self, CoreScheduler sched, issue_comm, base, ids, code, zero, dur_ns, pending, child_ptr,
-                 child):
+    def __init__(self, CoreScheduler sched, issue_comm, const int64_t[::1] base, const int64_t[::1] ids,
+                 const int64_t[::1] code, const int64_t[::1] zero, const int64_t[::1] dur_ns,
+                 const int64_t[::1] pending, const int64_t[::1] child_ptr, const int64_t[::1] child):
         self._sched = sched
         self.issue_comm = issue_comm
-        self.base = base
-        self.ids = ids
-        self.code = code
-        self.zero = zero
-        self.dur = dur_ns
-        self.pending = pending
-        self.child_ptr = child_ptr
-        self.child = child
+        _fill(self.base, base)
+        _fill(self.ids, ids)
+        _fill(self.dur, dur_ns)
+        _fill(self.pending, pending)
+        _fill(self.child_ptr, child_ptr)
+        _fill(self.child, child)
+        cdef Py_ssize_t k
+        self.code.resize(code.shape[0])
+        self.zero.resize(zero.shape[0])
+        for k in range(code.shape[0]):
+            self.code[k] = <char>code[k]
+            self.zero[k] = <char>zero[k]
         cdef size_t ranks = self.base.size() - 1
         cdef size_t r
         cdef int64_t i

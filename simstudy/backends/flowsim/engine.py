@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.comms import Comms
@@ -108,7 +109,14 @@ class Engine:
         #: rank 0 is simulated for all of them (see `identical_ranks`).
         self.identical = identical
         traces = info.nodes[:1] if identical else info.nodes
-        self.ranks = [self._rank_state(r, nodes) for r, nodes in enumerate(traces)]
+        #: whether the compiled core walks the graphs (`_core.CoreNodes`): where it runs the queue and
+        #: ranks compute alone (the shared hosts' processor sharing is Python's)
+        walk = self.core_queue and info.shared_hosts is None
+        tables = None
+        if walk:
+            self.ranks, tables = self._rank_tables(traces)
+        else:
+            self.ranks = [self._rank_state(r, nodes) for r, nodes in enumerate(traces)]
         self.total_nodes = sum(len(s.nodes) for s in self.ranks)
         self.nodes_done = 0
         self.progress = progress
@@ -124,9 +132,12 @@ class Engine:
         self._metas: dict[int, NodeMeta] = {}
         self._aggregated: dict[int, tuple[int, int] | None] = {}
         #: the walk of every rank's graph on the compiled core (`_core.CoreNodes`: `issue_ready`,
-        #: `issue`, `on_done` and `complete` below, event for event), where the core runs the queue
-        #: and ranks compute alone (the shared hosts' processor sharing is Python's)
-        self.core_nodes: Any = self._core_nodes() if self.core_queue and self.hosts is None else None
+        #: `issue`, `on_done` and `complete` below, event for event)
+        self.core_nodes: Any = None
+        if tables is not None:
+            from simstudy.backends.flowsim import _core
+
+            self.core_nodes = _core.CoreNodes(self.sched, self._issue_comm, *tables)  # type: ignore[arg-type]
 
     def _shared_hosts(self) -> SharedHosts | None:
         shared = self.info.shared_hosts
@@ -137,38 +148,62 @@ class Engine:
         weight = [host_of.count(host_of[0])] if self.identical else None
         return SharedHosts(self.sched, host_of[:len(self.ranks)], cores, self._computed, weight)
 
-    def _core_nodes(self) -> Any:
-        """Every rank's graph as the compiled walk's tables (`_core.CoreNodes`)."""
-        from simstudy.backends.flowsim import _core
-
+    def _rank_tables(self, traces: list[list[Node]]) -> tuple[list[_Rank], tuple[NDArray[np.int64], ...]]:
+        """Every rank's state, and its graph as the compiled walk's tables (`_core.CoreNodes`: rank
+        offsets, node ids in ascending order per rank, codes, no-time flags, times, dependencies
+        left, children), without the dictionaries of dependencies `_rank_state` makes. What a node
+        gives the tables is found once per node object (the traces of a bundle share the nodes
+        they have alike). A trace that `_rank_state` refuses is refused with its error."""
         codes = {NodeType.COMP_NODE: 1, NodeType.COMM_COLL_NODE: 2, NodeType.COMM_SEND_NODE: 3,
                  NodeType.COMM_RECV_NODE: 4}
-        base: list[int] = [0]
-        child_ptr: list[int] = [0]
-        ids: list[int] = []
-        code: list[int] = []
-        zero: list[bool] = []
-        dur: list[int] = []
-        pending: list[int] = []
-        child: list[int] = []
-        for s in self.ranks:
-            order = sorted(s.nodes)
+        seen: dict[int, tuple[int, bool, int, tuple[int, ...]]] = {}
+        base = array("q", [0])
+        ids, code, zero, dur, pending, parent, kid = (array("q") for _ in range(7))
+        ranks: list[_Rank] = []
+        for r, nodes in enumerate(traces):
+            by_id: dict[int, Node] = {}
+            for n in nodes:
+                by_id[n.id] = n
+            order = sorted(by_id)
             index = {nid: k for k, nid in enumerate(order)}
-            for nid in order:
-                n = s.nodes[nid]
-                c = 0 if nid in s.cpu else codes.get(n.type, 5)
+            start = len(ids)
+            cpu: set[int] = set()
+            free = 0
+            for k, nid in enumerate(order):
+                n = by_id[nid]
+                found = seen.get(id(n))
+                if found is None:
+                    c = 0 if n.get("is_cpu_op", False) else codes.get(n.type, 5)
+                    z = c <= 1 and n.duration_micros == 0 and int(n.get("num_ops", 0) or 0) == 0
+                    found = seen[id(n)] = (c, z, int(n.duration_micros * 1000) if n.duration_micros else 1,
+                                           tuple(set(n.data_deps) | set(n.ctrl_deps)))
+                c, z, d, deps = found
+                if c == 0:
+                    cpu.add(nid)
                 ids.append(nid)
                 code.append(c)
-                zero.append(c <= 1 and n.duration_micros == 0 and int(n.get("num_ops", 0) or 0) == 0)
-                dur.append(int(n.duration_micros * 1000) if n.duration_micros else 1)
-                pending.append(s.pending[nid])
-                child.extend(index[ch] for ch in s.children.get(nid, ()))
-                child_ptr.append(len(child))
+                zero.append(z)
+                dur.append(d)
+                pending.append(len(deps))
+                free += not deps
+                for dep in deps:
+                    j = index.get(dep)
+                    if j is None:  # the reference's error, found its way
+                        self._rank_state(r, nodes)
+                    parent.append(start + j)  # type: ignore[operator]
+                    kid.append(k)
+            if not by_id or not free:
+                self._rank_state(r, nodes)  # raises: no nodes, or no node free of dependencies
             base.append(len(ids))
-            # the core keeps the dependencies from here on
-            s.pending, s.children = {}, {}
-        return _core.CoreNodes(self.sched, self._issue_comm, base, ids, code, zero, dur, pending, child_ptr,  # type: ignore[arg-type]
-                               child)
+            ranks.append(_Rank(by_id, {}, {}, left=len(by_id), cpu=cpu))
+        par = np.frombuffer(parent, dtype=np.int64) if len(parent) else np.empty(0, dtype=np.int64)
+        kids = np.frombuffer(kid, dtype=np.int64) if len(kid) else np.empty(0, dtype=np.int64)
+        child_ptr = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(par, minlength=len(ids)), out=child_ptr[1:])
+        child = kids[np.argsort(par, kind="stable")]
+        cols = [np.frombuffer(a, dtype=np.int64) if len(a) else np.empty(0, dtype=np.int64)
+                for a in (base, ids, code, zero, dur, pending)]
+        return ranks, (*cols, child_ptr, child)
 
     def _issue_comm(self, rank: int, node_id: int, code: int) -> None:
         """The compiled walk issues a communication node (`CoreNodes`' code: 2 collective, 3 send, 4 receive)."""
