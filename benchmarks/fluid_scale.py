@@ -3,9 +3,12 @@
 Every case runs in fluid and in unaware (ASTRA-SIM's congestion-unaware model, the reference:
 links never shared) on the same bundle, each in its own process, in one command, and prints wall
 time, peak memory (the process's VmHWM), transfers per second and fluid / unaware. Runs keep no
-traffic (`--traffic none`), one iteration. The goals (issue 24, this 2-core machine): ResNet-50 DP
-4,096 under 60 s and 4 GiB; the Lingjun study under 90 s; LLaMA-3 70B on 4,096 GPUs of a 3-tier
-Clos under 5 minutes, 16,384 under 20 minutes and 16 GiB; fluid within 2x unaware everywhere.
+traffic (`--traffic none`), one iteration. The goals (issue 34, the compiled core, this 2-core
+machine): ResNet-50 DP 256 fluid within 1.5x unaware; ResNet-50 DP 4,096 fluid under 60 s and 4 GiB;
+LLaMA-3 70B on 4,096 GPUs of a 3-tier Clos, fluid, under 5 minutes; the Lingjun study under 90 s;
+ResNet-50 DP 1,024 on a ring with rows, unaware, at most 0.25x ASTRA-SIM's wall time and 1.5x its
+memory. (Issue 24's, before it: LLaMA-3 70B on 16,384 GPUs under 20 minutes and 16 GiB; fluid
+within 2x unaware everywhere.)
 
 Cases (`--cases`, comma-separated; default all that the zoo can build):
   rn256      ResNet-50 DP 256, leaf-spine 8 leaves x 4 hosts x 8 GPUs, 4 spines
