@@ -1691,6 +1691,16 @@ cdef void _fill(vector[int64_t]& out, const int64_t[::1] src) noexcept:
         memcpy(out.data(), &src[0], src.shape[0] * sizeof(int64_t))
 
 
+cdef object _array(vector[int64_t]& src):
+    """A numpy copy of `src`."""
+    a = np.empty(src.size(), dtype=np.int64)
+    cdef int64_t[::1] view
+    if src.size():
+        view = a
+        memcpy(&view[0], src.data(), src.size() * sizeof(int64_t))
+    return a
+
+
 cdef enum NodeCode:
     N_CPU = 0    # a CPU node (`is_cpu_op`), whatever its type: computes on the CPU
     N_COMP = 1   # a compute node
@@ -1874,23 +1884,16 @@ cdef class CoreNodes:
             if self.pending[self.base[r] + ch] == 0:
                 self._push_ready(r, ch)
 
-    def rank_state(self, int r):
-        """(nodes left, finish ns, compute ns, the ids of its nodes that wait on nothing) of rank r."""
+    def rank_totals(self):
+        """(nodes left, finish ns, compute ns) of every rank, as int64 arrays."""
+        return _array(self.left_), _array(self.finish_), _array(self.compute_)
+
+    def free_nodes(self, int r):
+        """The ids of rank r's nodes that wait on no dependency (the Python walk's `pending` of 0)."""
         cdef int64_t i
-        ready = [self.ids[self.base[r] + i] for i in range(self.base[r + 1] - self.base[r])
-                 if self.pending[self.base[r] + i] == 0 and self.left_[r] > 0]
-        return self.left_[r], self.finish_[r], self.compute_[r], sorted(ready)
+        return [self.ids[self.base[r] + i] for i in range(self.base[r + 1] - self.base[r])
+                if self.pending[self.base[r] + i] == 0]
 
     def span_columns(self):
         """(rank, node, start_ns, end_ns) of every node done, in completion order."""
-        out = []
-        cdef int k
-        cdef size_t n = self.cols[0].size()
-        cdef int64_t[::1] view
-        for k in range(4):
-            a = np.empty(n, dtype=np.int64)
-            if n:
-                view = a
-                memcpy(&view[0], self.cols[k].data(), n * sizeof(int64_t))
-            out.append(a)
-        return tuple(out)
+        return _array(self.cols[0]), _array(self.cols[1]), _array(self.cols[2]), _array(self.cols[3])

@@ -569,8 +569,9 @@ class Comms:
                   cache: dict[tuple[int, int, int, int], Any], count: Callable[..., None] | None = None) -> Any:
         """A collective on the compiled core (`_core.CoreCollectiveRun`): `CollectiveRun`'s events,
         its messages handed on in blocks of columns (`batch`), or only counted (`count(messages,
-        bytes, bytes sent per rank)`, where the run keeps no rows); routes kept in `cache`, by flow
-        only where routes depend on it (bounded: ECMP per flow gives every collective flows of its own)."""
+        bytes, the ranks that sent, the bytes each sent)`, where the run keeps no rows); routes kept
+        in `cache`, by flow only where routes depend on it (bounded: ECMP per flow gives every
+        collective flows of its own)."""
         from simstudy.backends.flowsim import _core
 
         per_flow = self.routes.per_flow and route is self.route

@@ -283,14 +283,15 @@ class Engine:
         sched = self.sched
         core = self.core_nodes
         if core is not None:  # what the compiled walk knows of each rank
+            left, finish, compute = (a.tolist() for a in core.rank_totals())
             for r, s in enumerate(self.ranks):
-                s.left, s.finish, s.compute_ns, _ = core.rank_state(r)
+                s.left, s.finish, s.compute_ns = left[r], finish[r], compute[r]
             self.nodes_done = core.nodes_done
         stuck = [r for r, s in enumerate(self.ranks) if s.left]
         if stuck:
             r = stuck[0]
             s = self.ranks[r]
-            free = core.rank_state(r)[3] if core is not None else (i for i, c in s.pending.items() if c == 0)
+            free = core.free_nodes(r) if core is not None else (i for i, c in s.pending.items() if c == 0)
             waiting = sorted(free)[:3]
             names = [s.nodes[i].name for i in waiting]
             raise BackendError(
