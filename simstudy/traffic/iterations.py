@@ -13,7 +13,7 @@ a cycle of e is expected to hold where they are more) and ending where e falls s
 it explains are q times its cycles. The iteration is the cycle length T that maximises
 
     explained(T) = sum over senders e of the bytes of e's longest repeat whose typical cycle
-                   lasts T (within `AGREE`),
+                   lasts T (within `AGREE` of every other vote),
 
 that is, the bytes of every sender explained by one repeating cycle, each sender counting as far
 as it agrees on T. A sender that never falls silent at the iteration's end (a parameter
@@ -77,7 +77,10 @@ Tolerances, each with its meaning and source:
 * `BRIDGE`: a cycle may bridge two quanta (one silence lost).
 * `AGREE`: two cycle lengths are one when within 20%, closer than the nearest ratio of whole
   iterations that is not one (5/4), so that jitter does not split a vote and a multiple never
-  joins it.
+  joins it. The votes for T lie within a factor sqrt(1.2) of it either way, so that any two of
+  them are within 20% of each other (20% either way would let 0.8 T and 1.2 T vote together: a
+  TensorFlow all-reduce sent in six equal chunks, every run of chunks repeating, read 4/3 of its
+  iterations as one where one sender's eight-chunk cut and the others' six-chunk one did).
 * `CONTROL_BYTES`: a burst of less than one full TCP segment (1448 bytes: a 1500-byte Ethernet
   MTU less 52 bytes of IP, TCP and timestamp headers) is control; payloads of megabytes are sent
   in full segments.
@@ -313,10 +316,12 @@ def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
 
 
 def _explained(repeats: list[_Repeat], period: float) -> dict[int, _Repeat]:
-    """Each sender's repeat that explains the most among those lasting `period` (within `AGREE`)."""
+    """Each sender's repeat that explains the most among those lasting `period` (within a factor
+    sqrt(1 + `AGREE`) of it either way: any two of them within `AGREE` of each other)."""
     best: dict[int, _Repeat] = {}
+    half = math.sqrt(1 + AGREE)
     for r in repeats:
-        if abs(r.period / period - 1) <= AGREE and (r.sender not in best or r.explained > best[r.sender].explained):
+        if 1 / half <= r.period / period <= half and (r.sender not in best or r.explained > best[r.sender].explained):
             best[r.sender] = r
     return best
 

@@ -75,6 +75,45 @@ def test_heartbeats_in_the_silence_between_iterations_do_not_hide_it(seed: int) 
     assert found.count >= 30
 
 
+def _chunked(seed: int, n: int = 13, chunk: int = 357_400, parts: int = 6,
+             senders: int = 4) -> tuple[pd.DataFrame, float]:
+    """A TensorFlow all-reduce as captured: each iteration `parts` equal chunks per sender (1448-byte
+    packets, one per 20 us), 3-6 ms of silence between chunks and 20-40 ms between iterations; sender
+    0 also sends two chunks of a warm-up step before the first iteration. Every run of chunks repeats,
+    and sender 0's runs of 8 chunks explain more of its bytes than its runs of 6."""
+    rng = np.random.default_rng(seed)
+    rows, t, starts = [], 0.0, []
+    packets = [1448] * (chunk // 1448) + [chunk % 1448]
+
+    def send(src: int, at: float) -> float:
+        for k, size in enumerate(packets):
+            rows.append((at + k * 2e-5, src, (src + 1) % senders, size))
+        return len(packets) * 2e-5
+
+    for _ in range(2):
+        t += send(0, t) + rng.uniform(3e-3, 6e-3)
+    t += 30e-3
+    for _ in range(n):
+        starts.append(t)
+        for _ in range(parts):
+            t += max(send(s, t) for s in range(senders)) + rng.uniform(3e-3, 6e-3)
+        t += rng.uniform(20e-3, 40e-3)
+    table = pd.DataFrame(rows, columns=["t_start_s", "src", "dst", "bytes"])
+    table["t_end_s"] = table["t_start_s"]
+    return table, interquartile_mean(np.diff(starts))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_vote_for_a_cycle_length_holds_no_two_cuts_a_ratio_apart(seed: int) -> None:
+    """Votes for one cycle length agree with each other within `AGREE`: sender 0's eight-chunk cut
+    (4/3 of an iteration) does not vote with the others' six-chunk one (the iteration), nor do
+    finer cuts win over the iteration."""
+    table, period = _chunked(seed)
+    found = find_iterations(table)
+    assert found.bytes_per_iteration == pytest.approx(4 * 6 * 357_400, rel=1e-3)
+    assert found.period_s == pytest.approx(period, rel=0.05)
+
+
 def test_no_iterations_without_repeating_bytes() -> None:
     assert find_iterations(pd.DataFrame(columns=["t_start_s", "t_end_s", "src", "dst", "bytes"])).count == 0
 
