@@ -133,6 +133,7 @@ def read_traces(bundle: Bundle, npus: int) -> list[list[Node]]:
     """Every rank's nodes; ranks whose files hold the same bytes share one decoded list."""
     seen: dict[bytes, list[Node]] = {}
     interned: dict[bytes, Node] = {}  # ranks of one stage or group share most of their nodes' bytes
+    lists: dict[tuple[Any, ...], list[Any]] = {}  # and most of their nodes' dependencies and attributes
     out: list[list[Node]] = []
     for r in range(npus):
         path = bundle.et_path(r)
@@ -140,7 +141,7 @@ def read_traces(bundle: Bundle, npus: int) -> list[list[Node]]:
         key = hashlib.blake2b(data, digest_size=16).digest()
         nodes = seen.get(key)
         if nodes is None:
-            nodes = seen[key] = chakra.decode_trace(data, source=str(path), intern=interned)[1]
+            nodes = seen[key] = chakra.decode_trace(data, source=str(path), intern=interned, lists=lists)[1]
         out.append(nodes)
     return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 from chakra_strategies import MEMBERS, attrs, metadata, nodes
@@ -75,10 +76,25 @@ def test_interned_decoding_equals_plain(meta: GlobalMetadata, traces: list[list[
     if pool:
         traces = [t + data.draw(st.lists(st.sampled_from(pool), max_size=4)) for t in traces]
     table: dict[bytes, Node] = {}
+    lists: dict[tuple[Any, ...], list[Any]] = {}
     for t in traces:
         encoded = chakra.encode_trace(meta, t)
         plain = chakra.decode_trace(encoded)
         interned = chakra.decode_trace(encoded, intern=table)
-        assert interned == plain == (meta, t)
+        shared = chakra.decode_trace(encoded, intern={}, lists=lists)
+        assert interned == plain == shared == (meta, t)
     for node in table.values():
         assert table[chakra.encode_node(node)] is node
+
+
+def test_nodes_alike_but_one_attribute_share_their_lists() -> None:
+    """Two collectives of different groups (one attribute apart) are two nodes, whose dependencies
+    are one list."""
+    a = Node(5, data_deps=[4], ctrl_deps=[2], attrs=[chakra.comm_size(64), chakra.pg_name("1")])
+    b = Node(5, data_deps=[4], ctrl_deps=[2], attrs=[chakra.comm_size(64), chakra.pg_name("2")])
+    table: dict[bytes, Node] = {}
+    lists: dict[tuple[Any, ...], list[Any]] = {}
+    _, [x] = chakra.decode_trace(chakra.encode_trace(GlobalMetadata(), [a]), intern=table, lists=lists)
+    _, [y] = chakra.decode_trace(chakra.encode_trace(GlobalMetadata(), [b]), intern=table, lists=lists)
+    assert (x, y) == (a, b) and x is not y
+    assert x.data_deps is y.data_deps and x.ctrl_deps is y.ctrl_deps and x.attrs is not y.attrs
