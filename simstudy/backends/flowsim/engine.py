@@ -20,7 +20,7 @@ import math
 import time
 from array import array
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +62,9 @@ class _Pending:
 
 @dataclass
 class _Rank:
-    nodes: dict[int, Node]
+    #: its nodes by id: the trace itself where its ids are 0, 1, ... in order (as compiled: no
+    #: dictionary of every node of every rank), else a dictionary
+    nodes: dict[int, Node] | list[Node]
     pending: dict[int, int]
     children: dict[int, list[int]]
     ready: list[int] = field(default_factory=list)
@@ -76,11 +78,26 @@ class _Rank:
     #: its CPU nodes (`is_cpu_op`), found once: the attribute is looked up by name in a list
     cpu: set[int] = field(default_factory=set)
 
+    def every_node(self) -> Iterable[Node]:
+        return self.nodes.values() if isinstance(self.nodes, dict) else self.nodes
+
 
 #: emit(op/meta, t_send, t_arrive, src, dst, bytes, flow, chunk, step): scalars or arrays.
 Emit = Callable[..., None]
 #: progress(fraction of the ET nodes done, simulated ns reached)
 Tick = Callable[[float, int], None]
+
+
+#: Collective nodes whose in-network aggregation is kept at most (a dictionary of every collective
+#: node of a 16,384-GPU run is hundreds of MB; the members of a group look theirs up close together).
+AGGREGATED_KEPT = 1 << 16
+
+
+def _index(index: dict[int, int] | range, node_id: int) -> int | None:
+    """A node's place in its rank's table (None: not in the trace)."""
+    if isinstance(index, range):
+        return node_id if 0 <= node_id < len(index) else None
+    return index.get(node_id)
 
 
 class Engine:
@@ -128,8 +145,7 @@ class Engine:
         self.span_cols = (array("q"), array("q"), array("q"), array("q"))  # rank, node, start, end
         #: ranks sharing their hosts' cores (`system.host_cores`); None: every rank computes alone
         self.hosts = self._shared_hosts()
-        #: per node (by identity, for the run's length): its `node_meta`, its in-network aggregation
-        self._metas: dict[int, NodeMeta] = {}
+        #: per node (by identity, the last `AGGREGATED_KEPT`): its in-network aggregation
         self._aggregated: dict[int, tuple[int, int] | None] = {}
         #: the walk of every rank's graph on the compiled core (`_core.CoreNodes`: `issue_ready`,
         #: `issue`, `on_done` and `complete` below, event for event)
@@ -161,11 +177,18 @@ class Engine:
         ids, code, zero, dur, pending, parent, kid = (array("q") for _ in range(7))
         ranks: list[_Rank] = []
         for r, nodes in enumerate(traces):
-            by_id: dict[int, Node] = {}
-            for n in nodes:
-                by_id[n.id] = n
-            order = sorted(by_id)
-            index = {nid: k for k, nid in enumerate(order)}
+            dense = all(n.id == k for k, n in enumerate(nodes))
+            by_id: dict[int, Node] | list[Node]
+            order: range | list[int]
+            if dense:  # the trace is its own table of nodes by id
+                by_id, order = nodes, range(len(nodes))
+                index: dict[int, int] | range = order
+            else:
+                by_id = {}
+                for n in nodes:
+                    by_id[n.id] = n
+                order = sorted(by_id)
+                index = {nid: k for k, nid in enumerate(order)}
             start = len(ids)
             cpu: set[int] = set()
             free = 0
@@ -187,7 +210,7 @@ class Engine:
                 pending.append(len(deps))
                 free += not deps
                 for dep in deps:
-                    j = index.get(dep)
+                    j = _index(index, dep)
                     if j is None:  # the reference's error, found its way
                         self._rank_state(r, nodes)
                     parent.append(start + j)  # type: ignore[operator]
@@ -398,16 +421,17 @@ class Engine:
 
     # -- collectives -------------------------------------------------------------------------
 
-    def meta(self, node: Node) -> NodeMeta:
-        """`node_meta(node)`, found once per node (the attributes are looked up by name in a list)."""
-        found = self._metas.get(id(node))
-        if found is None:
-            found = self._metas[id(node)] = node_meta(node)
-        return found
+    @staticmethod
+    def meta(node: Node) -> NodeMeta:
+        """`node_meta(node)`: found where a collective or send starts, and kept by it (not per node
+        for the run: a cache of every communication node of every rank grows with the run)."""
+        return node_meta(node)
 
     def issue_collective(self, rank: int, node: Node) -> None:
         aggregated = self._aggregated.get(id(node), _UNSEEN)
         if aggregated is _UNSEEN:
+            if len(self._aggregated) >= AGGREGATED_KEPT:  # the members of a group issue it close together
+                self._aggregated.clear()
             aggregated = self._aggregated[id(node)] = in_network_of(node)
         if aggregated is not None:
             self.in_network.issue(rank, node, tuple(self.info.members(node, rank)), *aggregated)
@@ -511,18 +535,21 @@ class Engine:
         tag = int(node.get("comm_tag", 0))
         if not 0 <= dst < len(self.ranks) or dst == rank:
             raise BackendError(f"{self.info.bundle.et_path(rank)}: send node {node.id}: bad destination {dst}")
-        self.comms.send(rank, dst, size, self.on_arrival, (node, tag), flow=self.meta(node).flow)
+        meta = self.meta(node)
+        self.comms.send(rank, dst, size, self.on_arrival, (node, tag, meta), flow=meta.flow)
 
     def on_arrival(self, msg: Msg) -> None:
-        node, tag = msg.ctx
-        meta = self.meta(node)
+        node, tag, meta = msg.ctx
         now = self.sched.now
         self.emit_rows(meta, msg.t_send, now, msg.src, msg.dst, msg.size, meta.flow, meta.chunk, 0)
         self.ranks[msg.src].comm_spans.append((msg.t_send, now))
         self.on_done(msg.src, node.id)
         key = (msg.src, msg.dst, tag, msg.size)
-        if self.posted[key]:
-            rank, nid = self.posted[key].popleft()
+        posted = self.posted.get(key)
+        if posted:
+            rank, nid = posted.popleft()
+            if not posted:  # no queue left behind per (src, dst, tag, size) ever used
+                del self.posted[key]
             self.ranks[rank].comm_spans.append((msg.t_send, now))
             self.on_done(rank, nid)
         else:
@@ -531,8 +558,11 @@ class Engine:
     def issue_recv(self, rank: int, node: Node) -> None:
         src = int(node.get("comm_src", -1))
         key = (src, rank, int(node.get("comm_tag", 0)), int(node.get("comm_size", 0)))
-        if self.arrived[key]:
-            self.arrived[key].popleft()
+        arrived = self.arrived.get(key)
+        if arrived:
+            arrived.popleft()
+            if not arrived:
+                del self.arrived[key]
             self.sched.at(self.sched.now, self.on_done, rank, node.id)
         else:
             self.posted[key].append((rank, node.id))
@@ -547,7 +577,7 @@ class Engine:
         per: dict[tuple[str, int, int, bool], int] = {}
         total = 0
         for rank, s in enumerate(self.ranks):
-            for node in s.nodes.values():
+            for node in s.every_node():
                 if node.type == NodeType.COMM_SEND_NODE:
                     total += 1
                     continue
@@ -571,10 +601,11 @@ class Engine:
 
     # -- spans -------------------------------------------------------------------------------
 
-    def span_columns(self) -> tuple[np.ndarray, ...]:
-        """(rank, node, start_ns, end_ns) of every node run, in completion order."""
+    def take_span_columns(self) -> tuple[np.ndarray, ...]:
+        """(rank, node, start_ns, end_ns) of every node run, in completion order; the compiled walk
+        hands its columns over (a second call finds none there)."""
         if self.core_nodes is not None:
-            return self.core_nodes.span_columns()  # type: ignore[no-any-return]
+            return self.core_nodes.take_span_columns()  # type: ignore[no-any-return]
         return tuple(np.frombuffer(c, dtype=np.int64) if len(c) else np.empty(0, dtype=np.int64)
                      for c in self.span_cols)
 
