@@ -242,14 +242,16 @@ def _solver_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:
 
 
 def _spans(engine: Engine, copies: int) -> pd.DataFrame:
-    """The spans table, built column by column (names and kinds as categorical codes per trace);
-    with identical ranks, rank 0's spans for every rank."""
-    rank, node, start, end = engine.span_columns()
+    """The spans table, built column by column (names and kinds as categorical codes per trace),
+    sorted by start, rank and node one column at a time (16,384 ranks run 38 M spans: a table
+    sorted whole is held two and three times over); with identical ranks, rank 0's spans for
+    every rank."""
+    rank, node, start, end = engine.take_span_columns()
     if not len(rank):
         return empty_spans()
     names: dict[str, int] = {}
-    name_code = np.empty(len(rank), dtype=np.int64)
-    kind_code = np.empty(len(rank), dtype=np.int64)
+    name_code = np.empty(len(rank), dtype=np.int32)
+    kind_code = np.empty(len(rank), dtype=np.int8)
     for r, sel in by_rank(rank):
         nodes = engine.ranks[r].nodes
         ids = node[sel].tolist()
@@ -260,10 +262,14 @@ def _spans(engine: Engine, copies: int) -> pd.DataFrame:
         rank = np.repeat(np.arange(copies, dtype=np.int64), n)
         node, start, end = np.tile(node, copies), np.tile(start, copies), np.tile(end, copies)
         name_code, kind_code = np.tile(name_code, copies), np.tile(kind_code, copies)
-    table = pd.DataFrame({
-        "rank": rank.astype(np.int32), "node": node,
-        "name": pd.Categorical.from_codes(name_code, categories=list(names)),
-        "kind": pd.Categorical.from_codes(kind_code, categories=list(SPAN_KINDS)),
-        "start_ns": start, "end_ns": end,
-    })
-    return table.sort_values(["start_ns", "rank", "node"], kind="stable").reset_index(drop=True)
+    order = np.lexsort((node, rank, start))  # stable: as sort_values(["start_ns", "rank", "node"])
+    rank = rank.astype(np.int32)[order]
+    node = node[order]
+    start = start[order]
+    end = end[order]
+    name = pd.Categorical.from_codes(name_code[order], categories=list(names))
+    del name_code
+    kind = pd.Categorical.from_codes(kind_code[order], categories=list(SPAN_KINDS))
+    del kind_code, order
+    return pd.DataFrame({"rank": rank, "node": node, "name": name, "kind": kind, "start_ns": start, "end_ns": end},
+                        copy=False)
