@@ -254,9 +254,12 @@ def by_rank(rank: np.ndarray) -> list[tuple[int, np.ndarray]]:
     if not len(rank):
         return []
     order = np.argsort(rank, kind="stable")
-    ranks, first = np.unique(rank[order], return_index=True)
+    ranked = rank[order]
+    first = np.concatenate([[0], np.flatnonzero(ranked[1:] != ranked[:-1]) + 1])  # no second sort (np.unique)
+    ranks = ranked[first].tolist()
+    del ranked
     ends = [*first[1:].tolist(), len(order)]
-    return [(r, order[a:b]) for r, a, b in zip(ranks.tolist(), first.tolist(), ends, strict=True)]
+    return [(r, order[a:b]) for r, a, b in zip(ranks, first.tolist(), ends, strict=True)]
 
 
 def union_ns(intervals: list[tuple[int, int]]) -> int:
@@ -267,6 +270,18 @@ def union_ns(intervals: list[tuple[int, int]]) -> int:
         total += b - max(a, end)
         end = b
     return total
+
+
+def union_pairs_ns(flat: Sequence[int]) -> int:
+    """`union_ns` of intervals given flat, (start, end, start, end, ...), in numpy: an interval adds
+    what it reaches past every interval before it in (start, end) order."""
+    pairs = np.asarray(flat, dtype=np.int64).reshape(-1, 2)
+    if not len(pairs):
+        return 0
+    pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
+    start, end = pairs[:, 0], pairs[:, 1]
+    reached = np.concatenate([[-1], np.maximum.accumulate(end)[:-1]])
+    return int(np.maximum(0, end - np.maximum(start, reached)).sum())
 
 
 def busy_times(info: WorkloadInfo, spans: Spans) -> dict[int, tuple[int, int]]:

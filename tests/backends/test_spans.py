@@ -11,11 +11,32 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simstudy.backends import FlowsimBackend
-from simstudy.backends.iterations import span_iterations
-from simstudy.backends.traffic_build import WorkloadInfo, by_rank
+from simstudy.backends.iterations import last_ends, span_iterations
+from simstudy.backends.traffic_build import WorkloadInfo, by_rank, union_ns, union_pairs_ns
 from simstudy.compiler import compile_scenario
 from simstudy.compiler.attributes import node_iteration, node_meta
 from simstudy.spec import Scenario
+
+
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=60), st.integers(min_value=0, max_value=20)),
+                max_size=80))
+@settings(max_examples=300, deadline=None)
+def test_union_of_flat_pairs_is_the_union_of_tuples(drawn: list[tuple[int, int]]) -> None:
+    """A rank's communication time from its flat (start, end) pairs, in numpy, against the loop over
+    tuples it replaced (nested, touching, equal and empty intervals)."""
+    intervals = [(a, a + d) for a, d in drawn]
+    flat = [x for pair in intervals for x in pair]
+    assert union_pairs_ns(flat) == union_ns(intervals)
+
+
+@given(st.lists(st.tuples(st.integers(min_value=-1, max_value=9), st.integers(min_value=0, max_value=10**6)),
+                max_size=200))
+@settings(max_examples=200, deadline=None)
+def test_last_ends_pass_by_iteration_is_the_grouping(drawn: list[tuple[int, int]]) -> None:
+    """Each iteration's last end by one pass per iteration, against the grouping it falls back to."""
+    k = np.asarray([a for a, _ in drawn], dtype=np.int64)
+    ends = np.asarray([b for _, b in drawn], dtype=np.int64)
+    assert last_ends(k, ends) == last_ends(k, ends, few=0)
 
 
 @given(st.lists(st.integers(min_value=0, max_value=40), max_size=300))

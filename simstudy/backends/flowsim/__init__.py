@@ -25,7 +25,7 @@ from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.flowsim.tcp import TCP_NETMODELS
 from simstudy.backends.iterations import iteration_ends
 from simstudy.backends.network import Network
-from simstudy.backends.traffic_build import WorkloadInfo, by_rank, span_kind, union_ns
+from simstudy.backends.traffic_build import WorkloadInfo, by_rank, span_kind, union_pairs_ns
 from simstudy.backends.traffic_out import TrafficSink, make_sink
 from simstudy.compiler.attributes import NodeMeta
 from simstudy.spec import Congestion
@@ -160,7 +160,7 @@ class FlowsimBackend:
         output = sink.close()
         states = engine.ranks * (info.npus if engine.identical else 1)
         ranks = [
-            RankStats(rank=r, finish_ns=int(s.finish), compute_ns=s.compute_ns, comm_ns=union_ns(s.comm_spans),
+            RankStats(rank=r, finish_ns=int(s.finish), compute_ns=s.compute_ns, comm_ns=union_pairs_ns(s.comm_spans),
                       exposed_comm_ns=int(s.finish) - s.compute_ns)
             for r, s in enumerate(states)
         ]

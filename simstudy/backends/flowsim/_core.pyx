@@ -1753,7 +1753,7 @@ cdef class CoreNodes:
     cdef vector[int64_t] cols[4]  # rank, node id, start, end of every node done, in completion order
 
     def __init__(self, CoreScheduler sched, issue_comm, const int64_t[::1] base, const int64_t[::1] ids,
-                 const int64_t[::1] code, const int64_t[::1] zero, const int64_t[::1] dur_ns,
+                 const signed char[::1] code, const signed char[::1] zero, const int64_t[::1] dur_ns,
                  const int64_t[::1] pending, const int64_t[::1] child_ptr, const int64_t[::1] child):
         self._sched = sched
         self.issue_comm = issue_comm
@@ -1773,6 +1773,8 @@ cdef class CoreNodes:
         cdef size_t r
         cdef int64_t i
         self.issued_at.resize(self.ids.size(), -1)
+        for k in range(4):  # every node is done once: no growth by doubling (2x at worst, and a copy)
+            self.cols[k].reserve(self.ids.size())
         self.ready.resize(ranks)
         self.comp_busy.resize(ranks, 0)
         self.comm_busy.resize(ranks, 0)
