@@ -1,6 +1,7 @@
 """LLM training at ASTRA-SIM's scale: flowsim against ASTRA-SIM's binaries on the same bundles, in one run.
 
-LLaMA-3 70B (80 blocks, 8,192-token sequences, bf16) with tensor (and sequence) parallelism over 8 GPUs,
+LLaMA-3 70B (80 blocks, 8,192-token sequences, bf16; `--model llama3_405b`: LLaMA-3.1 405B, 126
+blocks, the shape of issue 35's goals) with tensor (and sequence) parallelism over 8 GPUs,
 a 1F1B pipeline of `pp` stages with `pp` microbatches, and data parallelism over the rest, one iteration:
 
 * TP8 x PP8 x DP64: 4,096 GPUs;
@@ -26,7 +27,7 @@ GPUs in under 10 minutes and 16 GiB; rows at 1,024 NPUs within 1.5x ASTRA-SIM's 
 Under each run: `simstudy run --estimate`'s wall time and memory of it and estimate / measured.
 
 Usage: ASTRA_SIM_BIN=... python benchmarks/scale.py [--sizes 4096,16384] [--modes unaware,aware]
-       [--skip-astrasim-above N] [--rows] [--skip-rows-1024]
+       [--skip-astrasim-above N] [--rows] [--skip-rows-1024] [--model llama3_405b]
 """
 
 from __future__ import annotations
@@ -96,7 +97,11 @@ def child(kind: str, arg: dict[str, Any], work: Path) -> dict[str, float] | None
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def llama(npus: int, one_dim: bool) -> Scenario:
+#: The models `--model` takes: zoo name -> label
+MODELS = {"llama3_70b": "LLaMA-3 70B", "llama3_405b": "LLaMA-3.1 405B"}
+
+
+def llama(npus: int, one_dim: bool, model: str = "llama3_70b") -> Scenario:
     tp, pp, dp = SHAPES[npus]
     if one_dim:
         topology: dict[str, Any] = {"kind": "switch", "npus": npus, "bandwidth_gbps": 400, "latency_ns": 1000}
@@ -105,7 +110,7 @@ def llama(npus: int, one_dim: bool) -> Scenario:
             {"type": "switch", "npus": tp, "bandwidth_gbps": 2400, "latency_ns": 500},
             {"type": "switch", "npus": npus // tp, "bandwidth_gbps": 400, "latency_ns": 1000}]}
     return Scenario.model_validate({
-        "name": f"llama3_70b_{npus}", "model": "llama3_70b",
+        "name": f"{model}_{npus}", "model": model,
         "parallelism": {"dp": dp, "tp": tp, "pp": pp, "microbatches": pp, "sp": True},
         "topology": topology, "system": {"peak_tflops": 989, "efficiency": 0.4},
         "training": {"batch_size_per_worker": pp, "iterations": 1, "precision": "bf16"}})
@@ -136,6 +141,8 @@ def main() -> None:
                         help="flowsim modes against their binaries (unaware: 2 dims; aware: 1 switch)")
     parser.add_argument("--rows", action="store_true", help="also time flowsim keeping its traffic rows")
     parser.add_argument("--skip-rows-1024", action="store_true", help="leave out the 1,024-NPU rows comparison")
+    parser.add_argument("--model", choices=list(MODELS), default="llama3_70b",
+                        help="the zoo's LLaMA-3 to run at every size (default: llama3_70b)")
     args = parser.parse_args()
     if find_astra_sim() is None or find_astra_sim(aware=True) is None:
         sys.exit("no ASTRA-SIM binaries: set ASTRA_SIM_BIN to the unaware one (the aware one beside it)")
@@ -151,14 +158,14 @@ def main() -> None:
                     continue
                 net = "1 switch" if one_dim else "2 dims"
                 b = root / f"b{n}{mode}"
-                res = compile_scenario(llama(n, one_dim), b)
-                print(f"-- LLaMA-3 70B TP{tp} x PP{pp} x DP{dp} = {n} GPUs, {net}: compiled in {res.seconds:.1f} s, "
-                      f"{res.et_bytes / 1e9:.2f} GB of traces")
+                res = compile_scenario(llama(n, one_dim, args.model), b)
+                print(f"-- {MODELS[args.model]} TP{tp} x PP{pp} x DP{dp} = {n} GPUs, {net}: compiled in "
+                      f"{res.seconds:.1f} s, {res.et_bytes / 1e9:.2f} GB of traces")
                 run_astra = not args.skip_astrasim_above or n <= args.skip_astrasim_above
                 f = child("flowsim", {"bundle": str(b), "mode": mode}, root / f"f{n}{mode}")
                 a = child("astrasim", {"bundle": str(b), "mode": mode}, root / f"a{n}{mode}") if run_astra else None
                 row(f"flowsim {mode} / ASTRA-SIM {mode}", f, a)
-                w = count(llama(n, one_dim))
+                w = count(llama(n, one_dim, args.model))
                 print(f"  {against(w, 'flowsim', mode, f and f['wall'], f and f['rss_mb'] * 2**20)}")
                 if run_astra:
                     print(f"  {against(w, 'astrasim', mode, a and a['wall'], a and a['rss_mb'] * 2**20)}")
