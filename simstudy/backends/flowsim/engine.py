@@ -46,7 +46,20 @@ from simstudy.compiler.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, in_netw
 from simstudy.spec import Congestion
 
 COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE)
-_UNSEEN: Any = object()
+
+
+@dataclass(slots=True)
+class _Coll:
+    """What every member's issue of one collective node needs, found once per node object (its
+    attributes are looked up by name in a list; its members' tuple, hashed per issue, was a hash of
+    every rank per rank for a collective of every rank)."""
+
+    aggregated: tuple[int, int] | None
+    kind: str | None  # None: not simulated (a broadcast, or refused)
+    ctype: CollectiveType | None
+    members: tuple[int, ...]
+    group: int  # the number of its members (equal members, one number)
+    inside: frozenset[int]
 
 
 @dataclass
@@ -100,6 +113,35 @@ Tick = Callable[[float, int], None]
 AGGREGATED_KEPT = 1 << 16
 
 
+#: A node's code in the compiled walk's tables (`_core.CoreNodes`): CPU 0, compute 1, collective 2,
+#: send 3, receive 4, anything else 5
+NODE_CODES = {NodeType.COMP_NODE: 1, NodeType.COMM_COLL_NODE: 2, NodeType.COMM_SEND_NODE: 3,
+              NodeType.COMM_RECV_NODE: 4}
+
+
+def _node_kind(n: Node) -> tuple[int, bool, int, tuple[int, ...]]:
+    """What a node gives the walk's tables: its code, whether it is a compute node of no time and no
+    ops (done when issued), its time (ns) and its dependencies."""
+    c = 0 if n.get("is_cpu_op", False) else NODE_CODES.get(n.type, 5)
+    z = c <= 1 and n.duration_micros == 0 and int(n.get("num_ops", 0) or 0) == 0
+    return (c, z, int(n.duration_micros * 1000) if n.duration_micros else 1,
+            tuple(sorted(set(n.data_deps) | set(n.ctrl_deps))))
+
+
+@dataclass(frozen=True)
+class _Table:
+    """One rank's part of the walk's tables (its `parent`: places within the rank)."""
+
+    ids: NDArray[np.int64]
+    code: NDArray[np.int8]
+    zero: NDArray[np.int8]
+    dur: NDArray[np.int64]
+    pending: NDArray[np.int64]
+    parent: NDArray[np.int64]
+    kid: NDArray[np.int64]
+    cpu: set[int]
+
+
 def _index(index: dict[int, int] | range, node_id: int) -> int | None:
     """A node's place in its rank's table (None: not in the trace)."""
     if isinstance(index, range):
@@ -144,16 +186,20 @@ class Engine:
         self.total_nodes = sum(len(s.nodes) for s in self.ranks)
         self.nodes_done = 0
         self.progress = progress
-        self.coll_seen: dict[tuple[int, ...], dict[int, int]] = defaultdict(dict)
-        self.coll_waiting: dict[tuple[tuple[int, ...], int], _Pending] = {}
+        self.coll_seen: dict[int, dict[int, int]] = defaultdict(dict)  # by group number
+        self.coll_waiting: dict[tuple[int, int], _Pending] = {}  # by (group number, instance)
+        #: each group's number, its members and their set
+        self._groups: dict[tuple[int, ...], int] = {}
+        self._group_members: list[tuple[int, ...]] = []
+        self._group_sets: list[frozenset[int]] = []
         self.arrived: dict[tuple[int, int, int, int], deque[int]] = defaultdict(deque)
         self.posted: dict[tuple[int, int, int, int], deque[tuple[int, int]]] = defaultdict(deque)
         self.issued: dict[tuple[int, int], int] = {}
         self.span_cols = (array("q"), array("q"), array("q"), array("q"))  # rank, node, start, end
         #: ranks sharing their hosts' cores (`system.host_cores`); None: every rank computes alone
         self.hosts = self._shared_hosts()
-        #: per node (by identity, the last `AGGREGATED_KEPT`): its in-network aggregation
-        self._aggregated: dict[int, tuple[int, int] | None] = {}
+        #: per collective node (by identity, the last `AGGREGATED_KEPT`): what its issues need
+        self._colls: dict[int, _Coll] = {}
         #: the walk of every rank's graph on the compiled core (`_core.CoreNodes`: `issue_ready`,
         #: `issue`, `on_done` and `complete` below, event for event)
         self.core_nodes: Any = None
@@ -176,66 +222,76 @@ class Engine:
         offsets, node ids in ascending order per rank, codes, no-time flags, times, dependencies
         left, children), without the dictionaries of dependencies `_rank_state` makes. What a node
         gives the tables is found once per node object (the traces of a bundle share the nodes
-        they have alike). A trace that `_rank_state` refuses is refused with its error."""
-        codes = {NodeType.COMP_NODE: 1, NodeType.COMM_COLL_NODE: 2, NodeType.COMM_SEND_NODE: 3,
-                 NodeType.COMM_RECV_NODE: 4}
-        seen: dict[int, tuple[int, bool, int, tuple[int, ...]]] = {}
-        base = array("q", [0])
-        ids, dur, pending, parent, kid = (array("q") for _ in range(5))
-        code, zero = array("b"), array("b")  # a byte a node
+        they have alike), and a rank's tables once per sequence of what its nodes give (the ranks of
+        a pipeline stage differ in their peers and groups, not in their graph: 16 tables, not
+        16,384). A trace that `_rank_state` refuses is refused with its error."""
+        found: dict[int, int] = {}  # node object -> the number of what it gives the tables
+        kinds: list[tuple[int, bool, int, tuple[int, ...]]] = []  # what a node gives, by that number
+        numbers: dict[tuple[int, bool, int, tuple[int, ...]], int] = {}
+        tables: dict[tuple[int, ...], _Table] = {}  # a dense trace's tables, by its nodes' numbers
+        pieces: list[_Table] = []
         ranks: list[_Rank] = []
         for r, nodes in enumerate(traces):
+            for n in nodes:
+                if id(n) not in found:
+                    kind = _node_kind(n)
+                    found[id(n)] = numbers.setdefault(kind, len(kinds))
+                    if found[id(n)] == len(kinds):
+                        kinds.append(kind)
             dense = all(n.id == k for k, n in enumerate(nodes))
-            by_id: dict[int, Node] | list[Node]
-            order: range | list[int]
-            if dense:  # the trace is its own table of nodes by id
-                by_id, order = nodes, range(len(nodes))
-                index: dict[int, int] | range = order
+            if dense:  # the trace is its own table of nodes by id; its tables may be another rank's
+                sig = tuple([found[id(n)] for n in nodes])
+                table = tables.get(sig)
+                if table is None:
+                    table = tables[sig] = self._table(r, nodes, nodes, range(len(nodes)), [kinds[k] for k in sig])
+                by_id: dict[int, Node] | list[Node] = nodes
             else:
                 by_id = {}
                 for n in nodes:
                     by_id[n.id] = n
                 order = sorted(by_id)
-                index = {nid: k for k, nid in enumerate(order)}
-            start = len(ids)
-            cpu: set[int] = set()
-            free = 0
-            for k, nid in enumerate(order):
-                n = by_id[nid]
-                found = seen.get(id(n))
-                if found is None:
-                    c = 0 if n.get("is_cpu_op", False) else codes.get(n.type, 5)
-                    z = c <= 1 and n.duration_micros == 0 and int(n.get("num_ops", 0) or 0) == 0
-                    found = seen[id(n)] = (c, z, int(n.duration_micros * 1000) if n.duration_micros else 1,
-                                           tuple(set(n.data_deps) | set(n.ctrl_deps)))
-                c, z, d, deps = found
-                if c == 0:
-                    cpu.add(nid)
-                ids.append(nid)
-                code.append(c)
-                zero.append(z)
-                dur.append(d)
-                pending.append(len(deps))
-                free += not deps
-                for dep in deps:
-                    j = _index(index, dep)
-                    if j is None:  # the reference's error, found its way
-                        self._rank_state(r, nodes)
-                    parent.append(start + j)  # type: ignore[operator]
-                    kid.append(k)
-            if not by_id or not free:
-                self._rank_state(r, nodes)  # raises: no nodes, or no node free of dependencies
-            base.append(len(ids))
-            ranks.append(_Rank(by_id, {}, {}, left=len(by_id), cpu=cpu))
-        par = np.frombuffer(parent, dtype=np.int64) if len(parent) else np.empty(0, dtype=np.int64)
-        kids = np.frombuffer(kid, dtype=np.int64) if len(kid) else np.empty(0, dtype=np.int64)
+                table = self._table(r, nodes, [by_id[i] for i in order], {nid: k for k, nid in enumerate(order)},
+                                    [kinds[found[id(by_id[i])]] for i in order], ids=order)
+            pieces.append(table)
+            ranks.append(_Rank(by_id, {}, {}, left=len(by_id), cpu=table.cpu))
+        sizes = np.fromiter((len(t.ids) for t in pieces), dtype=np.int64, count=len(pieces))
+        base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        ids, code, zero, dur, pending = (
+            np.concatenate([getattr(t, f) for t in pieces]) if pieces else np.empty(0, dtype=np.int64)
+            for f in ("ids", "code", "zero", "dur", "pending"))
+        par = np.concatenate([t.parent + b for t, b in zip(pieces, base[:-1].tolist(), strict=True)]) \
+            if pieces else np.empty(0, dtype=np.int64)
+        kids = np.concatenate([t.kid for t in pieces]) if pieces else np.empty(0, dtype=np.int64)
+        del pieces
         child_ptr = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(np.bincount(par, minlength=len(ids)), out=child_ptr[1:])
         child = kids[np.argsort(par, kind="stable")]
-        cols = [np.frombuffer(a, dtype=np.int8 if a.typecode == "b" else np.int64) if len(a)
-                else np.empty(0, dtype=np.int8 if a.typecode == "b" else np.int64)
-                for a in (base, ids, code, zero, dur, pending)]
-        return ranks, (*cols, child_ptr, child)
+        return ranks, (base, ids, code.astype(np.int8), zero.astype(np.int8), dur, pending, child_ptr, child)
+
+    def _table(self, r: int, trace: list[Node], nodes: list[Node], index: dict[int, int] | range,
+               kinds: list[tuple[int, bool, int, tuple[int, ...]]], ids: list[int] | None = None) -> _Table:
+        """One rank's tables: its `nodes` in ascending id (`index`: a node id's place among them) and
+        what each gives them (`_node_kind`); the errors of `_rank_state` for `trace`."""
+        n = len(nodes)
+        code = np.fromiter((k[0] for k in kinds), dtype=np.int8, count=n)
+        zero = np.fromiter((k[1] for k in kinds), dtype=np.int8, count=n)
+        dur = np.fromiter((k[2] for k in kinds), dtype=np.int64, count=n)
+        pending = np.fromiter((len(k[3]) for k in kinds), dtype=np.int64, count=n)
+        parent, kid = array("q"), array("q")
+        for k, kind in enumerate(kinds):
+            for dep in kind[3]:
+                j = _index(index, dep)
+                if j is None:  # the reference's error, found its way
+                    self._rank_state(r, trace)
+                parent.append(j)  # type: ignore[arg-type]
+                kid.append(k)
+        if not n or not (pending == 0).any():
+            self._rank_state(r, trace)  # raises: no nodes, or no node free of dependencies
+        ids_arr = np.arange(n, dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
+        cpu = {int(ids_arr[k]) for k in np.flatnonzero(code == 0).tolist()}
+        return _Table(ids_arr, code, zero, dur, pending, np.frombuffer(parent, dtype=np.int64).copy() if len(parent)
+                      else np.empty(0, dtype=np.int64), np.frombuffer(kid, dtype=np.int64).copy() if len(kid)
+                      else np.empty(0, dtype=np.int64), cpu)
 
     def _issue_comm(self, rank: int, node_id: int, code: int) -> None:
         """The compiled walk issues a communication node (`CoreNodes`' code: 2 collective, 3 send, 4 receive)."""
@@ -436,37 +492,58 @@ class Engine:
         for the run: a cache of every communication node of every rank grows with the run)."""
         return node_meta(node)
 
+    def _coll(self, rank: int, node: Node) -> _Coll:
+        """`_Coll` of a collective node (its group's errors raised for the rank issuing it)."""
+        found = self._colls.get(id(node))
+        if found is not None:
+            return found
+        aggregated = in_network_of(node)
+        ctype = kind = None
+        if aggregated is None:
+            ctype = CollectiveType(int(node.get("comm_type", 0)))
+            kind = COLLECTIVE_KIND.get(ctype)
+        members: tuple[int, ...] = ()
+        group = -1
+        if aggregated is not None or kind is not None:
+            members = tuple(self.info.members(node, rank))
+            group = self._groups.get(members, -1)
+            if group < 0:
+                group = self._groups[members] = len(self._group_members)
+                self._group_members.append(members)
+                self._group_sets.append(frozenset(members))
+        found = _Coll(aggregated, kind, ctype, members, group, self._group_sets[group] if group >= 0 else frozenset())
+        if len(self._colls) >= AGGREGATED_KEPT:  # the members of a group issue it close together
+            self._colls.clear()
+        self._colls[id(node)] = found
+        return found
+
     def issue_collective(self, rank: int, node: Node) -> None:
-        aggregated = self._aggregated.get(id(node), _UNSEEN)
-        if aggregated is _UNSEEN:
-            if len(self._aggregated) >= AGGREGATED_KEPT:  # the members of a group issue it close together
-                self._aggregated.clear()
-            aggregated = self._aggregated[id(node)] = in_network_of(node)
-        if aggregated is not None:
-            self.in_network.issue(rank, node, tuple(self.info.members(node, rank)), *aggregated)
+        c = self._coll(rank, node)
+        if c.aggregated is not None:
+            self.in_network.issue(rank, node, c.members, *c.aggregated)
             return
-        ctype = CollectiveType(int(node.get("comm_type", 0)))
-        kind = COLLECTIVE_KIND.get(ctype)
+        kind = c.kind
         if kind is None:
-            if ctype == CollectiveType.BROADCAST:
+            assert c.ctype is not None
+            if c.ctype == CollectiveType.BROADCAST:
                 self.broadcast(rank, node)
                 return
             raise BackendError(
-                f"{self.info.bundle.et_path(rank)}: node {node.id}: collective {ctype.name} is not supported "
+                f"{self.info.bundle.et_path(rank)}: node {node.id}: collective {c.ctype.name} is not supported "
                 "(ASTRA-SIM simulates ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL)"
             )
-        members = tuple(self.info.members(node, rank))
-        if rank not in members:
+        members = c.members
+        if rank not in c.inside:
             raise BackendError(f"{self.info.bundle.et_path(rank)}: node {node.id}: rank {rank} is not in its group")
         if self.identical:
             alone = _Pending(kind, self.meta(node), {rank: node}, {rank: self.sched.now})
             self.comms.collective(kind, members, self._size(alone), False, self._done_fn(alone), alone.meta,
                                   report=(rank,), flow=alone.meta.flow * FLOWS_PER_COLLECTIVE)
             return
-        seen = self.coll_seen[members]
+        seen = self.coll_seen[c.group]
         index = seen.get(rank, 0)
         seen[rank] = index + 1
-        key = (members, index)
+        key = (c.group, index)
         now = self.sched.now
         pending = self.coll_waiting.get(key)
         if pending is None:
@@ -508,12 +585,12 @@ class Engine:
                        np.full(len(step), meta.flow * FLOWS_PER_COLLECTIVE, dtype=np.int64),
                        np.zeros(len(step), dtype=np.int64), step)
 
-    def _staggered(self, key: tuple[tuple[int, ...], int]) -> None:
+    def _staggered(self, key: tuple[int, int]) -> None:
         """Members issued a collective at different times: start it for those that have."""
         pending = self.coll_waiting.get(key)
         if pending is None or pending.act is not None:
             return
-        members = key[0]
+        members = self._group_members[key[0]]
         pending.act = self.comms.staggered(pending.kind, members, self._size(pending), len(members) < self.info.npus,
                                            list(pending.nodes), self._done_fn(pending), pending.meta,
                                            flow=pending.meta.flow * FLOWS_PER_COLLECTIVE)
