@@ -28,6 +28,7 @@ def span_iterations(info: WorkloadInfo, spans: pd.DataFrame) -> np.ndarray:
         return out
     node = spans["node"].to_numpy()
     luts: dict[int, np.ndarray | dict[int, int]] = {}
+    each: dict[int, int] = {}  # by node object: the ranks of a stage share most of their nodes
     for r, sel in by_rank(spans["rank"].to_numpy()):
         if not 0 <= r < len(info.nodes):
             continue
@@ -36,7 +37,7 @@ def span_iterations(info: WorkloadInfo, spans: pd.DataFrame) -> np.ndarray:
         if lut is None:
             if len(luts) >= LOOKUPS_KEPT:
                 luts.clear()
-            lut = luts[id(nodes)] = _iterations_by_id(nodes)
+            lut = luts[id(nodes)] = _iterations_by_id(nodes, each)
         ids = node[sel]
         if isinstance(lut, np.ndarray):
             known = (ids >= 0) & (ids < len(lut))
@@ -46,10 +47,17 @@ def span_iterations(info: WorkloadInfo, spans: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def _iterations_by_id(nodes: list[Node]) -> np.ndarray | dict[int, int]:
+def _iterations_by_id(nodes: list[Node], each: dict[int, int]) -> np.ndarray | dict[int, int]:
+    """The iteration of every node of a trace by id (`each`: found before, by node object)."""
+    def of(n: Node) -> int:
+        found = each.get(id(n))
+        if found is None:
+            found = each[id(n)] = node_iteration(n)
+        return found
+
     if all(n.id == k for k, n in enumerate(nodes)):
-        return np.fromiter((node_iteration(n) for n in nodes), dtype=np.int64, count=len(nodes))
-    return {n.id: node_iteration(n) for n in nodes}
+        return np.fromiter((of(n) for n in nodes), dtype=np.int64, count=len(nodes))
+    return {n.id: of(n) for n in nodes}
 
 
 def iteration_spans(info: WorkloadInfo, spans: pd.DataFrame) -> dict[int, list[tuple[int, int]]]:

@@ -23,11 +23,11 @@ from simstudy.backends.flowsim.sharing import prepare as prepare_sharing
 from simstudy.backends.flowsim.shortcuts import DEFAULT, FULL, Shortcuts
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.flowsim.tcp import TCP_NETMODELS
-from simstudy.backends.iterations import iteration_ends
+from simstudy.backends.iterations import last_ends
 from simstudy.backends.network import Network
 from simstudy.backends.traffic_build import WorkloadInfo, by_rank, span_kind, union_pairs_ns
 from simstudy.backends.traffic_out import TrafficSink, make_sink
-from simstudy.compiler.attributes import NodeMeta
+from simstudy.compiler.attributes import NodeMeta, node_iteration
 from simstudy.spec import Congestion
 from simstudy.table import OPS
 from simstudy.version import __version__
@@ -164,9 +164,10 @@ class FlowsimBackend:
                       exposed_comm_ns=int(s.finish) - s.compute_ns)
             for r, s in enumerate(states)
         ]
-        spans = _spans(engine, info.npus if engine.identical else 1)
+        spans, span_iteration = _spans(engine, info.npus if engine.identical else 1)
         # when the job's iterations end (identical ranks: rank 0's are everyone's)
-        ends = iteration_ends(info, spans[spans["rank"] == 0] if engine.identical else spans)
+        first = spans["rank"].to_numpy() == 0 if engine.identical else slice(None)
+        ends = last_ends(span_iteration[first], spans["end_ns"].to_numpy()[first])
         return RunResult(
             backend=self.name,
             backend_version=__version__,
@@ -241,35 +242,53 @@ def _solver_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:
     return {"fluid_solver": backend.fluid_solver, "rates_reused": int(getattr(engine.comms.model, "reused", 0))}
 
 
-def _spans(engine: Engine, copies: int) -> pd.DataFrame:
-    """The spans table, built column by column (names and kinds as categorical codes per trace),
-    sorted by start, rank and node one column at a time (16,384 ranks run 38 M spans: a table
-    sorted whole is held two and three times over); with identical ranks, rank 0's spans for
-    every rank."""
+def _spans(engine: Engine, copies: int) -> tuple[pd.DataFrame, np.ndarray]:
+    """The spans table, built column by column (names and kinds as categorical codes), sorted by
+    start, rank and node one column at a time (16,384 ranks run 38 M spans: a table sorted whole is
+    held two and three times over); and each span's iteration (-1: none). With identical ranks,
+    rank 0's spans for every rank. Where the compiled walk ran, a rank's codes are its table's (one
+    per pipeline stage), not found node by node."""
     rank, node, start, end = engine.take_span_columns()
     if not len(rank):
-        return empty_spans()
+        return empty_spans(), np.empty(0, dtype=np.int64)
     names: dict[str, int] = {}
     name_code = np.empty(len(rank), dtype=np.int32)
     kind_code = np.empty(len(rank), dtype=np.int8)
+    iteration = np.empty(len(rank), dtype=np.int64)
+    tables: dict[int, np.ndarray] = {}  # a table's names as codes
     for r, sel in by_rank(rank):
-        nodes = engine.ranks[r].nodes
-        ids = node[sel].tolist()
-        name_code[sel] = [names.setdefault(nodes[i].name, len(names)) for i in ids]
-        kind_code[sel] = [SPAN_KINDS.index(span_kind(nodes[i])) for i in ids]
+        state = engine.ranks[r]
+        t = state.table
+        if t is None:  # the Python walk: node by node
+            nodes = state.nodes
+            ids = node[sel].tolist()
+            name_code[sel] = [names.setdefault(nodes[i].name, len(names)) for i in ids]
+            kind_code[sel] = [SPAN_KINDS.index(span_kind(nodes[i])) for i in ids]
+            iteration[sel] = [node_iteration(nodes[i]) for i in ids]
+            continue
+        codes = tables.get(id(t))
+        if codes is None:
+            codes = tables[id(t)] = np.fromiter((names.setdefault(x, len(names)) for x in t.names), dtype=np.int32,
+                                                count=len(t.names))
+        at = node[sel] if isinstance(state.nodes, list) else np.searchsorted(t.ids, node[sel])
+        name_code[sel] = codes[at]
+        kind_code[sel] = t.span_kind[at]
+        iteration[sel] = t.iteration[at]
     if copies > 1:
         n = len(rank)
         rank = np.repeat(np.arange(copies, dtype=np.int64), n)
         node, start, end = np.tile(node, copies), np.tile(start, copies), np.tile(end, copies)
         name_code, kind_code = np.tile(name_code, copies), np.tile(kind_code, copies)
+        iteration = np.tile(iteration, copies)
     order = np.lexsort((node, rank, start))  # stable: as sort_values(["start_ns", "rank", "node"])
     rank = rank.astype(np.int32)[order]
     node = node[order]
     start = start[order]
     end = end[order]
+    iteration = iteration[order]
     name = pd.Categorical.from_codes(name_code[order], categories=list(names))
     del name_code
     kind = pd.Categorical.from_codes(kind_code[order], categories=list(SPAN_KINDS))
     del kind_code, order
     return pd.DataFrame({"rank": rank, "node": node, "name": name, "kind": kind, "start_ns": start, "end_ns": end},
-                        copy=False)
+                        copy=False), iteration

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from simstudy.backends.base import BackendError
+from simstudy.backends.base import SPAN_KINDS, BackendError
 from simstudy.backends.flowsim.comms import Comms
 from simstudy.backends.flowsim.hosts import SharedHosts
 from simstudy.backends.flowsim.in_network import InNetwork, chunk_sizes
@@ -40,9 +40,9 @@ from simstudy.backends.patterns import (
     broadcast_root,
     first_member_messages,
 )
-from simstudy.backends.traffic_build import COLLECTIVE_KIND, WorkloadInfo
+from simstudy.backends.traffic_build import COLLECTIVE_KIND, WorkloadInfo, span_kind
 from simstudy.chakra import CollectiveType, Node, NodeType
-from simstudy.compiler.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, in_network_of, node_meta
+from simstudy.compiler.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, in_network_of, node_iteration, node_meta
 from simstudy.spec import Congestion
 
 COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE)
@@ -92,6 +92,8 @@ class _Rank:
     comm_spans: array[int] = field(default_factory=lambda: array("q"))
     #: its CPU nodes (`is_cpu_op`), found once: the attribute is looked up by name in a list
     cpu: set[int] = field(default_factory=set)
+    #: its part of the compiled walk's tables (None: the Python walk)
+    table: _Table | None = None
 
     def comm(self, start: int, end: int) -> None:
         """Communication was in flight from `start` to `end` (ns)."""
@@ -119,13 +121,19 @@ NODE_CODES = {NodeType.COMP_NODE: 1, NodeType.COMM_COLL_NODE: 2, NodeType.COMM_S
               NodeType.COMM_RECV_NODE: 4}
 
 
-def _node_kind(n: Node) -> tuple[int, bool, int, tuple[int, ...]]:
+#: What a node gives the walk's tables and its spans (`_node_kind`)
+NodeKind = tuple[int, bool, int, tuple[int, ...], str, int, int]
+
+
+def _node_kind(n: Node) -> NodeKind:
     """What a node gives the walk's tables: its code, whether it is a compute node of no time and no
-    ops (done when issued), its time (ns) and its dependencies."""
+    ops (done when issued), its time (ns) and its dependencies; and its spans: its name, its span
+    kind (`SPAN_KINDS`) and its iteration."""
     c = 0 if n.get("is_cpu_op", False) else NODE_CODES.get(n.type, 5)
     z = c <= 1 and n.duration_micros == 0 and int(n.get("num_ops", 0) or 0) == 0
     return (c, z, int(n.duration_micros * 1000) if n.duration_micros else 1,
-            tuple(sorted(set(n.data_deps) | set(n.ctrl_deps))))
+            tuple(sorted(set(n.data_deps) | set(n.ctrl_deps))), n.name, SPAN_KINDS.index(span_kind(n)),
+            node_iteration(n))
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,10 @@ class _Table:
     parent: NDArray[np.int64]
     kid: NDArray[np.int64]
     cpu: set[int]
+    #: its nodes' names, span kinds (`SPAN_KINDS`) and iterations, in the order of `ids`
+    names: list[str]
+    span_kind: NDArray[np.int8]
+    iteration: NDArray[np.int64]
 
 
 def _index(index: dict[int, int] | range, node_id: int) -> int | None:
@@ -226,8 +238,8 @@ class Engine:
         a pipeline stage differ in their peers and groups, not in their graph: 16 tables, not
         16,384). A trace that `_rank_state` refuses is refused with its error."""
         found: dict[int, int] = {}  # node object -> the number of what it gives the tables
-        kinds: list[tuple[int, bool, int, tuple[int, ...]]] = []  # what a node gives, by that number
-        numbers: dict[tuple[int, bool, int, tuple[int, ...]], int] = {}
+        kinds: list[NodeKind] = []  # what a node gives, by that number
+        numbers: dict[NodeKind, int] = {}
         tables: dict[tuple[int, ...], _Table] = {}  # a dense trace's tables, by its nodes' numbers
         pieces: list[_Table] = []
         ranks: list[_Rank] = []
@@ -253,7 +265,7 @@ class Engine:
                 table = self._table(r, nodes, [by_id[i] for i in order], {nid: k for k, nid in enumerate(order)},
                                     [kinds[found[id(by_id[i])]] for i in order], ids=order)
             pieces.append(table)
-            ranks.append(_Rank(by_id, {}, {}, left=len(by_id), cpu=table.cpu))
+            ranks.append(_Rank(by_id, {}, {}, left=len(by_id), cpu=table.cpu, table=table))
         sizes = np.fromiter((len(t.ids) for t in pieces), dtype=np.int64, count=len(pieces))
         base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         ids, code, zero, dur, pending = (
@@ -269,7 +281,7 @@ class Engine:
         return ranks, (base, ids, code.astype(np.int8), zero.astype(np.int8), dur, pending, child_ptr, child)
 
     def _table(self, r: int, trace: list[Node], nodes: list[Node], index: dict[int, int] | range,
-               kinds: list[tuple[int, bool, int, tuple[int, ...]]], ids: list[int] | None = None) -> _Table:
+               kinds: list[NodeKind], ids: list[int] | None = None) -> _Table:
         """One rank's tables: its `nodes` in ascending id (`index`: a node id's place among them) and
         what each gives them (`_node_kind`); the errors of `_rank_state` for `trace`."""
         n = len(nodes)
@@ -291,7 +303,9 @@ class Engine:
         cpu = {int(ids_arr[k]) for k in np.flatnonzero(code == 0).tolist()}
         return _Table(ids_arr, code, zero, dur, pending, np.frombuffer(parent, dtype=np.int64).copy() if len(parent)
                       else np.empty(0, dtype=np.int64), np.frombuffer(kid, dtype=np.int64).copy() if len(kid)
-                      else np.empty(0, dtype=np.int64), cpu)
+                      else np.empty(0, dtype=np.int64), cpu, [k[4] for k in kinds],
+                      np.fromiter((k[5] for k in kinds), dtype=np.int8, count=n),
+                      np.fromiter((k[6] for k in kinds), dtype=np.int64, count=n))
 
     def _issue_comm(self, rank: int, node_id: int, code: int) -> None:
         """The compiled walk issues a communication node (`CoreNodes`' code: 2 collective, 3 send, 4 receive)."""
