@@ -115,7 +115,7 @@ def clos(gpus: int) -> dict[str, Any]:
 def llm(model: str, tp: int, pp: int, dp: int, topology: dict[str, Any]) -> dict[str, Any]:
     parallelism: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "microbatches": pp}
     training: dict[str, Any] = {"batch_size_per_worker": pp, "iterations": 1}
-    if model == "llama3_70b":
+    if model.startswith("llama3_"):  # as benchmarks/scale.py runs them
         parallelism["sp"] = True
         training["precision"] = "bf16"
     return {"name": f"{model}_{tp * pp * dp}", "model": model, "parallelism": parallelism, "topology": topology,
@@ -138,8 +138,9 @@ CASES: dict[str, Any] = {
     "llama4096sw": lambda: llm("llama3_70b", 8, 8, 64, {"kind": "switch", "npus": 4096, "bandwidth_gbps": 400,
                                                         "latency_ns": 1000}),
     "llama16k": lambda: llm("llama3_70b", 8, 16, 128, two_dims(16384)),
+    "llama405_16k": lambda: llm("llama3_405b", 8, 16, 128, two_dims(16384)),
 }
-SMALL = [c for c in CASES if c not in ("llama4096", "llama4096sw", "llama16k")]
+SMALL = [c for c in CASES if c not in ("llama4096", "llama4096sw", "llama16k", "llama405_16k")]
 
 #: benchmarks/scale.py's runs on this machine as docs/how-to/llm-training.md prints them (wall s, peak
 #: bytes): the same bundles as llama4096, llama4096sw and llama16k (their transfers are the counts here).
@@ -153,6 +154,10 @@ PUBLISHED = [
     {"case": "llama4096sw", "backend": "astrasim", "mode": "aware", "wall": 749.4, "peak": 15858 << 20},
     {"case": "llama4096", "backend": "compile", "mode": "", "wall": 17.6, "peak": 0},
     {"case": "llama16k", "backend": "compile", "mode": "", "wall": 173.0, "peak": 0},
+    # the compiled core, `benchmarks/scale.py --sizes 16384 [--model llama3_405b]` (docs/results.md,
+    # "16,384 GPUs in 8 GiB")
+    {"case": "llama16k", "backend": "flowsim", "mode": "unaware", "wall": 151.5, "peak": 4795 << 20},
+    {"case": "llama405_16k", "backend": "flowsim", "mode": "unaware", "wall": 210.3, "peak": 6869 << 20},
 ]
 
 
@@ -235,8 +240,9 @@ def report(row: dict[str, Any], w: Workload) -> None:
         print(f"{head} {row['wall']:>8.1f} {'-':>8} {'-':>5} {row['peak'] / GIB:>9.2f}", flush=True)
         return
     s, b = est
+    ratio = f"{b / row['peak']:>5.2f}" if row["peak"] else f"{'-':>5}"  # a published compile gives no memory
     print(f"{head} {row['wall']:>8.1f} {s:>8.1f} {s / row['wall']:>5.2f} {row['peak'] / GIB:>9.2f} "
-          f"{b / GIB:>8.2f} {b / row['peak']:>5.2f}", flush=True)
+          f"{b / GIB:>8.2f} {ratio}", flush=True)
 
 
 def fit(rows: list[dict[str, Any]], workloads: dict[str, Workload]) -> None:

@@ -117,7 +117,8 @@ _FIT = ("`python benchmarks/estimate.py --save rows.jsonl` (7 cases, 128-1,024 G
         "which adds benchmarks/scale.py's published LLaMA-3 70B runs at 4,096 and 16,384 GPUs")
 
 _FIT_CORE = ("`python benchmarks/estimate.py --backends flowsim --save rows.jsonl` (the same 7 cases and "
-             "rn1024ls on the compiled core) then `--load rows.jsonl --fit`")
+             "rn1024ls on the compiled core) then `--load rows.jsonl --published --fit`, which adds "
+             "benchmarks/scale.py's LLaMA-3 70B and LLaMA-3.1 405B runs at 16,384 GPUs on the compiled core")
 
 #: (backend, congestion mode) -> its model; ("compile", "") is the compile before every run of a spec
 #: (writing every rank's ET file: its time adds to the run's, its memory is freed before the run).
@@ -127,15 +128,15 @@ _FIT_CORE = ("`python benchmarks/estimate.py --backends flowsim --save rows.json
 #: measured under the heaviest load, 0.37x).
 COSTS: dict[tuple[str, str], Model] = {
     ("compile", ""): Model((5.102e7, 1756.0, 7880.0), (0.4437, 3.981e-6, 0.0, 0.0), _FIT, compile=True),
-    # flowsim's compiled core (`engine: compiled`, the default where built), fitted to the same 7 cases
-    # and ResNet-50 DP 1,024 on a leaf-spine (`_FIT_CORE`: runs of the compiled core with its workload
-    # layer compiled; wall time within 0.82-1.13x on all but fluid on the 3-tier Clos: 0.35x at 512
-    # GPUs, 0.82x at 256). The fluid term (messages x flows at peak) cannot tell a ring over a
+    # flowsim's compiled core (`engine: compiled`, the default where built), fitted to the same 7 cases,
+    # ResNet-50 DP 1,024 on a leaf-spine and (unaware) the two 16,384-GPU runs (`_FIT_CORE`: memory
+    # within 0.83-1.08x on every run; wall time within 0.65-1.18x on all but fluid on the 3-tier Clos:
+    # 0.28x at 512 GPUs, 0.72x at 256). The fluid term (messages x flows at peak) cannot tell a ring over a
     # leaf-spine, whose flows seldom meet (ResNet-50 DP 4,096: 3.3x the measured time), from LLaMA-3's
     # groups on a Clos, whose flows meet in large components (on 4,096 GPUs: 0.34x)
-    ("flowsim", "unaware"): Model((1.589e8, 526.0, 6251.0), (0.6671, 6.505e-6, 0.0, 6.827e-11), _FIT_CORE),
-    ("flowsim", "aware"): Model((1.592e8, 572.8, 3805.0), (0.6774, 1.006e-5, 0.0, 2.383e-10), _FIT_CORE),
-    ("flowsim", "fluid"): Model((1.595e8, 569.2, 6056.0), (0.7181, 8.043e-6, 0.0, 2.3e-10), _FIT_CORE),
+    ("flowsim", "unaware"): Model((1.59e8, 238.4, 1994.0), (0.5261, 4.398e-6, 8.584e-8, 0.0), _FIT_CORE),
+    ("flowsim", "aware"): Model((1.596e8, 281.2, 0.0), (0.594, 7.112e-6, 0.0, 2.493e-10), _FIT_CORE),
+    ("flowsim", "fluid"): Model((1.609e8, 274.7, 3490.0), (0.6403, 4.754e-6, 0.0, 2.413e-10), _FIT_CORE),
     # flowsim's Python engine (`engine: python`, or where the compiled core is not built)
     ("flowsim-python", "unaware"): Model((1.544e8, 540.4, 1.614e4), (0.8146, 0.0, 4.324e-6, 7.056e-9), _FIT),
     ("flowsim-python", "aware"): Model((1.595e8, 530.9, 1.075e4), (1.199, 1.317e-4, 0.0, 2.224e-8), _FIT),
