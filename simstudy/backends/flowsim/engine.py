@@ -110,9 +110,9 @@ Emit = Callable[..., None]
 Tick = Callable[[float, int], None]
 
 
-#: Collective nodes whose in-network aggregation is kept at most (a dictionary of every collective
-#: node of a 16,384-GPU run is hundreds of MB; the members of a group look theirs up close together).
-AGGREGATED_KEPT = 1 << 16
+#: Collective nodes whose `_Coll` is kept at most (a dictionary of every collective node of a
+#: 16,384-GPU run is hundreds of MB; the members of a group look theirs up close together).
+COLLECTIVES_KEPT = 1 << 16
 
 
 #: A node's code in the compiled walk's tables (`_core.CoreNodes`): CPU 0, compute 1, collective 2,
@@ -210,7 +210,7 @@ class Engine:
         self.span_cols = (array("q"), array("q"), array("q"), array("q"))  # rank, node, start, end
         #: ranks sharing their hosts' cores (`system.host_cores`); None: every rank computes alone
         self.hosts = self._shared_hosts()
-        #: per collective node (by identity, the last `AGGREGATED_KEPT`): what its issues need
+        #: per collective node (by identity, the last `COLLECTIVES_KEPT`): what its issues need
         self._colls: dict[int, _Coll] = {}
         #: the walk of every rank's graph on the compiled core (`_core.CoreNodes`: `issue_ready`,
         #: `issue`, `on_done` and `complete` below, event for event)
@@ -244,15 +244,18 @@ class Engine:
         pieces: list[_Table] = []
         ranks: list[_Rank] = []
         for r, nodes in enumerate(traces):
+            nums: list[int] = []  # each node's number, in trace order
             for n in nodes:
-                if id(n) not in found:
+                k = found.get(id(n))
+                if k is None:  # a node object not met before
                     kind = _node_kind(n)
-                    found[id(n)] = numbers.setdefault(kind, len(kinds))
-                    if found[id(n)] == len(kinds):
+                    k = found[id(n)] = numbers.setdefault(kind, len(kinds))
+                    if k == len(kinds):
                         kinds.append(kind)
+                nums.append(k)
             dense = all(n.id == k for k, n in enumerate(nodes))
             if dense:  # the trace is its own table of nodes by id; its tables may be another rank's
-                sig = tuple([found[id(n)] for n in nodes])
+                sig = tuple(nums)
                 table = tables.get(sig)
                 if table is None:
                     table = tables[sig] = self._table(r, nodes, nodes, range(len(nodes)), [kinds[k] for k in sig])
@@ -278,7 +281,8 @@ class Engine:
         child_ptr = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(np.bincount(par, minlength=len(ids)), out=child_ptr[1:])
         child = kids[np.argsort(par, kind="stable")]
-        return ranks, (base, ids, code.astype(np.int8), zero.astype(np.int8), dur, pending, child_ptr, child)
+        return ranks, (base, ids, code.astype(np.int8, copy=False), zero.astype(np.int8, copy=False), dur, pending,
+                       child_ptr, child)
 
     def _table(self, r: int, trace: list[Node], nodes: list[Node], index: dict[int, int] | range,
                kinds: list[NodeKind], ids: list[int] | None = None) -> _Table:
@@ -301,9 +305,8 @@ class Engine:
             self._rank_state(r, trace)  # raises: no nodes, or no node free of dependencies
         ids_arr = np.arange(n, dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
         cpu = {int(ids_arr[k]) for k in np.flatnonzero(code == 0).tolist()}
-        return _Table(ids_arr, code, zero, dur, pending, np.frombuffer(parent, dtype=np.int64).copy() if len(parent)
-                      else np.empty(0, dtype=np.int64), np.frombuffer(kid, dtype=np.int64).copy() if len(kid)
-                      else np.empty(0, dtype=np.int64), cpu, [k[4] for k in kinds],
+        return _Table(ids_arr, code, zero, dur, pending, np.array(parent, dtype=np.int64),
+                      np.array(kid, dtype=np.int64), cpu, [k[4] for k in kinds],
                       np.fromiter((k[5] for k in kinds), dtype=np.int8, count=n),
                       np.fromiter((k[6] for k in kinds), dtype=np.int64, count=n))
 
@@ -500,12 +503,6 @@ class Engine:
 
     # -- collectives -------------------------------------------------------------------------
 
-    @staticmethod
-    def meta(node: Node) -> NodeMeta:
-        """`node_meta(node)`: found where a collective or send starts, and kept by it (not per node
-        for the run: a cache of every communication node of every rank grows with the run)."""
-        return node_meta(node)
-
     def _coll(self, rank: int, node: Node) -> _Coll:
         """`_Coll` of a collective node (its group's errors raised for the rank issuing it)."""
         found = self._colls.get(id(node))
@@ -526,7 +523,7 @@ class Engine:
                 self._group_members.append(members)
                 self._group_sets.append(frozenset(members))
         found = _Coll(aggregated, kind, ctype, members, group, self._group_sets[group] if group >= 0 else frozenset())
-        if len(self._colls) >= AGGREGATED_KEPT:  # the members of a group issue it close together
+        if len(self._colls) >= COLLECTIVES_KEPT:  # the members of a group issue it close together
             self._colls.clear()
         self._colls[id(node)] = found
         return found
@@ -550,7 +547,7 @@ class Engine:
         if rank not in c.inside:
             raise BackendError(f"{self.info.bundle.et_path(rank)}: node {node.id}: rank {rank} is not in its group")
         if self.identical:
-            alone = _Pending(kind, self.meta(node), {rank: node}, {rank: self.sched.now})
+            alone = _Pending(kind, node_meta(node), {rank: node}, {rank: self.sched.now})
             self.comms.collective(kind, members, self._size(alone), False, self._done_fn(alone), alone.meta,
                                   report=(rank,), flow=alone.meta.flow * FLOWS_PER_COLLECTIVE)
             return
@@ -561,7 +558,7 @@ class Engine:
         now = self.sched.now
         pending = self.coll_waiting.get(key)
         if pending is None:
-            pending = self.coll_waiting[key] = _Pending(kind, self.meta(node))
+            pending = self.coll_waiting[key] = _Pending(kind, node_meta(node))
             # Whether every member issues it at this same instant is known once the instant is over.
             self.sched.after_all(now, self._staggered, key)
         pending.nodes[rank] = node
@@ -635,7 +632,7 @@ class Engine:
         tag = int(node.get("comm_tag", 0))
         if not 0 <= dst < len(self.ranks) or dst == rank:
             raise BackendError(f"{self.info.bundle.et_path(rank)}: send node {node.id}: bad destination {dst}")
-        meta = self.meta(node)
+        meta = node_meta(node)
         self.comms.send(rank, dst, size, self.on_arrival, (node, tag, meta), flow=meta.flow)
 
     def on_arrival(self, msg: Msg) -> None:
