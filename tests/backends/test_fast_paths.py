@@ -56,9 +56,23 @@ SEND_MEETS_TREE = Case(
     groups={}, topology=None)
 
 
+#: Found by this test: group 1's all-reduce (ranks 0-3) is timed alone, and its members hear that
+#: they are done in rank order, where on the full path they hear it in the order of their last
+#: messages; the collective of every rank that they issue next (staggered: group 2 is still busy)
+#: then sends 0 -> 1 and 2 -> 1 at one instant in the other order, and on a FIFO link (aware) the
+#: other message waits. Members of a timed collective now hear it in the order it finished them.
+DONE_ORDER_MEETS_FIFO = Case(
+    dims=[("Switch", 4, 12.5, 0.0), ("Ring", 2, 12.5, 0.0)], algorithms=["doubleBinaryTree", "ring"], active=1,
+    splits=1, optimization="baseline",
+    ops=[Op(kind="all_reduce", size=4096, group="1"), Op(kind="all_reduce", size=65536, group="2"),
+         Op(kind="all_reduce", size=4096, group=None)],
+    groups={"1": [0, 1, 2, 3], "2": [4, 5, 6, 7]}, topology=None)
+
+
 @examples(WORKLOADS)
 @given(cases(max_npus=8, max_ops=5))
 @example(SEND_MEETS_TREE)
+@example(DONE_ORDER_MEETS_FIFO)
 def test_workloads(case: Case) -> None:
     """Several ops per rank: staggered starts, groups whose collectives share links, sends that
     meet isolated collectives (replayed message by message from their start)."""

@@ -173,6 +173,10 @@ class Timing:
     chunk: IntArray
     step: IntArray
     xor: NDArray[np.bool_]
+    #: the members in the order they finished (indices into `finish`): members that finish at one
+    #: instant hear of it in this order, as on the full path, where it is their last messages' order
+    #: (on FIFO links the order in which they issue what comes next decides which message queues)
+    order: IntArray
     #: when only counts are kept: (messages, bytes, the ranks that sent, the bytes each sent), and no
     #: messages above
     counted: tuple[int, int, IntArray, NDArray[np.float64]] | None = None
@@ -419,9 +423,11 @@ class Comms:
         act.pending = timing.messages * (len(act.members) if act.plan.lane else 1)
         self.timed_pending += act.pending
         s = self.sched
-        index = {r: i for i, r in enumerate(act.members)} if len(act.report) != len(act.members) else None
-        for lr, rank in enumerate(act.report):
-            s.at(act.start + int(timing.finish[lr if index is None else index[rank]]), self._fast_done, act, rank)
+        report = set(act.report)
+        for i in timing.order.tolist():  # in the order the full path would tell them
+            rank = act.members[i]
+            if rank in report:
+                s.at(act.start + int(timing.finish[i]), self._fast_done, act, rank)
 
     def staggered(self, kind: str, members: tuple[int, ...], size: int, group: bool, joined: list[int],
                   done: Callable[[int, int], None], ctx: Any, *, flow: int = 0) -> Activity:
@@ -646,6 +652,7 @@ class Comms:
             model = self.model_class(sched, self.routes.effective, self.routes.net.latency)
             route = self.route
         finish = np.zeros(len(plan.members), dtype=np.int64)
+        order: list[int] = []
         # a lane plan's messages are rank 0's (copied to every rank); otherwise, when only counts are
         # kept, a timing keeps its counts, not its messages (memory by ranks, not by messages)
         rec = _Recorder(plan, self.routes.net.hosts, counts_only=self.count is not None and not plan.lane)
@@ -653,6 +660,7 @@ class Comms:
 
         def done(rank: int, t: int) -> None:
             finish[index[rank]] = t
+            order.append(index[rank])
 
         if self.compiled:
             cache = self._core_routes if lanes is None else lanes.core_routes
@@ -671,11 +679,12 @@ class Comms:
         if run.done < plan.sim_ranks:  # as the full path (and ASTRA-SIM, whose ranks never finish either)
             raise BackendError(f"flowsim: deadlock: {plan.kind} of {len(plan.members)} ranks never finished on "
                                f"{plan.sim_ranks - run.done} of them: its chunks wait for queues that others hold")
-        if plan.lane:
+        if plan.lane:  # rank 0 stands for every member: they finish together, in rank order
             finish[:] = finish[0]
+            order = list(range(len(plan.members)))
         arr = rec.columns()
         timing = Timing(finish, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5], arr[6], arr[7].astype(bool),
-                        rec.counted())
+                        np.asarray(order, dtype=np.int64), rec.counted())
         self.timings[(id(plan), choices)] = timing
         return timing
 
