@@ -24,7 +24,9 @@ none`; the binary runs with its trace off); `--rows` also times flowsim keeping 
 Goals on a 2-core machine: 4,096 GPUs within 1x ASTRA-SIM's wall time and 1.5x its memory; 16,384
 GPUs in under 10 minutes and 16 GiB; rows at 1,024 NPUs within 1.5x ASTRA-SIM's memory.
 
-Under each run: `simstudy run --estimate`'s wall time and memory of it and estimate / measured.
+Under each run: each phase of spec to summary with its wall time and share (the compile; flowsim's
+reading of the traces, building of the run, simulation and writing), and `simstudy run --estimate`'s
+wall time and memory of it and estimate / measured.
 
 Usage: ASTRA_SIM_BIN=... python benchmarks/scale.py [--sizes 4096,16384] [--modes unaware,aware]
        [--skip-astrasim-above N] [--rows] [--skip-rows-1024] [--model llama3_405b]
@@ -63,7 +65,7 @@ if kind == "flowsim":
     own = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
     u = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"wall": r.wall_time_s, "finish": r.finish_ns, "transfers": r.output.transfers, "rss_mb": own,
-                      "cpu": u.ru_utime + u.ru_stime}))
+                      "cpu": u.ru_utime + u.ru_stime, "phases": r.details["phases_s"]}))
 else:
     # the binary itself, with its trace on only when asked (the astrasim backend always turns it on to build
     # its traffic table; the wall time and memory are the binary's either way)
@@ -132,6 +134,17 @@ def row(label: str, f: dict[str, float] | None, a: dict[str, float] | None) -> N
           f"{a['rss_mb']:>9.0f} {f['rss_mb'] / a['rss_mb']:>7.2f} {same:>6} {int(f['transfers']):>13,}")
 
 
+def phases(compile_s: float, f: dict[str, Any] | None) -> str:
+    """Each phase of spec to summary, its wall seconds and its share: the compile, then flowsim's
+    (reading the traces, building the run, simulating, writing)."""
+    if f is None:
+        return "phases: - (the run failed)"
+    parts = {"compile": compile_s, **f["phases"]}
+    total = sum(parts.values())
+    shares = " | ".join(f"{k} {v:.1f} s ({v / total:.0%})" for k, v in parts.items())
+    return f"phases: {shares} | spec to summary {total:.1f} s"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sizes", default="4096,16384", help="GPU counts (4096, 16384)")
@@ -165,6 +178,7 @@ def main() -> None:
                 f = child("flowsim", {"bundle": str(b), "mode": mode}, root / f"f{n}{mode}")
                 a = child("astrasim", {"bundle": str(b), "mode": mode}, root / f"a{n}{mode}") if run_astra else None
                 row(f"flowsim {mode} / ASTRA-SIM {mode}", f, a)
+                print(f"  {phases(res.seconds, f)}")
                 w = count(llama(n, one_dim, args.model))
                 print(f"  {against(w, 'flowsim', mode, f and f['wall'], f and f['rss_mb'] * 2**20)}")
                 if run_astra:

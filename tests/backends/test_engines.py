@@ -253,8 +253,14 @@ def test_run_json_says_which_engine_ran(tmp_path: Path) -> None:
                                "--engine", engine, "--quiet", "--traffic", "none"], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         assert f"{engine} engine" in done.stdout
-        details = json.loads((tmp_path / engine / "run.json").read_text())["details"]
+        run = json.loads((tmp_path / engine / "run.json").read_text())
+        details = run["details"]
         assert details["engine"] == engine
+        # each phase's wall seconds, in the order they ran, together the run's wall time
+        phases = details["phases_s"]
+        assert list(phases) == ["read", "build", "simulate", "write"]
+        assert all(v >= 0 for v in phases.values()) and phases["simulate"] > 0
+        assert sum(phases.values()) == pytest.approx(run["wall_time_s"], abs=0.01)
     a, b = (json.loads((tmp_path / e / "run.json").read_text()) for e in ("python", "compiled"))
     assert [r["finish_ns"] for r in a["ranks"]] == [r["finish_ns"] for r in b["ranks"]]
 

@@ -84,7 +84,9 @@ class FlowsimBackend:
     `engine` which engine runs (`ENGINES`): the compiled core has the event queue, the system layer
     and the three congestion models (fluid as its `fast` solver); a run with sharing policies, TCP
     under loss or the packet network runs in Python whatever it says (run.json's details say which
-    engine ran, and why)."""
+    engine ran, and why). run.json's `phases_s` gives the wall seconds of each phase: reading the
+    traces (`read`), building the run (network, routes, the walk's tables: `build`), `simulate`,
+    and `write` (rows flushed, per-rank times and spans)."""
 
     name = "flowsim"
 
@@ -119,6 +121,7 @@ class FlowsimBackend:
         if self.progress is not None:
             self.progress(Progress(0.0, phase="route"))
         info = WorkloadInfo.from_bundle(bundle)
+        phases = {"read": time.perf_counter() - t0}  # wall seconds of each phase, in order
         net = Network.from_topology(info.topology)
         shares = prepare_sharing(info, net, self.congestion)  # a cluster's network: how its jobs share links
         workdir.mkdir(parents=True, exist_ok=True)
@@ -149,10 +152,14 @@ class FlowsimBackend:
             engine.progress = _ticker(self.progress, lambda: sink.transfers + len(rows.buf) + engine.comms.simulated(),
                                       t0, engine.expected_transfers())
             self.progress(Progress(0.0, wall_s=time.perf_counter() - t0))  # the simulation starts
+        t1 = time.perf_counter()
+        phases["build"] = t1 - t0 - phases["read"]
         try:
             engine.run()
         finally:
             extra = self.network_done(engine.comms.model)
+        t2 = time.perf_counter()
+        phases["simulate"] = t2 - t1
         if self.progress is not None:
             self.progress(Progress(1.0, engine.sched.now, sink.transfers + len(rows.buf) + engine.comms.simulated(),
                                    time.perf_counter() - t0, phase="write"))
@@ -168,6 +175,7 @@ class FlowsimBackend:
         # when the job's iterations end (identical ranks: rank 0's are everyone's)
         first = spans["rank"].to_numpy() == 0 if engine.identical else slice(None)
         ends = last_ends(span_iteration[first], spans["end_ns"].to_numpy()[first])
+        phases["write"] = time.perf_counter() - t2
         return RunResult(
             backend=self.name,
             backend_version=__version__,
@@ -178,7 +186,8 @@ class FlowsimBackend:
                      **_solver_details(self, engine), "network": net.kind,
                      "links": len(net.capacity), "identical_ranks": engine.identical,
                      "shortcuts": [n for n in cuts.names if n != "isolated" or engine.comms.isolated],
-                     **engine.comms.stats, **extra, "iteration_ends_ns": ends, **engine.in_network.details()},
+                     **engine.comms.stats, **extra, "iteration_ends_ns": ends, **engine.in_network.details(),
+                     "phases_s": {k: round(v, 3) for k, v in phases.items()}},
             spans=spans,
         )
 
