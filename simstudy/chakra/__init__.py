@@ -26,7 +26,7 @@ from simstudy.chakra.canonical import (
     pg_name,
     tensor_size,
 )
-from simstudy.chakra.decode import decode_metadata, decode_node, decode_trace, iter_nodes, read_trace
+from simstudy.chakra.decode import Interner, decode_metadata, decode_node, decode_trace, iter_nodes, read_trace
 from simstudy.chakra.encode import encode_metadata, encode_node, encode_trace, frame, write_trace
 from simstudy.chakra.errors import ChakraFormatError
 from simstudy.chakra.files import find_trace_files, trace_path
@@ -41,6 +41,7 @@ __all__ = [
     "CollectiveType",
     "GlobalMetadata",
     "IOInfo",
+    "Interner",
     "Node",
     "NodeType",
     "comm_dst",

@@ -19,9 +19,11 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
+
+import numpy as np
 
 from simstudy.chakra import wire
 from simstudy.chakra.errors import ChakraFormatError, WireError
@@ -34,6 +36,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 BytesLike: TypeAlias = bytes | bytearray | memoryview
 
 _NODE_TYPES: dict[int, NodeType] = {t.value: t for t in NodeType}
+#: NodeTypes by value (0, 1, ... without a gap)
+_TYPES: list[NodeType] = [_NODE_TYPES[v] for v in range(len(_NODE_TYPES))]
 
 
 #: Decoded attributes by their encoded bytes: traces repeat a few attributes on every node.
@@ -65,14 +69,89 @@ def decode_trace(data: BytesLike, *, source: str = "<bytes>", intern: dict[bytes
             if lists is not None:
                 node.ctrl_deps = _shared(lists, node.ctrl_deps)
                 node.data_deps = _shared(lists, node.data_deps)
-                node.attrs = _shared(lists, node.attrs)
+                node.attrs = _shared_attrs(lists, node.attrs)
         nodes.append(node)
     return meta, nodes
+
+
+class FrameNumbers(Protocol):
+    """Framing and numbering of frames in compiled code (flowsim's core has one: `FrameIndex`)."""
+
+    def frames(self, data: bytes) -> Any:
+        """Flat (start, end) of every frame (int64), or None: let the Python reader frame it."""
+
+    def number(self, data: bytes, spans: Any) -> tuple[Any, Any]:
+        """Each frame's number (a new one where its bytes were not seen before), and the new ones'
+        (frame, start, end), flat."""
+
+    def plain_nodes(self, data: bytes, fresh: Any, node: type[Node], types: list[NodeType],
+                    attrs: dict[bytes, Attr], attr_of: Callable[[bytes], Attr | None]) -> list[Node | None]:
+        """The nodes of the new frames (`fresh`) that are plain (as a trace writer writes them), as
+        `_decode_node` reads them, their attributes found in `attrs` by their bytes or else decoded
+        by `attr_of`; None for the others."""
+
+
+class Interner:
+    """The traces of one bundle decoded with their nodes shared, as `decode_trace`'s `intern` and
+    `lists` share them: a node whose bytes were decoded before is that same Node object.
+
+    `numbers`: framing and numbering in compiled code (one pass over a trace's bytes in C++, a
+    node decoded in Python only where its bytes are new); None, or a trace it cannot frame: this
+    module's own reader. Both give the same nodes, the same sharing and the same errors (a property
+    test runs both on random traces, broken ones among them). An error ends a bundle's read: the
+    interner is not used after one."""
+
+    def __init__(self, numbers: FrameNumbers | None = None) -> None:
+        self.numbers = numbers
+        self.intern: dict[bytes, Node] = {}
+        self.lists: dict[tuple[Any, ...], list[Any]] = {}
+        self.nodes: list[Node] = []  # by number
+        self.metadata: set[bytes] = set()  # metadata frames decoded already (they are only checked)
+        #: with `numbers`: what the last trace decoded holds (its metadata and its nodes' numbers):
+        #: two traces of one key hold the same frames
+        self.last_key = b""
+
+    def decode(self, data: BytesLike, source: str = "<bytes>") -> list[Node]:
+        """The nodes of one trace (its metadata checked, not kept)."""
+        if self.numbers is None:
+            return decode_trace(data, source=source, intern=self.intern, lists=self.lists)[1]
+        data, source = _uncompressed(bytes(data), source)
+        spans = self.numbers.frames(data)
+        if spans is None:  # anything but plain framing: this module finds the frames, or the error
+            spans = [x for pair in _frames(data, source) for x in pair]
+        head = data[spans[0]:spans[1]]
+        if head not in self.metadata:
+            _first_metadata([(int(spans[0]), int(spans[1]))], data, source)
+            self.metadata.add(head)
+        numbers, fresh = self.numbers.number(data, _int64(spans[2:]))
+        self.last_key = len(head).to_bytes(8, "little") + head + numbers.tobytes()
+        nodes = self.nodes
+        found = fresh.tolist()
+        plain = self.numbers.plain_nodes(data, fresh, Node, _TYPES, _attr_cache, _plain_attr)
+        for k, node in enumerate(plain):
+            if node is None:  # anything but plain, or an attribute not seen yet: decoded here
+                index, start, end = found[3 * k:3 * k + 3]
+                node = _node_at(data, start, end, index, source)
+            node.ctrl_deps = _shared(self.lists, node.ctrl_deps)
+            node.data_deps = _shared(self.lists, node.data_deps)
+            node.attrs = _shared_attrs(self.lists, node.attrs)
+            nodes.append(node)
+        return list(map(nodes.__getitem__, numbers.tolist()))
+
+
+def _int64(values: Any) -> Any:
+    return np.ascontiguousarray(values, dtype=np.int64)
 
 
 def _shared(lists: dict[tuple[Any, ...], list[Any]], items: list[Any]) -> list[Any]:
     """The list of `lists` that holds what `items` holds (by equality of its items), kept there."""
     return lists.setdefault(tuple(items), items)
+
+
+def _shared_attrs(lists: dict[tuple[Any, ...], list[Any]], attrs: list[Attr]) -> list[Any]:
+    """`_shared` for attributes, found by their encodings (a bytes object keeps its hash; an Attr
+    hashes its fields at every lookup): the same list for the same encodings."""
+    return lists.setdefault(tuple([a.encoded for a in attrs]), attrs)
 
 
 def read_trace(path: str | os.PathLike[str]) -> tuple[GlobalMetadata, list[Node]]:
@@ -282,17 +361,29 @@ def _read_io(buf: bytes, pos: int, into: IOInfo | None) -> tuple[IOInfo, int]:
 def _read_attr(buf: bytes, pos: int) -> tuple[Attr, int]:
     """Read a length-prefixed AttributeProto at `pos` (decoded once per distinct encoding)."""
     start, end = read_length(buf, pos, "AttributeProto")
-    body = buf[start:end]
+    try:
+        return _attr_of(buf[start:end]), end
+    except WireError as exc:
+        raise exc.shift(start) from None
+
+
+def _attr_of(body: bytes) -> Attr:
+    """The AttributeProto `body` encodes, decoded once per distinct encoding (kept in `_attr_cache`)."""
     attr = _attr_cache.get(body)
     if attr is None:
-        try:
-            attr = _decode_attr(body)
-        except WireError as exc:
-            raise exc.shift(start) from None
+        attr = _decode_attr(body)
         if len(_attr_cache) >= _ATTR_CACHE_LIMIT:
             _attr_cache.clear()
         _attr_cache[body] = attr
-    return attr, end
+    return attr
+
+
+def _plain_attr(body: bytes) -> Attr | None:
+    """`_attr_of`, or None where `body` is malformed (the node is then decoded here, which says why)."""
+    try:
+        return _attr_of(body)
+    except WireError:
+        return None
 
 
 def _decode_attr(buf: bytes) -> Attr:

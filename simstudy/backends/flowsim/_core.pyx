@@ -1915,3 +1915,233 @@ cdef class CoreNodes:
             out.append(_array(self.cols[k]))
             vector[int64_t]().swap(self.cols[k])
         return tuple(out)
+
+
+# -- reading traces -------------------------------------------------------------------------------
+
+
+cdef extern from *:
+    """
+    #include <string>
+    #include <string_view>
+    #include <deque>
+    // Chakra ET frames (a varint length, then that many bytes), each distinct frame numbered once by
+    // its bytes: a bundle's ranks repeat most of their nodes byte for byte (a pipeline stage's
+    // compute nodes, a group's collectives), and a frame seen before needs no decoding
+    struct SimFrameIndex {
+        std::unordered_map<std::string_view, int64_t> seen;
+        std::deque<std::string> held;  // the distinct frames' bytes (the map's keys point into them)
+        // (start, end) of every frame of d[0:n] into out; false unless every length is a plain varint
+        // of at most 5 bytes and every frame ends within the data (else the Python reader decides)
+        static bool frames(const unsigned char* d, int64_t n, std::vector<int64_t>& out) {
+            int64_t pos = 0;
+            if (n <= 0) return false;
+            while (pos < n) {
+                uint64_t len = 0;
+                int64_t p = pos;
+                int k = 0;
+                for (;; ++k) {
+                    if (k == 5 || p >= n) return false;
+                    unsigned char b = d[p++];
+                    len |= (uint64_t)(b & 0x7f) << (7 * k);
+                    if (!(b & 0x80)) break;
+                }
+                if (len > (uint64_t)(n - p)) return false;
+                out.push_back(p);
+                out.push_back(p + (int64_t)len);
+                pos = p + (int64_t)len;
+            }
+            return true;
+        }
+        // each frame's number into idx (a frame not seen before gets the next one); the frames seen
+        // for the first time, as (frame, start, end), into fresh
+        void number(const unsigned char* d, const int64_t* spans, int64_t nframes, int64_t* idx,
+                    std::vector<int64_t>& fresh) {
+            for (int64_t i = 0; i < nframes; ++i) {
+                std::string_view v((const char*)d + spans[2 * i], (size_t)(spans[2 * i + 1] - spans[2 * i]));
+                auto it = seen.find(v);
+                if (it != seen.end()) {
+                    idx[i] = it->second;
+                    continue;
+                }
+                held.emplace_back(v);
+                int64_t at = (int64_t)seen.size();
+                seen.emplace(std::string_view(held.back()), at);
+                idx[i] = at;
+                fresh.push_back(i);
+                fresh.push_back(spans[2 * i]);
+                fresh.push_back(spans[2 * i + 1]);
+            }
+        }
+    };
+    """
+    cdef cppclass SimFrameIndex:
+        @staticmethod
+        bint frames(const unsigned char* d, int64_t n, vector[int64_t]& out)
+        void number(const unsigned char* d, const int64_t* spans, int64_t nframes, int64_t* idx,
+                    vector[int64_t]& fresh)
+
+
+cdef class FrameIndex:
+    """`chakra.decode.Interner`'s framing and numbering in C++: the frames of a trace, and each
+    distinct frame's number by its bytes (over every trace given to one index)."""
+
+    cdef SimFrameIndex* ix
+
+    def __cinit__(self):
+        self.ix = new SimFrameIndex()
+
+    def __dealloc__(self):
+        del self.ix
+
+    def frames(self, const unsigned char[::1] data):
+        """(start, end) of every frame, flat (int64), or None where the framing is anything but
+        plain or is broken (the Python reader then finds the frames, or the error)."""
+        cdef vector[int64_t] out
+        cdef int64_t n = data.shape[0]
+        if n == 0 or not SimFrameIndex.frames(&data[0], n, out):
+            return None
+        return _array(out)
+
+    def number(self, const unsigned char[::1] data, const int64_t[::1] spans):
+        """Each frame's number (int64; `spans` flat (start, end) pairs, as `frames` gives them), and
+        the frames seen for the first time as a flat int64 array of (frame, start, end)."""
+        cdef int64_t m = spans.shape[0] // 2
+        idx = np.empty(m, dtype=np.int64)
+        cdef int64_t[::1] view = idx
+        cdef vector[int64_t] fresh
+        if m:
+            self.ix.number(&data[0], &spans[0], m, &view[0], fresh)
+        return idx, _array(fresh)
+
+    def plain_nodes(self, const unsigned char[::1] data, const int64_t[::1] fresh, node, list types, dict attrs,
+                    attr_of):
+        """`decode_plain_nodes`: the nodes of the frames `number` found new (None where Python decodes)."""
+        return decode_plain_nodes(data, fresh, node, types, attrs, attr_of)
+
+
+cdef inline int _uvarint(const unsigned char* d, Py_ssize_t n, Py_ssize_t* pos, unsigned long long* out) noexcept:
+    """A varint of at most 9 bytes at pos (advanced past it); 0 where it is longer or cut short."""
+    cdef unsigned long long v = 0
+    cdef Py_ssize_t p = pos[0]
+    cdef int k
+    cdef unsigned char b
+    for k in range(9):
+        if p >= n:
+            return 0
+        b = d[p]
+        p += 1
+        v |= (<unsigned long long>(b & 0x7F)) << (7 * k)
+        if b < 0x80:
+            pos[0] = p
+            out[0] = v
+            return 1
+    return 0
+
+
+cdef object _deps(const unsigned char* d, Py_ssize_t n, Py_ssize_t* pos, int wire, list into):
+    """A dependency (wire type 0) or a packed run of them (2) appended to `into`; False where
+    anything is irregular."""
+    cdef unsigned long long v, length
+    cdef Py_ssize_t end
+    if wire == 0:
+        if not _uvarint(d, n, pos, &v):
+            return False
+        into.append(v)
+        return True
+    if not _uvarint(d, n, pos, &length) or length > <unsigned long long>(n - pos[0]):
+        return False
+    end = pos[0] + <Py_ssize_t>length
+    while pos[0] < end:
+        if not _uvarint(d, end, pos, &v):
+            return False
+        into.append(v)
+    return True
+
+
+def decode_plain_nodes(const unsigned char[::1] data, const int64_t[::1] fresh, node, list types, dict attrs,
+                       attr_of):
+    """The nodes of frames (`fresh`: flat (frame, start, end)) as `chakra.decode._decode_node` reads
+    them, for the frames a trace writer writes (keys of one byte; the Node fields id, name, type,
+    dependencies, times and attributes, each attribute found by its bytes in `attrs` or else
+    decoded by `attr_of`, None where it is malformed); None for any other (inputs and outputs,
+    unknown fields, anything irregular): the Python reader decodes those, and says what is wrong
+    where something is. `node` is the Node class, `types` the NodeTypes by value."""
+    cdef Py_ssize_t m = fresh.shape[0] // 3
+    cdef list out = [None] * m
+    cdef Py_ssize_t k, pos, n, start, end
+    cdef const unsigned char* d
+    cdef unsigned char tag
+    cdef unsigned long long v, length
+    cdef bint ok
+    cdef list ctrl, deps, found
+    cdef object name, ntype, attr, body
+    cdef unsigned long long ident, t0, dur
+    for k in range(m):
+        start = fresh[3 * k + 1]
+        end = fresh[3 * k + 2]
+        d = &data[0] + start
+        n = end - start
+        pos = 0
+        ok = True
+        ident = t0 = dur = 0
+        name = ""
+        ntype = types[0]
+        ctrl = []
+        deps = []
+        found = []
+        while pos < n:
+            tag = d[pos]
+            pos += 1
+            if tag == 0x52:
+                if not _uvarint(d, n, &pos, &length) or length > <unsigned long long>(n - pos):
+                    ok = False
+                    break
+                body = (<const char*>d)[pos:pos + <Py_ssize_t>length]
+                attr = attrs.get(body)
+                if attr is None:
+                    attr = attr_of(body)
+                    if attr is None:
+                        ok = False
+                        break
+                found.append(attr)
+                pos += <Py_ssize_t>length
+            elif tag == 0x08 or tag == 0x30 or tag == 0x38 or tag == 0x18:
+                if not _uvarint(d, n, &pos, &v):
+                    ok = False
+                    break
+                if tag == 0x08:
+                    ident = v
+                elif tag == 0x30:
+                    t0 = v
+                elif tag == 0x38:
+                    dur = v
+                else:
+                    if v >= <unsigned long long>len(types):
+                        ok = False
+                        break
+                    ntype = types[v]
+            elif tag == 0x12:
+                if not _uvarint(d, n, &pos, &length) or length > <unsigned long long>(n - pos):
+                    ok = False
+                    break
+                try:
+                    name = (<const char*>d)[pos:pos + <Py_ssize_t>length].decode("utf-8")
+                except UnicodeDecodeError:
+                    ok = False
+                    break
+                pos += <Py_ssize_t>length
+            elif tag == 0x2A or tag == 0x28:
+                if not _deps(d, n, &pos, tag & 7, deps):
+                    ok = False
+                    break
+            elif tag == 0x22 or tag == 0x20:
+                if not _deps(d, n, &pos, tag & 7, ctrl):
+                    ok = False
+                    break
+            else:
+                ok = False
+                break
+        if ok:
+            out[k] = node(ident, name, ntype, ctrl, deps, t0, dur, None, None, found)
+    return out
