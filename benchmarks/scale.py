@@ -5,7 +5,11 @@ blocks, the shape of issue 35's goals) with tensor (and sequence) parallelism ov
 a 1F1B pipeline of `pp` stages with `pp` microbatches, and data parallelism over the rest, one iteration:
 
 * TP8 x PP8 x DP64: 4,096 GPUs;
-* TP8 x PP16 x DP128: 16,384 GPUs.
+* TP8 x PP16 x DP128: 16,384 GPUs;
+* TP8 x PP16 x DP432: 55,296 GPUs (issue 35's largest case).
+
+A case whose flowsim run `--estimate` puts above the memory this machine has available is not
+compiled or run: the line says so, with the estimate (as `simstudy run` refuses it without `--force`).
 
 Each is compiled once per network and run by flowsim `unaware` against ASTRA-SIM's congestion-unaware
 binary on a two-dimensional network (an 8-GPU NVSwitch-class switch, 2,400 Gbit/s per GPU, under a
@@ -28,7 +32,7 @@ Under each run: each phase of spec to summary with its wall time and share (the 
 reading of the traces, building of the run, simulation and writing), and `simstudy run --estimate`'s
 wall time and memory of it and estimate / measured.
 
-Usage: ASTRA_SIM_BIN=... python benchmarks/scale.py [--sizes 4096,16384] [--modes unaware,aware]
+Usage: ASTRA_SIM_BIN=... python benchmarks/scale.py [--sizes 4096,16384,55296] [--modes unaware,aware]
        [--skip-astrasim-above N] [--rows] [--skip-rows-1024] [--model llama3_405b]
 """
 
@@ -43,14 +47,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from estimate import against  # benchmarks/estimate.py: the estimate beside each run
+from estimate import against, estimate_of  # benchmarks/estimate.py: the estimate beside each run
 
-from simstudy.backends.estimate import count
+from simstudy.backends.estimate import GIB, count, machine_memory
 from simstudy.backends.locate import find_astra_sim
 from simstudy.compiler import compile_scenario
 from simstudy.spec import Scenario
 
-SHAPES = {4096: (8, 8, 64), 16384: (8, 16, 128)}
+SHAPES = {4096: (8, 8, 64), 16384: (8, 16, 128), 55296: (8, 16, 432)}
 
 CHILD = r"""
 import json, resource, subprocess, sys, time
@@ -147,7 +151,7 @@ def phases(compile_s: float, f: dict[str, Any] | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--sizes", default="4096,16384", help="GPU counts (4096, 16384)")
+    parser.add_argument("--sizes", default="4096,16384", help="GPU counts (4096, 16384, 55296)")
     parser.add_argument("--skip-astrasim-above", type=int, default=0,
                         help="do not run ASTRA-SIM above this many GPUs (0: run it everywhere)")
     parser.add_argument("--modes", default="unaware,aware",
@@ -170,6 +174,14 @@ def main() -> None:
                 if mode not in args.modes.split(","):
                     continue
                 net = "1 switch" if one_dim else "2 dims"
+                w = count(llama(n, one_dim, args.model))
+                need = estimate_of("flowsim", mode, w)
+                have = machine_memory()
+                if need is not None and have is not None and need[1] > have:
+                    print(f"-- {MODELS[args.model]} TP{tp} x PP{pp} x DP{dp} = {n} GPUs, {net}: not run: "
+                          f"flowsim {mode} would need about {need[1] / GIB:,.2f} GiB and this machine has "
+                          f"{have / GIB:,.2f} GiB available")
+                    continue
                 b = root / f"b{n}{mode}"
                 res = compile_scenario(llama(n, one_dim, args.model), b)
                 print(f"-- {MODELS[args.model]} TP{tp} x PP{pp} x DP{dp} = {n} GPUs, {net}: compiled in "
@@ -179,7 +191,6 @@ def main() -> None:
                 a = child("astrasim", {"bundle": str(b), "mode": mode}, root / f"a{n}{mode}") if run_astra else None
                 row(f"flowsim {mode} / ASTRA-SIM {mode}", f, a)
                 print(f"  {phases(res.seconds, f)}")
-                w = count(llama(n, one_dim, args.model))
                 print(f"  {against(w, 'flowsim', mode, f and f['wall'], f and f['rss_mb'] * 2**20)}")
                 if run_astra:
                     print(f"  {against(w, 'astrasim', mode, a and a['wall'], a and a['rss_mb'] * 2**20)}")
