@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -135,22 +134,9 @@ def read_traces(bundle: Bundle, npus: int, *, compiled: bool = True) -> list[lis
     most of their dependencies and attributes). `compiled`: frames split and numbered by flowsim's
     compiled core where it is built (16,384 ranks' 5.3 GB of traces: most of the read was Python
     going frame by frame), else, and without it, by `chakra`'s reader (the same nodes)."""
-    seen: dict[bytes, list[Node]] = {}
     reader = chakra.Interner(_frame_index() if compiled else None)
-    out: list[list[Node]] = []
-    for r in range(npus):
-        path = bundle.et_path(r)
-        data = path.read_bytes()
-        if reader.numbers is not None:  # the same frames in the same order: the same list
-            nodes = reader.decode(data, str(path))
-            out.append(seen.setdefault(reader.last_key, nodes))
-            continue
-        key = hashlib.blake2b(data, digest_size=16).digest()
-        found = seen.get(key)
-        if found is None:
-            found = seen[key] = reader.decode(data, str(path))
-        out.append(found)
-    return out
+    paths = [bundle.et_path(r) for r in range(npus)]
+    return [reader.decode(path.read_bytes(), str(path)) for path in paths]
 
 
 def _frame_index() -> Any:

@@ -17,6 +17,7 @@ error: every ET file starts with a GlobalMetadata frame.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import zlib
 from collections.abc import Callable, Iterator
@@ -98,8 +99,9 @@ class Interner:
     `numbers`: framing and numbering in compiled code (one pass over a trace's bytes in C++, a
     node decoded in Python only where its bytes are new); None, or a trace it cannot frame: this
     module's own reader. Both give the same nodes, the same sharing and the same errors (a property
-    test runs both on random traces, broken ones among them). An error ends a bundle's read: the
-    interner is not used after one."""
+    test runs both on random traces, broken ones among them). Traces that hold the same frames (the
+    same bytes, without `numbers`) give one list. An error ends a bundle's read: the interner is not
+    used after one."""
 
     def __init__(self, numbers: FrameNumbers | None = None) -> None:
         self.numbers = numbers
@@ -107,14 +109,16 @@ class Interner:
         self.lists: dict[tuple[Any, ...], list[Any]] = {}
         self.nodes: list[Node] = []  # by number
         self.metadata: set[bytes] = set()  # metadata frames decoded already (they are only checked)
-        #: with `numbers`: what the last trace decoded holds (its metadata and its nodes' numbers):
-        #: two traces of one key hold the same frames
-        self.last_key = b""
+        self.traces: dict[bytes, list[Node]] = {}  # each distinct trace's list, by what it holds
 
     def decode(self, data: BytesLike, source: str = "<bytes>") -> list[Node]:
         """The nodes of one trace (its metadata checked, not kept)."""
         if self.numbers is None:
-            return decode_trace(data, source=source, intern=self.intern, lists=self.lists)[1]
+            key = hashlib.blake2b(data, digest_size=16).digest()
+            found = self.traces.get(key)
+            if found is None:
+                found = self.traces[key] = decode_trace(data, source=source, intern=self.intern, lists=self.lists)[1]
+            return found
         data, source = _uncompressed(bytes(data), source)
         spans = self.numbers.frames(data)
         if spans is None:  # anything but plain framing: this module finds the frames, or the error
@@ -123,8 +127,11 @@ class Interner:
         if head not in self.metadata:
             _first_metadata([(int(spans[0]), int(spans[1]))], data, source)
             self.metadata.add(head)
-        numbers, fresh = self.numbers.number(data, _int64(spans[2:]))
-        self.last_key = len(head).to_bytes(8, "little") + head + numbers.tobytes()
+        numbers, fresh = self.numbers.number(data, np.ascontiguousarray(spans[2:], dtype=np.int64))
+        # the same metadata and the same frames in the same order: the same list
+        key = len(head).to_bytes(8, "little") + head + numbers.tobytes()
+        if key in self.traces:
+            return self.traces[key]
         nodes = self.nodes
         found = fresh.tolist()
         plain = self.numbers.plain_nodes(data, fresh, Node, _TYPES, _attr_cache, _plain_attr)
@@ -136,11 +143,8 @@ class Interner:
             node.data_deps = _shared(self.lists, node.data_deps)
             node.attrs = _shared_attrs(self.lists, node.attrs)
             nodes.append(node)
-        return list(map(nodes.__getitem__, numbers.tolist()))
-
-
-def _int64(values: Any) -> Any:
-    return np.ascontiguousarray(values, dtype=np.int64)
+        trace = self.traces[key] = list(map(nodes.__getitem__, numbers.tolist()))
+        return trace
 
 
 def _shared(lists: dict[tuple[Any, ...], list[Any]], items: list[Any]) -> list[Any]:

@@ -1931,28 +1931,6 @@ cdef extern from *:
     struct SimFrameIndex {
         std::unordered_map<std::string_view, int64_t> seen;
         std::deque<std::string> held;  // the distinct frames' bytes (the map's keys point into them)
-        // (start, end) of every frame of d[0:n] into out; false unless every length is a plain varint
-        // of at most 5 bytes and every frame ends within the data (else the Python reader decides)
-        static bool frames(const unsigned char* d, int64_t n, std::vector<int64_t>& out) {
-            int64_t pos = 0;
-            if (n <= 0) return false;
-            while (pos < n) {
-                uint64_t len = 0;
-                int64_t p = pos;
-                int k = 0;
-                for (;; ++k) {
-                    if (k == 5 || p >= n) return false;
-                    unsigned char b = d[p++];
-                    len |= (uint64_t)(b & 0x7f) << (7 * k);
-                    if (!(b & 0x80)) break;
-                }
-                if (len > (uint64_t)(n - p)) return false;
-                out.push_back(p);
-                out.push_back(p + (int64_t)len);
-                pos = p + (int64_t)len;
-            }
-            return true;
-        }
         // each frame's number into idx (a frame not seen before gets the next one); the frames seen
         // for the first time, as (frame, start, end), into fresh
         void number(const unsigned char* d, const int64_t* spans, int64_t nframes, int64_t* idx,
@@ -1976,57 +1954,19 @@ cdef extern from *:
     };
     """
     cdef cppclass SimFrameIndex:
-        @staticmethod
-        bint frames(const unsigned char* d, int64_t n, vector[int64_t]& out)
         void number(const unsigned char* d, const int64_t* spans, int64_t nframes, int64_t* idx,
                     vector[int64_t]& fresh)
 
 
-cdef class FrameIndex:
-    """`chakra.decode.Interner`'s framing and numbering in C++: the frames of a trace, and each
-    distinct frame's number by its bytes (over every trace given to one index)."""
-
-    cdef SimFrameIndex* ix
-
-    def __cinit__(self):
-        self.ix = new SimFrameIndex()
-
-    def __dealloc__(self):
-        del self.ix
-
-    def frames(self, const unsigned char[::1] data):
-        """(start, end) of every frame, flat (int64), or None where the framing is anything but
-        plain or is broken (the Python reader then finds the frames, or the error)."""
-        cdef vector[int64_t] out
-        cdef int64_t n = data.shape[0]
-        if n == 0 or not SimFrameIndex.frames(&data[0], n, out):
-            return None
-        return _array(out)
-
-    def number(self, const unsigned char[::1] data, const int64_t[::1] spans):
-        """Each frame's number (int64; `spans` flat (start, end) pairs, as `frames` gives them), and
-        the frames seen for the first time as a flat int64 array of (frame, start, end)."""
-        cdef int64_t m = spans.shape[0] // 2
-        idx = np.empty(m, dtype=np.int64)
-        cdef int64_t[::1] view = idx
-        cdef vector[int64_t] fresh
-        if m:
-            self.ix.number(&data[0], &spans[0], m, &view[0], fresh)
-        return idx, _array(fresh)
-
-    def plain_nodes(self, const unsigned char[::1] data, const int64_t[::1] fresh, node, list types, dict attrs,
-                    attr_of):
-        """`decode_plain_nodes`: the nodes of the frames `number` found new (None where Python decodes)."""
-        return decode_plain_nodes(data, fresh, node, types, attrs, attr_of)
-
-
-cdef inline int _uvarint(const unsigned char* d, Py_ssize_t n, Py_ssize_t* pos, unsigned long long* out) noexcept:
-    """A varint of at most 9 bytes at pos (advanced past it); 0 where it is longer or cut short."""
+cdef inline int _uvarint(const unsigned char* d, Py_ssize_t n, Py_ssize_t* pos, unsigned long long* out,
+                         int most=9) noexcept:
+    """A varint of at most `most` bytes (at most 9: no bit beyond 63) at pos, which is advanced past
+    it; 0 where it is longer or cut short."""
     cdef unsigned long long v = 0
     cdef Py_ssize_t p = pos[0]
     cdef int k
     cdef unsigned char b
-    for k in range(9):
+    for k in range(most):
         if p >= n:
             return 0
         b = d[p]
@@ -2059,7 +1999,53 @@ cdef object _deps(const unsigned char* d, Py_ssize_t n, Py_ssize_t* pos, int wir
     return True
 
 
-def decode_plain_nodes(const unsigned char[::1] data, const int64_t[::1] fresh, node, list types, dict attrs,
+cdef class FrameIndex:
+    """`chakra.decode.Interner`'s framing and numbering in C++: the frames of a trace, and each
+    distinct frame's number by its bytes (over every trace given to one index)."""
+
+    cdef SimFrameIndex* ix
+
+    def __cinit__(self):
+        self.ix = new SimFrameIndex()
+
+    def __dealloc__(self):
+        del self.ix
+
+    def frames(self, const unsigned char[::1] data):
+        """(start, end) of every frame, flat (int64), or None where the framing is anything but
+        plain (a length of more than 5 bytes) or is broken (the Python reader then finds the
+        frames, or the error)."""
+        cdef vector[int64_t] out
+        cdef Py_ssize_t n = data.shape[0], pos = 0
+        cdef unsigned long long length
+        if n == 0:
+            return None
+        while pos < n:
+            if not _uvarint(&data[0], n, &pos, &length, 5) or length > <unsigned long long>(n - pos):
+                return None
+            out.push_back(pos)
+            pos += <Py_ssize_t>length
+            out.push_back(pos)
+        return _array(out)
+
+    def number(self, const unsigned char[::1] data, const int64_t[::1] spans):
+        """Each frame's number (int64; `spans` flat (start, end) pairs, as `frames` gives them), and
+        the frames seen for the first time as a flat int64 array of (frame, start, end)."""
+        cdef int64_t m = spans.shape[0] // 2
+        idx = np.empty(m, dtype=np.int64)
+        cdef int64_t[::1] view = idx
+        cdef vector[int64_t] fresh
+        if m:
+            self.ix.number(&data[0], &spans[0], m, &view[0], fresh)
+        return idx, _array(fresh)
+
+    def plain_nodes(self, const unsigned char[::1] data, const int64_t[::1] fresh, node, list types, dict attrs,
+                    attr_of):
+        """`_plain_nodes`: the nodes of the frames `number` found new (None where Python decodes)."""
+        return _plain_nodes(data, fresh, node, types, attrs, attr_of)
+
+
+cdef list _plain_nodes(const unsigned char[::1] data, const int64_t[::1] fresh, node, list types, dict attrs,
                        attr_of):
     """The nodes of frames (`fresh`: flat (frame, start, end)) as `chakra.decode._decode_node` reads
     them, for the frames a trace writer writes (keys of one byte; the Node fields id, name, type,
