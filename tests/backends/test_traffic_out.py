@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simstudy import layout
 from simstudy.backends import BackendError, FlowsimBackend, RunResult, traffic_out, write_run
@@ -232,3 +234,32 @@ def test_a_collective_timed_alone_shows_progress_and_times_out(tmp_path: Path) -
     assert all(p.transfers <= result.output.transfers for p in middle)
     with pytest.raises(BackendError, match="timed out"):
         FlowsimBackend(traffic="none", congestion="unaware").run(bundle, tmp_path / "t", timeout_s=1e-3)
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 3)), min_size=1, max_size=60),
+       st.integers(0, 2**40), st.sampled_from([1, 3, traffic_out.HELD]))
+@settings(max_examples=200, deadline=None)
+def test_counts_held_add_up_as_counted_one_by_one(calls: list[tuple[int, int]], seed: int, held: int) -> None:
+    """`count` holds repeated arrays (a timing found again) and adds them up when `sent` is read:
+    the same bytes per rank as adding every call as it comes, whatever the order, the repeats,
+    ranks beyond the run's (left out) and the bound on what is held."""
+    rng = np.random.default_rng(seed)
+    arrays = [(rng.choice(12, size=k, replace=False).astype(np.int64),
+               rng.integers(1, 2**30, size=k).astype(np.float64)) for k in rng.integers(1, 6, size=6).tolist()]
+    ref = np.zeros(10)
+    old = traffic_out.HELD
+    traffic_out.HELD = held
+    try:
+        sink = traffic_out.TrafficSink(10)
+        for which, times in calls:
+            ranks, sent = arrays[which]
+            for _ in range(times):
+                sink.count(len(ranks), int(sent.sum()), ranks, sent)
+                keep = ranks < len(ref)
+                np.add.at(ref, ranks[keep], sent[keep])
+            if which == 5:  # read in between: what is held is added, and holding starts again
+                assert sink.sent.tolist() == ref.tolist()
+    finally:
+        traffic_out.HELD = old
+    assert sink.sent.tolist() == ref.tolist()
+    assert sink.transfers == sum(len(arrays[w][0]) * t for w, t in calls)
