@@ -286,3 +286,28 @@ def test_without_the_build(tmp_path: Path) -> None:
     told = [line for line in ok.stderr.splitlines() if "compiled core" in line]
     assert len(told) == 1 and "Python engine" in told[0]
     assert json.loads((tmp_path / "a" / "run.json").read_text())["details"]["engine"] == "python"
+
+
+@needs_core
+@pytest.mark.parametrize("mode", ["unaware", "aware", "fluid"])
+def test_isolated_members_are_told_by_the_walk(mode: str, tmp_path: Path) -> None:
+    """Where links are not shared (unaware), the members of a collective timed alone hear that
+    they are done from the compiled walk itself, one `comm` event each and no Python callback per
+    member; the run equals the full path's (ranks, spans, rows). Where links are shared, a
+    collective timed alone may still be replayed, and its members are told by Python."""
+    from simstudy.compiler import compile_any
+    from simstudy.spec.load import load_runnable
+
+    spec = load_runnable(ROOT / "specs" / "examples" / "resnet50_dp8_ring.yaml")
+    bundle = compile_any(spec, tmp_path / "b").bundle
+    out: dict[str, RunResult | BackendError] = {
+        name: FlowsimBackend(congestion=mode, engine="compiled", shortcuts=PATHS[name]).run(bundle, tmp_path / name)
+        for name in ("full", "isolated")}
+    assert_same(out, "full")
+    events = {name: r.details["events"] for name, r in out.items() if isinstance(r, RunResult)}
+    assert events["full"]["comm"] == 0
+    if mode == "unaware":
+        assert events["isolated"]["comm"] > 0
+        assert events["isolated"]["python"] < events["isolated"]["comm"]
+    else:
+        assert events["isolated"]["comm"] == 0

@@ -230,11 +230,13 @@ def _ticker(progress: Callable[[Progress], None], transfers: Callable[[], int], 
 
 def _engine_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:
     """Which engine ran (`compiled`: the compiled core's event queue, collectives and network
-    model), and when the compiled one was chosen but Python ran, why."""
+    model), and when the compiled one was chosen but Python ran, why; the compiled queue's events
+    by kind (`events`: Python callbacks among them)."""
     model = engine.comms.model
     ran = "compiled" if engine.comms.compiled else "python"
     if ran == backend.engine:
-        return {"engine": ran}
+        kinds = getattr(engine.sched, "events_by_kind", None)
+        return {"engine": ran, **({"events": dict(kinds)} if kinds is not None else {})}
     if backend.fluid_solver != "fast":
         why = f"fluid solver {backend.fluid_solver} is Python's"
     elif isinstance(model, FluidNet) and model.shares is not None:

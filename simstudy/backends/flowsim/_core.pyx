@@ -223,6 +223,7 @@ cdef enum Kind:
     EV_HOP = 7       # aware: message a done with hop b
     EV_FREE = 8      # aware: link a free
     EV_NODE = 9      # workload: rank a's node of index b is done (its compute time has passed)
+    EV_COMM = 10     # workload: rank a's communication node of index b is done (its span is recorded)
 
 
 ctypedef SimItem Item
@@ -293,13 +294,13 @@ cdef class CoreScheduler:
     cdef vector[Payload] slab
     cdef vector[int64_t] free_slots
     cdef int64_t live
-    cdef int64_t ran[10]
+    cdef int64_t ran[11]
     cdef public int64_t peak  # events pending at most
 
     def __init__(self, int64_t now=0):
         global _schedulers
         cdef int k
-        for k in range(10):
+        for k in range(11):
             self.ran[k] = 0
         _schedulers += 1
         self.serial = _schedulers
@@ -322,9 +323,9 @@ cdef class CoreScheduler:
     @property
     def events_by_kind(self):
         """Events run so far, by kind (python, drain, recompute, arrive, send, leave, general, hop, free,
-        node)."""
-        return dict(zip(("python", "drain", "recompute", "arrive", "send", "leave", "general", "hop", "free", "node"),
-                        [self.ran[k] for k in range(10)]))
+        node, comm)."""
+        return dict(zip(("python", "drain", "recompute", "arrive", "send", "leave", "general", "hop", "free", "node",
+                         "comm"), [self.ran[k] for k in range(11)]))
 
     cdef int64_t push(self, int64_t t, int prio, int kind, object obj, int64_t a, int64_t b, int64_t c,
                       object args) noexcept:
@@ -501,6 +502,9 @@ cdef class CoreScheduler:
             (<CoreAware>obj)._free(<int>ev.a)
         elif kind == EV_NODE:
             (<CoreNodes>obj)._on_done(<int>ev.a, <int>ev.b)
+        elif kind == EV_COMM:
+            (<CoreNodes>obj)._comm_done(<int>ev.a, ev.b)
+
 
     cdef Payload _take(self) noexcept:
         """The first event (`_settle` found one): out of the queue, its slot free, the time its own."""
@@ -1751,6 +1755,7 @@ cdef class CoreNodes:
     cdef vector[int64_t] compute_
     cdef public int64_t nodes_done
     cdef vector[int64_t] cols[4]  # rank, node id, start, end of every node done, in completion order
+    cdef vector[vector[int64_t]] comm_  # per rank, the (start, end) pairs of `comm_done_at`'s nodes, flat
 
     def __init__(self, CoreScheduler sched, issue_comm, const int64_t[::1] base, const int64_t[::1] ids,
                  const signed char[::1] code, const signed char[::1] zero, const int64_t[::1] dur_ns,
@@ -1781,6 +1786,7 @@ cdef class CoreNodes:
         self.cpu_busy.resize(ranks, 0)
         self.finish_.resize(ranks, 0)
         self.compute_.resize(ranks, 0)
+        self.comm_.resize(ranks)
         for r in range(ranks):
             self.left_.push_back(self.base[r + 1] - self.base[r])
             for i in range(self.base[r + 1] - self.base[r]):
@@ -1851,8 +1857,8 @@ cdef class CoreNodes:
         else:
             self._complete(r, i)
 
-    def on_done(self, int r, int64_t node_id):
-        """Rank r's node `node_id` is done now."""
+    cdef int64_t _index(self, int r, int64_t node_id) except -1:
+        """The index of rank r's node `node_id` among its nodes."""
         cdef int64_t lo = self.base[r], hi = self.base[r + 1], mid
         while lo < hi:  # ids ascend within a rank
             mid = (lo + hi) >> 1
@@ -1862,7 +1868,38 @@ cdef class CoreNodes:
                 hi = mid
         if lo >= self.base[r + 1] or self.ids[lo] != node_id:
             raise KeyError(node_id)
-        self._on_done(r, lo - self.base[r])
+        return lo - self.base[r]
+
+    def on_done(self, int r, int64_t node_id):
+        """Rank r's node `node_id` is done now."""
+        self._on_done(r, self._index(r, node_id))
+
+    def comm_done_at(self, int64_t start, list offsets, list ranks, list node_ids):
+        """Rank `ranks[k]`'s communication node `node_ids[k]` is done at `start + offsets[k]`, each
+        an event queued in this order (where a Python callback per member was, with the same places
+        in the queue): its communication span (from its issue) is recorded, then it is done as by
+        `on_done`."""
+        cdef Py_ssize_t k, n = len(offsets)
+        if len(ranks) != n or len(node_ids) != n:
+            raise ValueError("comm_done_at: offsets, ranks and node_ids differ in length")
+        cdef int r
+        cdef int64_t i
+        for k in range(n):
+            r = ranks[k]
+            i = self._index(r, node_ids[k])
+            self._sched.push(start + <int64_t>offsets[k], 0, EV_COMM, self, r, i, 0, None)
+
+    cdef void _comm_done(self, int r, int64_t i) except *:
+        cdef int64_t g = self.base[r] + i
+        cdef int64_t now = self._sched.now
+        cdef int64_t start = self.issued_at[g]
+        self.comm_[r].push_back(now if start < 0 else start)
+        self.comm_[r].push_back(now)
+        self._on_done(r, i)
+
+    def comm_spans(self, int r):
+        """Rank r's spans of the nodes `comm_done_at` finished: (start, end, start, end, ...) ns."""
+        return _array(self.comm_[r])
 
     cdef void _on_done(self, int r, int64_t i) except *:
         cdef char c = self.code[self.base[r] + i]

@@ -180,6 +180,14 @@ class Timing:
     #: when only counts are kept: (messages, bytes, the ranks that sent, the bytes each sent), and no
     #: messages above
     counted: tuple[int, int, IntArray, NDArray[np.float64]] | None = None
+    #: `in_order()`, once made
+    _in_order: tuple[list[int], list[int]] | None = field(default=None, repr=False)
+
+    def in_order(self) -> tuple[list[int], list[int]]:
+        """(`order`, each one's finish) as lists: a timing is found again for many collectives."""
+        if self._in_order is None:
+            self._in_order = (self.order.tolist(), self.finish[self.order].tolist())
+        return self._in_order
 
     @property
     def messages(self) -> int:
@@ -272,6 +280,8 @@ class Activity:
     choices: tuple[int, ...] = ()
     #: messages of its timing not handed on yet
     pending: int = 0
+    #: members of its timing told that they are done by the compiled walk (`Comms._launch`), not in `reported`
+    told: int = 0
 
 
 def _sends_meet_fifo(congestion: Congestion, info: WorkloadInfo) -> bool:
@@ -423,11 +433,21 @@ class Comms:
         act.pending = timing.messages * (len(act.members) if act.plan.lane else 1)
         self.timed_pending += act.pending
         s = self.sched
-        report = set(act.report)
-        for i in timing.order.tolist():  # in the order the full path would tell them
-            rank = act.members[i]
-            if rank in report:
-                s.at(act.start + int(timing.finish[i]), self._fast_done, act, rank)
+        members = act.members
+        order, finish = timing.in_order()  # in the order the full path would tell them
+        if act.report is not members:  # only some are told (identical ranks: one stands for all)
+            report = set(act.report)
+            keep = [k for k, i in enumerate(order) if members[i] in report]
+            order, finish = [order[k] for k in keep], [finish[k] for k in keep]
+        first = 0
+        schedule = getattr(act.ctx[1], "schedule", None)
+        # Nothing replays an isolated collective where links are not shared: every member but the
+        # last is told by the compiled walk itself (no Python per member), the last one here.
+        if (not self.shared and len(order) > 1 and schedule is not None
+                and schedule(act.start, finish[:-1], [members[i] for i in order[:-1]])):
+            act.told = first = len(order) - 1
+        for k in range(first, len(order)):
+            s.at(act.start + finish[k], self._fast_done, act, members[order[k]])
 
     def staggered(self, kind: str, members: tuple[int, ...], size: int, group: bool, joined: list[int],
                   done: Callable[[int, int], None], ctx: Any, *, flow: int = 0) -> Activity:
@@ -467,7 +487,7 @@ class Comms:
             return
         act.reported.add(rank)
         _, done, _ctx = act.ctx
-        if len(act.reported) == len(act.report):
+        if len(act.reported) + act.told == len(act.report):
             act.fast = False
             self._release_fast(act)
             self._emit_timing(act)

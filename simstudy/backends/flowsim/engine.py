@@ -73,6 +73,34 @@ class _Pending:
     act: Any = None
 
 
+class _Done:
+    """`done(rank, t)` of a collective instance (`Comms.collective`): the member's communication span,
+    then its node done. `schedule` queues many members' at once in the compiled walk."""
+
+    __slots__ = ("engine", "pending")
+
+    def __init__(self, engine: Engine, pending: _Pending) -> None:
+        self.engine = engine
+        self.pending = pending
+
+    def __call__(self, rank: int, t: int) -> None:
+        engine = self.engine
+        engine.ranks[rank].comm(self.pending.issued[rank], t)
+        engine.on_done(rank, self.pending.nodes[rank].id)
+
+    def schedule(self, start: int, offsets: list[int], ranks: list[int]) -> bool:
+        """Queue `self(ranks[k], start + offsets[k])` for each k, in this order, as events of the
+        compiled walk (the same places in the queue as `sched.at` of each, in C++); False where the
+        walk is Python's (nothing queued). The walk records the spans from the nodes' issue times,
+        which are the members' `issued`."""
+        core = self.engine.core_nodes
+        if core is None:
+            return False
+        nodes = self.pending.nodes
+        core.comm_done_at(start, offsets, ranks, [nodes[r].id for r in ranks])
+        return True
+
+
 @dataclass
 class _Rank:
     #: its nodes by id: the trace itself where its ids are 0, 1, ... in order (as compiled: no
@@ -391,6 +419,7 @@ class Engine:
             left, finish, compute = (a.tolist() for a in core.rank_totals())
             for r, s in enumerate(self.ranks):
                 s.left, s.finish, s.compute_ns = left[r], finish[r], compute[r]
+                s.comm_spans.frombytes(core.comm_spans(r).tobytes())  # the spans the walk recorded itself
             self.nodes_done = core.nodes_done
         stuck = [r for r, s in enumerate(self.ranks) if s.left]
         if stuck:
@@ -610,14 +639,8 @@ class Engine:
     def _size(pending: _Pending) -> int:
         return int(next(iter(pending.nodes.values())).get("comm_size", 0))
 
-    def _done_fn(self, pending: _Pending) -> Callable[[int, int], None]:
-        ranks = self.ranks
-
-        def done(rank: int, t: int) -> None:
-            ranks[rank].comm(pending.issued[rank], t)
-            self.on_done(rank, pending.nodes[rank].id)
-
-        return done
+    def _done_fn(self, pending: _Pending) -> _Done:
+        return _Done(self, pending)
 
     def _emit_collective(self, kind: str, meta: NodeMeta, t_send: Any, t_arrive: Any, src: Any, dst: Any,
                          nbytes: Any, chunk: Any, step: Any) -> None:
