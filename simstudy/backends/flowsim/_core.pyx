@@ -825,6 +825,7 @@ cdef class CoreFluid(CoreNet):
     cdef vector[double] fresh  # the rates of the component solved last
     cdef vector[int] local_of  # link -> its index in the component being filled (valid where link_stamp is)
     cdef vector[int64_t] link_stamp
+    cdef vector[int64_t] route_stamp  # route -> the search that met its links last
 
     name = "fluid"
 
@@ -982,6 +983,8 @@ cdef class CoreFluid(CoreNet):
         cdef vector[pair[int64_t, int]]* found = &self.found
         stack.clear()
         found.clear()
+        if self.route_stamp.size() + 1 < self.route_ptr.size():
+            self.route_stamp.resize(self.route_ptr.size() - 1, 0)
         cdef size_t i
         cdef int k, k2, fid, j, r
         for i in range(keys.size()):
@@ -999,6 +1002,9 @@ cdef class CoreFluid(CoreNet):
                 self.flow_stamp[fid] = st
                 found.push_back(pair[int64_t, int](self.flows[fid].seq, fid))
                 r = self.flows[fid].route
+                if self.route_stamp[r] == st:  # its links are met already (flows of one route share them)
+                    continue
+                self.route_stamp[r] = st
                 for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
                     k2 = self.route_keys[j]
                     if self.key_stamp[k2] != st:
