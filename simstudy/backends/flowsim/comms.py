@@ -180,8 +180,7 @@ class Timing:
     #: when only counts are kept: (messages, bytes, the ranks that sent, the bytes each sent), and no
     #: messages above
     counted: tuple[int, int, IntArray, NDArray[np.float64]] | None = None
-    #: `in_order()`, once made
-    _in_order: tuple[list[int], list[int]] | None = field(default=None, repr=False)
+    _in_order: tuple[list[int], list[int]] | None = field(default=None, repr=False)  # `in_order()`, once made
 
     def in_order(self) -> tuple[list[int], list[int]]:
         """(`order`, each one's finish) as lists: a timing is found again for many collectives."""
@@ -441,8 +440,7 @@ class Comms:
             order, finish = [order[k] for k in keep], [finish[k] for k in keep]
         first = 0
         schedule = getattr(act.ctx[1], "schedule", None)
-        # Nothing replays an isolated collective where links are not shared: every member but the
-        # last is told by the compiled walk itself (no Python per member), the last one here.
+        # unshared links: nothing replays it; the compiled walk tells every member but the last one
         if (not self.shared and len(order) > 1 and schedule is not None
                 and schedule(act.start, finish[:-1], [members[i] for i in order[:-1]])):
             act.told = first = len(order) - 1
