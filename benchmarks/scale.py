@@ -9,7 +9,7 @@ a 1F1B pipeline of `pp` stages with `pp` microbatches, and data parallelism over
 * TP8 x PP16 x DP432: 55,296 GPUs (issue 35's largest case).
 
 A case whose flowsim run `--estimate` puts above the memory this machine has available is not
-compiled or run: the line says so, with the estimate (as `simstudy run` refuses it without `--force`).
+compiled or run: the line gives `simstudy run`'s refusal (which `--force` overrides there).
 
 Each is compiled once per network and run by flowsim `unaware` against ASTRA-SIM's congestion-unaware
 binary on a two-dimensional network (an 8-GPU NVSwitch-class switch, 2,400 Gbit/s per GPU, under a
@@ -47,12 +47,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from estimate import against, estimate_of  # benchmarks/estimate.py: the estimate beside each run
+from estimate import against  # benchmarks/estimate.py: the estimate beside each run
 
-from simstudy.backends.estimate import GIB, count, machine_memory
+from simstudy.backends.estimate import EstimateError, check_memory, count
 from simstudy.backends.locate import find_astra_sim
 from simstudy.compiler import compile_scenario
-from simstudy.spec import Scenario
+from simstudy.spec import BackendSpec, Scenario
 
 SHAPES = {4096: (8, 8, 64), 16384: (8, 16, 128), 55296: (8, 16, 432)}
 
@@ -174,18 +174,17 @@ def main() -> None:
                 if mode not in args.modes.split(","):
                     continue
                 net = "1 switch" if one_dim else "2 dims"
-                w = count(llama(n, one_dim, args.model))
-                need = estimate_of("flowsim", mode, w)
-                have = machine_memory()
-                if need is not None and have is not None and need[1] > have:
-                    print(f"-- {MODELS[args.model]} TP{tp} x PP{pp} x DP{dp} = {n} GPUs, {net}: not run: "
-                          f"flowsim {mode} would need about {need[1] / GIB:,.2f} GiB and this machine has "
-                          f"{have / GIB:,.2f} GiB available")
+                head = f"-- {MODELS[args.model]} TP{tp} x PP{pp} x DP{dp} = {n} GPUs, {net}"
+                scenario = llama(n, one_dim, args.model)
+                try:  # refused as `simstudy run` refuses it (without --force)
+                    est = check_memory(scenario, BackendSpec(congestion=mode))
+                except EstimateError as exc:
+                    print(f"{head}: not run: {exc}")
                     continue
+                w = est.workload if est is not None else count(scenario)
                 b = root / f"b{n}{mode}"
-                res = compile_scenario(llama(n, one_dim, args.model), b)
-                print(f"-- {MODELS[args.model]} TP{tp} x PP{pp} x DP{dp} = {n} GPUs, {net}: compiled in "
-                      f"{res.seconds:.1f} s, {res.et_bytes / 1e9:.2f} GB of traces")
+                res = compile_scenario(scenario, b)
+                print(f"{head}: compiled in {res.seconds:.1f} s, {res.et_bytes / 1e9:.2f} GB of traces")
                 run_astra = not args.skip_astrasim_above or n <= args.skip_astrasim_above
                 f = child("flowsim", {"bundle": str(b), "mode": mode}, root / f"f{n}{mode}")
                 a = child("astrasim", {"bundle": str(b), "mode": mode}, root / f"a{n}{mode}") if run_astra else None

@@ -131,18 +131,20 @@ class TrafficSink:
     @property
     def sent(self) -> NDArray[np.float64]:
         """The bytes each rank sent."""
-        if self._held:
-            held, self._held = self._held, {}
-            for ranks, sent, times in held.values():
-                keep = ranks < len(self._sent)
-                # whole bytes times a whole number: exact, as adding them that many times
-                np.add.at(self._sent, ranks[keep], sent[keep] * times[0])
+        self._add_held()
         return self._sent
 
     @sent.setter
     def sent(self, value: NDArray[np.float64]) -> None:
         self._held.clear()
         self._sent = value
+
+    def _add_held(self) -> None:
+        held, self._held = self._held, {}
+        for ranks, sent, times in held.values():
+            keep = ranks < len(self._sent)
+            # whole bytes times a whole number: exact, as adding them that many times
+            np.add.at(self._sent, ranks[keep], sent[keep] * times[0])
 
     def add(self, op: Any, iteration: Any, t_start_ns: Any, t_end_ns: Any, src: Any, dst: Any, nbytes: Any,
             flow: Any, chunk: Any, step: Any) -> None:
@@ -162,7 +164,7 @@ class TrafficSink:
             held[2][0] += 1
             return
         if len(self._held) >= HELD:
-            self.sent  # noqa: B018 - adds what is held
+            self._add_held()
         self._held[id(sent)] = (ranks, sent, [1])
 
     def add_table(self, table: pd.DataFrame) -> None:

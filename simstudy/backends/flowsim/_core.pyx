@@ -505,7 +505,6 @@ cdef class CoreScheduler:
         elif kind == EV_COMM:
             (<CoreNodes>obj)._comm_done(<int>ev.a, ev.b)
 
-
     cdef Payload _take(self) noexcept:
         """The first event (`_settle` found one): out of the queue, its slot free, the time its own."""
         cdef Bucket* bk
