@@ -125,7 +125,8 @@ class WorkloadInfo:
         if topology.hosts != npus:
             raise BackendError(f"{bundle.topology}: the topology has {topology.hosts} hosts but {bundle.network} "
                                f"has {npus} NPUs")
-        return cls(bundle, read_traces(bundle, npus), dims, system, groups, topology)
+        traces = bundle.traces if bundle.traces is not None else read_traces(bundle, npus)
+        return cls(bundle, traces, dims, system, groups, topology)
 
 
 def read_traces(bundle: Bundle, npus: int, *, compiled: bool = True) -> list[list[Node]]:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from simstudy.compiler.aggregation import compile_aggregation
 from simstudy.compiler.astra_config import system_json, write_config_files, write_configs, write_json
 from simstudy.compiler.atomic import atomic_directory
 from simstudy.compiler.bundle import Bundle, BundleError
-from simstudy.compiler.chakra_out import write_traces
+from simstudy.compiler.chakra_out import graph_traces, write_traces
 from simstudy.compiler.cluster import (
     JobInfo,
     SharingInfo,
@@ -29,6 +30,9 @@ from simstudy.compiler.variability import apply_variability
 from simstudy.layout import JOBS, SCENARIO, SHARING, TOPOLOGY
 from simstudy.spec import Cluster, Scenario, SpecError, topology_dims
 from simstudy.spec.collectives import FALLBACK
+
+if TYPE_CHECKING:
+    from simstudy.chakra import Node
 
 __all__ = [
     "Bundle",
@@ -126,8 +130,25 @@ def _check_target(out: Path) -> None:
         raise CompileError(f"{out}: not empty and not a simstudy bundle; refusing to overwrite it")
 
 
-def compile_scenario(scenario: Scenario, out: str | Path, *, source: str | Path | None = None) -> CompileResult:
-    """Compile a scenario into a bundle directory `out` (written whole or not at all)."""
+def _traces(graph: ExecutionGraph, prefix: Path, et_files: bool) -> tuple[int, list[list[Node]] | None]:
+    """Every rank's trace: written as ET files (their bytes), or held in memory (`graph_traces`)."""
+    if et_files:
+        return write_traces(graph, prefix), None
+    return 0, graph_traces(graph)
+
+
+def _result(out: Path, resolved: Scenario | Cluster, et_bytes: int, traces: list[list[Node]] | None,
+            t0: float) -> CompileResult:
+    bundle = Bundle.from_dir(out)
+    return CompileResult(bundle if traces is None else replace(bundle, traces=traces), resolved, et_bytes,
+                         time.perf_counter() - t0)
+
+
+def compile_scenario(scenario: Scenario, out: str | Path, *, source: str | Path | None = None,
+                     et_files: bool = True) -> CompileResult:
+    """Compile a scenario into a bundle directory `out` (written whole or not at all). Without
+    `et_files`, the ranks' traces stay in memory (`Bundle.traces`: what flowsim runs from) and the
+    directory holds the configs only."""
     t0 = time.perf_counter()
     resolved = resolve(scenario, source=source)
     check_fit(resolved, source)
@@ -135,11 +156,11 @@ def compile_scenario(scenario: Scenario, out: str | Path, *, source: str | Path 
     out = Path(out)
     _check_target(out)
     with atomic_directory(out) as tmp:
-        et_bytes = write_traces(graph, tmp / resolved.name)
+        et_bytes, traces = _traces(graph, tmp / resolved.name, et_files)
         write_configs(resolved, graph.groups, tmp)
         write_topology(tmp / TOPOLOGY, scenario_topology(resolved))
         write_json(tmp / SCENARIO, resolved.model_dump(mode="json"))
-    return CompileResult(Bundle.from_dir(out), resolved, et_bytes, time.perf_counter() - t0)
+    return _result(out, resolved, et_bytes, traces, t0)
 
 
 def resolve_cluster(cluster: Cluster, *, source: str | Path | None = None) -> Cluster:
@@ -155,9 +176,10 @@ def resolve_cluster(cluster: Cluster, *, source: str | Path | None = None) -> Cl
     return cluster.model_copy(update={"jobs": tuple(jobs)})
 
 
-def compile_cluster(cluster: Cluster, out: str | Path, *, source: str | Path | None = None) -> CompileResult:
+def compile_cluster(cluster: Cluster, out: str | Path, *, source: str | Path | None = None,
+                    et_files: bool = True) -> CompileResult:
     """Compile a cluster (several jobs on one topology) into one bundle `out` (written whole or not
-    at all): see `compile.cluster`."""
+    at all): see `compile.cluster`; `et_files` as `compile_scenario`'s."""
     t0 = time.perf_counter()
     resolved = resolve_cluster(cluster, source=source)
     graphs = [build_graph(job_scenario(resolved, i)) for i in range(len(resolved.jobs))]
@@ -166,7 +188,7 @@ def compile_cluster(cluster: Cluster, out: str | Path, *, source: str | Path | N
     out = Path(out)
     _check_target(out)
     with atomic_directory(out) as tmp:
-        et_bytes = write_traces(graph, tmp / resolved.name)
+        et_bytes, traces = _traces(graph, tmp / resolved.name, et_files)
         system = system_json(resolved.system, len(topology_dims(resolved.topology)),
                              algorithms.pop() if len(algorithms) == 1 else FALLBACK.name)
         write_config_files(topology_dims(resolved.topology), system, graph.groups, tmp)
@@ -174,11 +196,12 @@ def compile_cluster(cluster: Cluster, out: str | Path, *, source: str | Path | N
         write_jobs(tmp / JOBS, resolved)
         write_sharing(tmp / SHARING, resolved)
         write_json(tmp / SCENARIO, resolved.model_dump(mode="json"))
-    return CompileResult(Bundle.from_dir(out), resolved, et_bytes, time.perf_counter() - t0)
+    return _result(out, resolved, et_bytes, traces, t0)
 
 
-def compile_any(spec: Scenario | Cluster, out: str | Path, *, source: str | Path | None = None) -> CompileResult:
-    """Compile a scenario or a cluster."""
+def compile_any(spec: Scenario | Cluster, out: str | Path, *, source: str | Path | None = None,
+                et_files: bool = True) -> CompileResult:
+    """Compile a scenario or a cluster (`et_files`: as `compile_scenario`'s)."""
     if isinstance(spec, Cluster):
-        return compile_cluster(spec, out, source=source)
-    return compile_scenario(spec, out, source=source)
+        return compile_cluster(spec, out, source=source, et_files=et_files)
+    return compile_scenario(spec, out, source=source, et_files=et_files)

@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from simstudy import layout
 from simstudy.spec import spec_error
+
+if TYPE_CHECKING:
+    from simstudy.chakra import Node
 from simstudy.spec.collectives import DEFAULT_FOR, collective_algorithm
 
 
@@ -124,6 +127,9 @@ class Bundle:
     comm_group: Path | None = None
     scenario: Path | None = None
     topology: Path | None = None
+    #: every rank's Chakra nodes in memory (`compile_scenario(..., et_files=False)`), read instead of
+    #: ET files, which the directory then does not hold
+    traces: list[list[Node]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def directory(self) -> Path:
@@ -165,11 +171,16 @@ class Bundle:
 
     def check(self) -> None:
         """Every file the simulator opens exists and its fields are usable: configs and one ET
-        file per rank."""
+        file per rank (or, in memory, one graph per rank)."""
         for p in (self.network, self.system, self.remote_memory, self.comm_group, self.topology):
             if p is not None and not p.is_file():
                 raise BundleError(f"{p}: file not found")
         self.system_config()
+        if self.traces is not None:
+            if len(self.traces) != self.npus:
+                raise BundleError(f"{self.network}: {self.npus} NPUs, but the bundle's compiled graphs hold "
+                                  f"{len(self.traces)} ranks")
+            return
         missing = [r for r in range(self.npus) if not self.et_path(r).is_file()]
         if missing:
             raise BundleError(

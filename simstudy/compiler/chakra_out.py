@@ -1,10 +1,16 @@
-"""Turn per-rank execution graphs into Chakra ET files (through simstudy.chakra)."""
+"""Turn per-rank execution graphs into Chakra ET files (through simstudy.chakra), or into the
+Chakra nodes those files hold, in memory (`graph_traces`: what a backend that runs from memory
+takes instead of writing and decoding the files)."""
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from simstudy import chakra
 from simstudy.chakra import CollectiveType, GlobalMetadata, Node, NodeType
@@ -117,3 +123,147 @@ def write_traces(graph: ExecutionGraph, prefix: Path) -> int:
         os.replace(tmp, path)
         total += len(data)
     return total
+
+
+def _value(node: Node) -> tuple[Any, ...]:
+    """What a node's encoding is made of (`chakra.encode_node`: equal values, equal bytes)."""
+    return (node.id, node.name, node.type, tuple(node.ctrl_deps), tuple(node.data_deps), node.start_time_micros,
+            node.duration_micros, node.inputs, node.outputs, tuple(node.attrs))
+
+
+class _Nodes:
+    """The nodes of `graph_traces`, each made once: a compute task's node once, a collective's once
+    per group, a send's or receive's once per rank. A task's first node is made by `task_node`; its
+    others are that node with the attributes a group or a rank changes (`pg_name`; `comm_src`,
+    `comm_dst`) put in their places, which is what `task_node` gives for them. Nodes of equal value
+    are one object, as a reader interns them by their bytes."""
+
+    def __init__(self) -> None:
+        self.first: dict[int, tuple[Node, int, int]] = {}  # task -> its first node, where its group or ranks sit
+        self.made: dict[tuple[int, int], Node] = {}  # (task, group) -> its node (compute: group 0)
+        self.by_value: dict[tuple[Any, ...], Node] = {}
+        # a collective's value but its group -> that value (one object: its identity keys `variants`)
+        self.protos: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.variants: dict[tuple[int, int], Node] = {}  # (a proto's identity, group) -> the node
+
+    def _intern(self, node: Node) -> Node:
+        return self.by_value.setdefault(_value(node), node)
+
+    def _like(self, base: Node, attrs: list[chakra.Attr]) -> Node:
+        return Node(base.id, base.name, base.type, base.ctrl_deps, base.data_deps, base.start_time_micros,
+                    base.duration_micros, base.inputs, base.outputs, attrs)
+
+    def shared(self, t: Task, rank: int, group: int) -> Node:
+        """A compute task's node (`group` 0) or a collective's on `group`: collectives whose nodes
+        are equal but for their group are one proto, and a proto's node on a group is made once."""
+        key = (id(t), group)
+        node = self.made.get(key)
+        if node is not None:
+            return node
+        if not group:  # no pg_name attribute
+            node = self.made[key] = self._intern(task_node(t, rank, group))
+            return node
+        first = self.first.get(id(t))
+        if first is None:
+            made = task_node(t, rank, group)
+            at = [a.name for a in made.attrs].index("pg_name")
+            value = _value(made)
+            proto = self.protos.setdefault((*value[:-1], (*value[-1][:at], None, *value[-1][at + 1:])), value)
+            first = self.first[id(t)] = (made, at, id(proto))
+            self.variants.setdefault((id(proto), group), made)
+        node = self.variants.get((first[2], group))
+        if node is None:
+            attrs = list(first[0].attrs)
+            attrs[first[1]] = chakra.pg_name(str(group))
+            node = self.variants[(first[2], group)] = self._like(first[0], attrs)
+        self.made[key] = node
+        return node
+
+    def peer(self, t: Task, rank: int, peer: int) -> Node:
+        """A send's or receive's node on `rank`, to or from `peer` (no other rank has it)."""
+        first = self.first.get(id(t))
+        if first is None:
+            node = task_node(t, rank, peer=peer)
+            names = [a.name for a in node.attrs]
+            self.first[id(t)] = (node, names.index("comm_src"), names.index("comm_dst"))
+            return node
+        src, dst = (rank, peer) if t.kind is TaskKind.SEND else (peer, rank)
+        attrs = list(first[0].attrs)
+        attrs[first[1]] = chakra.comm_src(src)
+        attrs[first[2]] = chakra.comm_dst(dst)
+        return self._like(first[0], attrs)
+
+
+def graph_traces(graph: ExecutionGraph) -> list[list[Node]]:
+    """Every rank's Chakra nodes (by rank), equal to what `write_traces` writes and a bundle's reader
+    decodes (`traffic_build.read_traces`), without encoding or decoding, and shared as that reader
+    shares them: nodes of equal value are one Node object, and ranks whose lists hold the same
+    nodes share one list (which is how a run finds identical ranks).
+
+    Ranks of one task list (a pipeline stage's, bound to each rank's groups and peers) differ in
+    their collectives' groups and in their sends and receives: the list's compute nodes are placed
+    once, and each of its groups' collective nodes once per group they are bound to (`_Nodes`); a
+    rank's list is those put together (numpy places them) and its own sends and receives."""
+    paused = gc.isenabled()  # the collector would walk the graph's millions of objects again and
+    gc.disable()  # again while the nodes are made (they make no cycles): more than half the time
+    try:
+        return _graph_traces(graph)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _graph_traces(graph: ExecutionGraph) -> list[list[Node]]:
+    nodes_of = _Nodes()
+    # per task list: its nodes where no rank changes them, its collectives' places by their group,
+    # its sends' and receives' places
+    templates: dict[int, tuple[np.ndarray, dict[int, tuple[np.ndarray, list[Task]]], list[tuple[int, Task]]]] = {}
+    placed: dict[tuple[int, int, int], np.ndarray] = {}  # (task list, its group, the rank's group) -> nodes
+    lists: dict[int, list[list[Node]]] = {}  # a list's hash (its nodes' identities) -> the lists of it
+    out: list[list[Node] | None] = [None] * len(graph.ranks)
+    for g in graph.ranks:
+        if not g.tasks:
+            raise ValueError(f"rank {g.rank} has no tasks; ASTRA-SIM rejects an empty trace")
+        template = templates.get(id(g.tasks))
+        if template is None:
+            fixed = np.empty(len(g.tasks), dtype=object)
+            colls: dict[int, tuple[list[int], list[Task]]] = {}
+            p2p: list[tuple[int, Task]] = []
+            for i, t in enumerate(g.tasks):
+                if t.kind is TaskKind.COMPUTE or t.kind is TaskKind.WAIT:
+                    fixed[i] = nodes_of.shared(t, g.rank, 0)
+                elif t.kind is TaskKind.COLLECTIVE:
+                    at, tasks = colls.setdefault(t.group, ([], []))
+                    at.append(i)
+                    tasks.append(t)
+                else:
+                    p2p.append((i, t))
+            template = templates[id(g.tasks)] = (
+                fixed, {k: (np.array(at, dtype=np.int64), tasks) for k, (at, tasks) in colls.items()}, p2p)
+        fixed, colls_at, p2p = template
+        row = fixed.copy()
+        for k, (places, tasks) in colls_at.items():
+            group = k if g.groups is None else g.groups.get(k, k)
+            nodes = placed.get((id(g.tasks), k, group))
+            if nodes is None:
+                nodes = np.empty(len(tasks), dtype=object)
+                for j, t in enumerate(tasks):
+                    nodes[j] = nodes_of.shared(t, g.rank, group)
+                placed[(id(g.tasks), k, group)] = nodes
+            row[places] = nodes
+        for i, t in p2p:
+            row[i] = nodes_of.peer(t, g.rank, g.peer_of(t))
+        listed: list[Node] = row.tolist()
+        key = hash(tuple(map(id, listed)))
+        same = lists.setdefault(key, [])
+        for other in same:
+            if len(other) == len(listed) and all(a is b for a, b in zip(other, listed, strict=True)):
+                listed = other
+                break
+        else:
+            same.append(listed)
+        out[g.rank] = listed
+    missing = [r for r, nodes in enumerate(out) if nodes is None]
+    if missing:
+        raise ValueError(f"no graph for rank {missing[0]} ({len(missing)} of {len(out)} ranks)")
+    return out  # type: ignore[return-value]  # every rank's, checked above
