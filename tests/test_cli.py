@@ -71,10 +71,11 @@ def test_run_writes_run_directory(repo: Path, tmp_path: Path) -> None:
     from simstudy.traffic import read_table
 
     out = tmp_path / "run"
-    res = simstudy("run", "specs/examples/lstm_dp4_switch.yaml", "-o", str(out), cwd=repo)
+    res = simstudy("run", "specs/examples/lstm_dp4_switch.yaml", "-o", str(out), "--et-files", cwd=repo)
     assert res.returncode == 0, res.stderr
     assert "flowsim" in res.stdout and "transfers" in res.stdout
     assert {"bundle", "run.json", "traffic.parquet", "timeline.png"} <= {p.name for p in out.iterdir()}
+    assert len(list((out / "bundle").glob("*.et"))) == 4  # asked for: a bundle ASTRA-SIM can take
     summary = json.loads((out / "run.json").read_text())
     assert summary["backend"] == "flowsim" and len(summary["ranks"]) == 4
     table = read_table(out / "traffic.parquet")

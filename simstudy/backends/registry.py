@@ -54,6 +54,8 @@ class BackendEntry:
     available: Callable[[], str | None] = _anywhere
     #: it runs ranks that share their hosts' cores (`system.host_cores`)
     shared_hosts: bool = True
+    #: it reads every rank's Chakra ET file (else it runs from the compiled graphs in memory)
+    et_files: bool = False
 
     def mode(self, spec: BackendSpec) -> Congestion:
         """The congestion mode it runs for `spec`."""
@@ -81,7 +83,7 @@ REGISTRY: dict[str, BackendEntry] = {e.name: e for e in (
     BackendEntry("flowsim", "built in", _flowsim, (Congestion.FLUID, Congestion.UNAWARE, Congestion.AWARE),
                  key=lambda mode: f"flowsim:congestion={mode.value}"),
     BackendEntry("astrasim", "the ASTRA-SIM binary", _astrasim, (Congestion.UNAWARE, Congestion.AWARE),
-                 key=lambda mode: f"astrasim:aware={mode is Congestion.AWARE}", shared_hosts=False),
+                 key=lambda mode: f"astrasim:aware={mode is Congestion.AWARE}", shared_hosts=False, et_files=True),
     BackendEntry("ns3", "the packet network", _ns3, (Congestion.NS3,), key=lambda mode: "ns3",
                  traffic=(*TRAFFIC, "pcap"), available=lambda: None if ns3.available() else ns3.MISSING),
 )}

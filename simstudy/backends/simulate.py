@@ -11,7 +11,7 @@ from pathlib import Path
 
 from simstudy.backends.base import Backend, Progress, RunResult
 from simstudy.backends.jobs import WithJobs, alone_times
-from simstudy.backends.registry import check_network, make_backend
+from simstudy.backends.registry import check_network, entry, make_backend
 from simstudy.backends.rundir import run_to_dir
 from simstudy.compiler import Bundle, compile_any
 from simstudy.spec import BackendSpec, Cluster, Scenario
@@ -35,17 +35,21 @@ def simulate(
     alone: str | Path | None = None,
 ) -> RunResult:
     """Compile `scenario` (errors name `source`) and simulate it on `backend` into the run
-    directory `out`: bundle/, run.json, traffic.parquet (or links.parquet), spans.parquet and
+    directory `out`: bundle/ (the configs, and every rank's ET file where the backend reads them or
+    `backend.et_files` asks), run.json, traffic.parquet (or links.parquet), spans.parquet and
     whatever `render` adds, written whole or not at all. `progress(Progress)` follows a long run.
 
     A cluster (several jobs) also runs each job alone on its NPUs, under `alone` (default
     `<out>.alone/`, one directory per job and key, reused when finished), and run.json's
     `details.jobs` gives every job's times and slowdown (see `backends.jobs`)."""
 
+    # ET files only where the backend reads them or the spec asks for them; else the graphs stay in memory
+    et_files = backend.et_files or entry(backend).et_files
+
     def prepare(d: Path) -> Bundle:
         if progress is not None:
             progress(Progress(0.0, phase="compile"))
-        return compile_any(scenario, d, source=source).bundle
+        return compile_any(scenario, d, source=source, et_files=et_files).bundle
 
     if isinstance(scenario, Cluster):
         check_network(scenario, backend, source)

@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_OK
     spec = _backend_spec(name=args.backend, congestion="aware" if args.aware else args.congestion,
                          timeout_s=args.timeout, traffic=args.traffic, traffic_bin_s=args.traffic_bin,
-                         engine=args.engine)
+                         engine=args.engine, et_files=args.et_files)
     bar = progress_bar(args.quiet or args.backend == "astrasim")
     given: str | Bundle
     if args.spec:
@@ -123,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
 
 #: The command-line flag of each backend option (what an error about the option names).
 _FLAGS = {"timeout_s": "--timeout", "traffic_bin_s": "--traffic-bin", "traffic": "--traffic",
-          "congestion": "--congestion", "name": "--backend", "engine": "--engine"}
+          "congestion": "--congestion", "name": "--backend", "engine": "--engine", "et_files": "--et-files"}
 
 
 def _backend_spec(**values: object) -> BackendSpec:
@@ -497,6 +497,7 @@ COMMANDS = (
              help=_field_help("traffic_bin_s") + " (default: 0.001)"),
         _arg("--engine", choices=list(get_args(BackendOptions.model_fields["engine"].annotation)), default="auto",
              help=_field_help("engine") + " (default: auto)"),
+        _arg("--et-files", action="store_true", help=_field_help("et_files")),
         _arg("--quiet", action="store_true", help="no progress bar"),
         _arg("--estimate", action="store_true",
              help="print ranks, distinct graphs, messages, flows at peak and each backend's memory and wall time, "

@@ -117,6 +117,11 @@ class BackendOptions(Spec):
         "install: the fluid network model in C++), python (the reference, equal to the nanosecond) or auto "
         "(compiled where built); run.json's details.engine says which ran",
     )
+    et_files: bool = Field(
+        default=False,
+        description="write every rank's Chakra ET file into the run's bundle/ (astrasim reads them, so it always "
+        "does; flowsim and ns3 run from the compiled graphs in memory, and their bundle/ holds the configs only)",
+    )
 
     @model_validator(mode="before")
     @classmethod
