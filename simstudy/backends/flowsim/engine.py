@@ -17,12 +17,13 @@ from __future__ import annotations
 import gc
 import heapq
 import math
+import operator
 import time
 from array import array
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -153,6 +154,9 @@ NODE_CODES = {NodeType.COMP_NODE: 1, NodeType.COMM_COLL_NODE: 2, NodeType.COMM_S
 NodeKind = tuple[int, bool, int, tuple[int, ...], str, int, int]
 
 
+_node_id = operator.attrgetter("id")
+
+
 def _node_kind(n: Node) -> NodeKind:
     """What a node gives the walk's tables: its code, whether it is a compute node of no time and no
     ops (done when issued), its time (ns) and its dependencies; and its spans: its name, its span
@@ -272,16 +276,25 @@ class Engine:
         pieces: list[_Table] = []
         ranks: list[_Rank] = []
         for r, nodes in enumerate(traces):
-            nums: list[int] = []  # each node's number, in trace order
-            for n in nodes:
+            # each node's number, in trace order (looked up without a Python step per node: most
+            # nodes were met on another rank)
+            looked: list[int | None] = list(map(found.get, map(id, nodes)))
+            i = -1
+            while True:  # each node object not met before (or met earlier in this trace)
+                try:
+                    i = looked.index(None, i + 1)
+                except ValueError:
+                    break
+                n = nodes[i]
                 k = found.get(id(n))
-                if k is None:  # a node object not met before
+                if k is None:
                     kind = _node_kind(n)
                     k = found[id(n)] = numbers.setdefault(kind, len(kinds))
                     if k == len(kinds):
                         kinds.append(kind)
-                nums.append(k)
-            dense = all(n.id == k for k, n in enumerate(nodes))
+                looked[i] = k
+            nums = cast("list[int]", looked)  # every one numbered now
+            dense = list(map(_node_id, nodes)) == list(range(len(nodes)))
             if dense:  # the trace is its own table of nodes by id; its tables may be another rank's
                 sig = tuple(nums)
                 table = tables.get(sig)
