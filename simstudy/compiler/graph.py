@@ -190,8 +190,12 @@ class ExecutionGraph:
         """Check that every send has a matching receive (same peers, tag and size)."""
         sends: dict[tuple[int, int, int], int] = {}
         recvs: dict[tuple[int, int, int], int] = {}
+        p2p: dict[int, list[Task]] = {}  # each task list's sends and receives (ranks of a stage share one)
         for g in self.ranks:
-            for t in g.tasks:
+            found = p2p.get(id(g.tasks))
+            if found is None:
+                found = p2p[id(g.tasks)] = [t for t in g.tasks if t.kind is TaskKind.SEND or t.kind is TaskKind.RECV]
+            for t in found:
                 if t.kind is TaskKind.SEND:
                     key = (g.rank, g.peer_of(t), t.tag)
                     if key in sends:
