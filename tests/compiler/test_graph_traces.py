@@ -58,7 +58,9 @@ def scenarios(draw: st.DrawFn) -> Scenario | Cluster:
     if shape == "dp":
         aggregation = draw(st.sampled_from(AGGREGATION))
         tree = aggregation.get("algorithm") == "double_binary_tree"  # 2^k ranks
-        npus = draw(st.sampled_from([2, 4, 8] if tree else [2, 3, 4, 8]))
+        gossip = aggregation["kind"] == "gossip"  # 2 peers: 3 ranks at least
+        npus = draw(st.sampled_from([4, 8] if tree and gossip else [2, 4, 8] if tree else [3, 4, 8] if gossip
+                                    else [2, 3, 4, 8]))
         spec = _dp(npus, aggregation, draw(st.sampled_from([0.0, 0.2])), draw(st.integers(0, 9)))
         return Scenario.model_validate({"name": "dp", "training": {"iterations": 2}, **spec})
     if shape == "llm":
