@@ -11,7 +11,7 @@ from simstudy.compiler.aggregation import compile_aggregation
 from simstudy.compiler.astra_config import system_json, write_config_files, write_configs, write_json
 from simstudy.compiler.atomic import atomic_directory
 from simstudy.compiler.bundle import Bundle, BundleError
-from simstudy.compiler.chakra_out import graph_traces, write_traces
+from simstudy.compiler.chakra_out import graph_templates, graph_traces, write_traces
 from simstudy.compiler.cluster import (
     JobInfo,
     SharingInfo,
@@ -130,18 +130,23 @@ def _check_target(out: Path) -> None:
         raise CompileError(f"{out}: not empty and not a simstudy bundle; refusing to overwrite it")
 
 
-def _traces(graph: ExecutionGraph, prefix: Path, et_files: bool) -> tuple[int, list[list[Node]] | None]:
+#: Every rank's nodes and its task list's number (`Bundle.traces`, `Bundle.templates`)
+_InMemory = tuple[list[list["Node"]], list[int]]
+
+
+def _traces(graph: ExecutionGraph, prefix: Path, et_files: bool) -> tuple[int, _InMemory | None]:
     """Every rank's trace: written as ET files (their bytes), or held in memory (`graph_traces`)."""
     if et_files:
         return write_traces(graph, prefix), None
-    return 0, graph_traces(graph)
+    return 0, (graph_traces(graph), graph_templates(graph))
 
 
-def _result(out: Path, resolved: Scenario | Cluster, et_bytes: int, traces: list[list[Node]] | None,
+def _result(out: Path, resolved: Scenario | Cluster, et_bytes: int, traces: _InMemory | None,
             t0: float) -> CompileResult:
     bundle = Bundle.from_dir(out)
-    return CompileResult(bundle if traces is None else replace(bundle, traces=traces), resolved, et_bytes,
-                         time.perf_counter() - t0)
+    if traces is not None:
+        bundle = replace(bundle, traces=traces[0], templates=traces[1])
+    return CompileResult(bundle, resolved, et_bytes, time.perf_counter() - t0)
 
 
 def compile_scenario(scenario: Scenario, out: str | Path, *, source: str | Path | None = None,

@@ -130,6 +130,9 @@ class Bundle:
     #: every rank's Chakra nodes in memory (`compile_scenario(..., et_files=False)`), read instead of
     #: ET files, which the directory then does not hold
     traces: list[list[Node]] | None = field(default=None, repr=False, compare=False)
+    #: with `traces`: each rank's task list (`chakra_out.graph_templates`): ranks of one number hold
+    #: nodes that differ at most in their groups and peers, never in what a run's tables take from them
+    templates: list[int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def directory(self) -> Path:

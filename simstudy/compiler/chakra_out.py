@@ -194,6 +194,17 @@ class _Nodes:
         return self._like(first[0], attrs)
 
 
+def graph_templates(graph: ExecutionGraph) -> list[int]:
+    """Each rank's task list, numbered (by rank): `graph_traces` gives ranks of one list the same
+    nodes but for their collectives' groups and their sends' and receives' peers (the `pg_name`,
+    `comm_src` and `comm_dst` attributes)."""
+    numbers: dict[int, int] = {}
+    out = [0] * len(graph.ranks)
+    for g in graph.ranks:
+        out[g.rank] = numbers.setdefault(id(g.tasks), len(numbers))
+    return out
+
+
 def graph_traces(graph: ExecutionGraph) -> list[list[Node]]:
     """Every rank's Chakra nodes (by rank), equal to what `write_traces` writes and a bundle's reader
     decodes (`traffic_build.read_traces`), without encoding or decoding, and shared as that reader

@@ -1,5 +1,6 @@
 """Traces in memory (`graph_traces`, what flowsim runs from when no ET file is asked for) against the
-slow path they replace: every rank's ET file written, then decoded by a bundle's reader.
+slow path they replace: every rank's ET file written, then decoded by a bundle's reader; and the
+run's tables from a task list's first rank (`Bundle.templates`) against the tables found node by node.
 
 On random scenarios (data parallelism with every aggregation kind, tensor, pipeline, context and
 expert parallelism, compute variability, two jobs on one cluster): the same nodes, shared the same
@@ -11,11 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simstudy.backends import FlowsimBackend
+from simstudy.backends.flowsim.engine import Engine
 from simstudy.backends.traffic_build import read_traces
 from simstudy.chakra import Node
 from simstudy.compiler import build_graph, compile_any, resolve
@@ -99,6 +102,16 @@ def test_memory_traces_are_the_decoded_files(spec: Scenario | Cluster, tmp_path_
         decoded = read_traces(files, files.npus, compiled=compiled)
         assert memory.traces == decoded
         assert _shape(memory.traces) == _shape(decoded)
+    # the run's tables: a rank of a task list met before takes that rank's numbers (`templates`),
+    # the same tables as numbering every node
+    engine = object.__new__(Engine)  # `_rank_tables` needs no more of an engine than its methods
+    ranks, tables = engine._rank_tables(memory.traces, memory.templates)
+    ranks_ref, tables_ref = engine._rank_tables(memory.traces)
+    assert len(tables) == len(tables_ref) and all(np.array_equal(a, b) for a, b in zip(tables, tables_ref, strict=True))
+    assert [(r.table.cpu, r.table.names, r.left) for r in ranks] == \
+        [(r.table.cpu, r.table.names, r.left) for r in ranks_ref]
+    assert all(np.array_equal(getattr(a.table, f), getattr(b.table, f)) for a, b in zip(ranks, ranks_ref, strict=True)
+               for f in ("ids", "code", "zero", "dur", "pending", "parent", "kid", "span_kind", "iteration"))
 
 
 @pytest.mark.parametrize("congestion", ["unaware", "fluid"])

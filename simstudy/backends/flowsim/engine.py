@@ -224,7 +224,7 @@ class Engine:
         walk = self.core_queue and info.shared_hosts is None
         tables = None
         if walk:
-            self.ranks, tables = self._rank_tables(traces)
+            self.ranks, tables = self._rank_tables(traces, info.bundle.templates)
         else:
             self.ranks = [self._rank_state(r, nodes) for r, nodes in enumerate(traces)]
         self.total_nodes = sum(len(s.nodes) for s in self.ranks)
@@ -261,40 +261,34 @@ class Engine:
         weight = [host_of.count(host_of[0])] if self.identical else None
         return SharedHosts(self.sched, host_of[:len(self.ranks)], cores, self._computed, weight)
 
-    def _rank_tables(self, traces: list[list[Node]]) -> tuple[list[_Rank], tuple[NDArray[Any], ...]]:
+    def _rank_tables(self, traces: list[list[Node]], templates: list[int] | None = None
+                     ) -> tuple[list[_Rank], tuple[NDArray[Any], ...]]:
         """Every rank's state, and its graph as the compiled walk's tables (`_core.CoreNodes`: rank
         offsets, node ids in ascending order per rank, codes, no-time flags, times, dependencies
         left, children), without the dictionaries of dependencies `_rank_state` makes. What a node
         gives the tables is found once per node object (the traces of a bundle share the nodes
         they have alike), and a rank's tables once per sequence of what its nodes give (the ranks of
         a pipeline stage differ in their peers and groups, not in their graph: 16 tables, not
-        16,384). A trace that `_rank_state` refuses is refused with its error."""
+        16,384). A trace that `_rank_state` refuses is refused with its error.
+
+        `templates` (a bundle compiled in memory: `Bundle.templates`): ranks of one number differ
+        only in attributes no table takes, so a rank whose trace is dense takes the numbers of the
+        first dense rank of its number, without looking at its nodes (the same tables: a test
+        compares them with the tables found node by node)."""
         found: dict[int, int] = {}  # node object -> the number of what it gives the tables
         kinds: list[NodeKind] = []  # what a node gives, by that number
         numbers: dict[NodeKind, int] = {}
         tables: dict[tuple[int, ...], _Table] = {}  # a dense trace's tables, by its nodes' numbers
         pieces: list[_Table] = []
         ranks: list[_Rank] = []
+        numbered: dict[int, list[int]] = {}  # a template's first dense rank's numbers
         for r, nodes in enumerate(traces):
-            # each node's number, in trace order (looked up without a Python step per node: most
-            # nodes were met on another rank)
-            looked: list[int | None] = list(map(found.get, map(id, nodes)))
-            i = -1
-            while True:  # each node object not met before (or met earlier in this trace)
-                try:
-                    i = looked.index(None, i + 1)
-                except ValueError:
-                    break
-                n = nodes[i]
-                k = found.get(id(n))
-                if k is None:
-                    kind = _node_kind(n)
-                    k = found[id(n)] = numbers.setdefault(kind, len(kinds))
-                    if k == len(kinds):
-                        kinds.append(kind)
-                looked[i] = k
-            nums = cast("list[int]", looked)  # every one numbered now
             dense = list(map(_node_id, nodes)) == list(range(len(nodes)))
+            known = numbered.get(templates[r]) if templates is not None and dense else None
+            nums = known if known is not None and len(known) == len(nodes) else self._numbers(nodes, found, kinds,
+                                                                                                numbers)
+            if templates is not None and dense:
+                numbered.setdefault(templates[r], nums)
             if dense:  # the trace is its own table of nodes by id; its tables may be another rank's
                 sig = tuple(nums)
                 table = tables.get(sig)
@@ -324,6 +318,29 @@ class Engine:
         child = kids[np.argsort(par, kind="stable")]
         return ranks, (base, ids, code.astype(np.int8, copy=False), zero.astype(np.int8, copy=False), dur, pending,
                        child_ptr, child)
+
+    @staticmethod
+    def _numbers(nodes: list[Node], found: dict[int, int], kinds: list[NodeKind], numbers: dict[NodeKind, int]
+                 ) -> list[int]:
+        """Each node's number of what it gives the tables (`_node_kind`), in trace order: found by
+        node object without a Python step per node (most were met on another rank), and found for
+        each node object not met before (`found`, `kinds` and `numbers` grow)."""
+        looked: list[int | None] = list(map(found.get, map(id, nodes)))
+        i = -1
+        while True:  # each node object not met before (or met earlier in this trace)
+            try:
+                i = looked.index(None, i + 1)
+            except ValueError:
+                break
+            n = nodes[i]
+            k = found.get(id(n))
+            if k is None:
+                kind = _node_kind(n)
+                k = found[id(n)] = numbers.setdefault(kind, len(kinds))
+                if k == len(kinds):
+                    kinds.append(kind)
+            looked[i] = k
+        return cast("list[int]", looked)  # every one numbered now
 
     def _table(self, r: int, trace: list[Node], nodes: list[Node], index: dict[int, int] | range,
                kinds: list[NodeKind], ids: list[int] | None = None) -> _Table:
