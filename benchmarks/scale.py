@@ -11,7 +11,11 @@ a 1F1B pipeline of `pp` stages with `pp` microbatches, and data parallelism over
 A case whose flowsim run `--estimate` puts above the memory this machine has available is not
 compiled or run: the line gives `simstudy run`'s refusal (which `--force` overrides there).
 
-Each is compiled once per network and run by flowsim `unaware` against ASTRA-SIM's congestion-unaware
+flowsim runs each from its spec, as `simstudy run` does: compiled in memory (every rank's Chakra nodes,
+no ET file written or read), then simulated; its wall time is the run's (the phases line adds the
+compile: spec to summary). ASTRA-SIM runs the same
+scenario's ET files, written once per network (the time to write them is printed). flowsim `unaware` runs
+against ASTRA-SIM's congestion-unaware
 binary on a two-dimensional network (an 8-GPU NVSwitch-class switch, 2,400 Gbit/s per GPU, under a
 400 Gbit/s switch of every node: tensor-parallel groups inside the first dimension, data-parallel groups
 and pipeline neighbours in the second), and flowsim `aware` against the congestion-aware binary, which
@@ -28,12 +32,12 @@ none`; the binary runs with its trace off); `--rows` also times flowsim keeping 
 Goals on a 2-core machine: 4,096 GPUs within 1x ASTRA-SIM's wall time and 1.5x its memory; 16,384
 GPUs in under 10 minutes and 16 GiB; rows at 1,024 NPUs within 1.5x ASTRA-SIM's memory.
 
-Under each run: each phase of spec to summary with its wall time and share (the compile; flowsim's
-reading of the traces, building of the run, simulation and writing), and `simstudy run --estimate`'s
+Under each run: each phase of spec to summary with its wall time and share (the compile, in memory;
+flowsim's reading of the configs, building of the run, simulation and writing), and `simstudy run --estimate`'s
 wall time and memory of it and estimate / measured.
 
 Usage: ASTRA_SIM_BIN=... python benchmarks/scale.py [--sizes 4096,16384,55296] [--modes unaware,aware]
-       [--skip-astrasim-above N] [--rows] [--skip-rows-1024] [--model llama3_405b]
+       [--skip-astrasim-above N] [--write-traces] [--rows] [--skip-rows-1024] [--model llama3_405b]
 """
 
 from __future__ import annotations
@@ -63,14 +67,19 @@ from simstudy.backends import AstraSimBackend, FlowsimBackend
 from simstudy.backends.astrasim import parse_output
 from simstudy.compiler import Bundle
 kind, arg, work = sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3])
-bundle = Bundle.from_dir(arg["bundle"])
-if kind == "flowsim":
-    r = FlowsimBackend(congestion=arg["mode"], traffic=arg.get("traffic", "none")).run(bundle, work / "run")
+if kind == "flowsim":  # spec to summary: compiled in memory (no ET files), then run
+    from simstudy.compiler import compile_scenario
+    from simstudy.spec import Scenario
+    scenario = Scenario.model_validate_json(Path(arg["spec"]).read_text())
+    res = compile_scenario(scenario, work / "bundle", et_files=False)
+    r = FlowsimBackend(congestion=arg["mode"], traffic=arg.get("traffic", "none")).run(res.bundle, work / "run")
     own = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
     u = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"wall": r.wall_time_s, "finish": r.finish_ns, "transfers": r.output.transfers, "rss_mb": own,
-                      "cpu": u.ru_utime + u.ru_stime, "phases": r.details["phases_s"]}))
+    print(json.dumps({"wall": r.wall_time_s, "finish": r.finish_ns, "transfers": r.output.transfers,
+                      "rss_mb": own, "cpu": u.ru_utime + u.ru_stime,
+                      "phases": {"compile": res.seconds, **r.details["phases_s"]}}))
 else:
+    bundle = Bundle.from_dir(arg["bundle"])
     # the binary itself, with its trace on only when asked (the astrasim backend always turns it on to build
     # its traffic table; the wall time and memory are the binary's either way)
     backend = AstraSimBackend(aware=arg["mode"] == "aware")
@@ -138,12 +147,13 @@ def row(label: str, f: dict[str, float] | None, a: dict[str, float] | None) -> N
           f"{a['rss_mb']:>9.0f} {f['rss_mb'] / a['rss_mb']:>7.2f} {same:>6} {int(f['transfers']):>13,}")
 
 
-def phases(compile_s: float, f: dict[str, Any] | None) -> str:
-    """Each phase of spec to summary, its wall seconds and its share: the compile, then flowsim's
-    (reading the traces, building the run, simulating, writing)."""
+def phases(f: dict[str, Any] | None) -> str:
+    """Each phase of flowsim's spec to summary, its wall seconds and its share: the compile (the
+    graphs and every rank's nodes, in memory), then the run's (reading the configs, building the
+    run, simulating, writing)."""
     if f is None:
         return "phases: - (the run failed)"
-    parts = {"compile": compile_s, **f["phases"]}
+    parts = f["phases"]
     total = sum(parts.values())
     shares = " | ".join(f"{k} {v:.1f} s ({v / total:.0%})" for k, v in parts.items())
     return f"phases: {shares} | spec to summary {total:.1f} s"
@@ -157,6 +167,8 @@ def main() -> None:
     parser.add_argument("--modes", default="unaware,aware",
                         help="flowsim modes against their binaries (unaware: 2 dims; aware: 1 switch)")
     parser.add_argument("--rows", action="store_true", help="also time flowsim keeping its traffic rows")
+    parser.add_argument("--write-traces", action="store_true",
+                        help="write every rank's ET files where ASTRA-SIM does not run too (their time and size)")
     parser.add_argument("--skip-rows-1024", action="store_true", help="leave out the 1,024-NPU rows comparison")
     parser.add_argument("--model", choices=list(MODELS), default="llama3_70b",
                         help="the zoo's LLaMA-3 to run at every size (default: llama3_70b)")
@@ -182,31 +194,39 @@ def main() -> None:
                     print(f"{head}: not run: {exc}")
                     continue
                 w = est.workload if est is not None else count(scenario)
+                spec = root / f"s{n}{mode}.json"
+                spec.write_text(scenario.model_dump_json())
                 b = root / f"b{n}{mode}"
-                res = compile_scenario(scenario, b)
-                print(f"{head}: compiled in {res.seconds:.1f} s, {res.et_bytes / 1e9:.2f} GB of traces")
                 run_astra = not args.skip_astrasim_above or n <= args.skip_astrasim_above
-                f = child("flowsim", {"bundle": str(b), "mode": mode}, root / f"f{n}{mode}")
+                if run_astra or args.write_traces:  # ASTRA-SIM reads ET files: every rank's written
+                    res = compile_scenario(scenario, b)
+                    print(f"{head}: ET files for ASTRA-SIM written in {res.seconds:.1f} s (compile included), "
+                          f"{res.et_bytes / 1e9:.2f} GB")
+                else:
+                    print(head)
+                f = child("flowsim", {"spec": str(spec), "mode": mode}, root / f"f{n}{mode}")
                 a = child("astrasim", {"bundle": str(b), "mode": mode}, root / f"a{n}{mode}") if run_astra else None
                 row(f"flowsim {mode} / ASTRA-SIM {mode}", f, a)
-                print(f"  {phases(res.seconds, f)}")
+                print(f"  {phases(f)}")
                 print(f"  {against(w, 'flowsim', mode, f and f['wall'], f and f['rss_mb'] * 2**20)}")
                 if run_astra:
                     print(f"  {against(w, 'astrasim', mode, a and a['wall'], a and a['rss_mb'] * 2**20)}")
                 if args.rows:
-                    fr = child("flowsim", {"bundle": str(b), "mode": mode, "traffic": "rows"}, root / f"r{n}{mode}")
+                    fr = child("flowsim", {"spec": str(spec), "mode": mode, "traffic": "rows"}, root / f"r{n}{mode}")
                     row(f"  flowsim {mode}, rows kept", fr, a)
                     print(f"  {against(w, 'flowsim', mode, fr and fr['wall'], fr and fr['rss_mb'] * 2**20, rows=True)}")
                 subprocess.run(["rm", "-rf", str(b), str(root / f"f{n}{mode}"), str(root / f"a{n}{mode}"),
                                 str(root / f"r{n}{mode}")], check=False)
         if not args.skip_rows_1024:
             b = root / "r50"
-            compile_scenario(Scenario.model_validate({
+            r50 = Scenario.model_validate({
                 "name": "r50", "model": "resnet50", "parallelism": {"dp": 1024},
-                "topology": {"kind": "ring", "npus": 1024}, "training": {"iterations": 1}}), b)
-            print("-- ResNet-50 data parallel, 1,024 NPUs on a ring, one iteration: flowsim keeping rows, "
-                  "ASTRA-SIM with its trace")
-            f = child("flowsim", {"bundle": str(b), "mode": "unaware", "traffic": "rows"}, root / "fr50")
+                "topology": {"kind": "ring", "npus": 1024}, "training": {"iterations": 1}})
+            compile_scenario(r50, b)
+            (root / "r50.json").write_text(r50.model_dump_json())
+            print("-- ResNet-50 data parallel, 1,024 NPUs on a ring, one iteration: flowsim keeping rows (spec to "
+                  "summary), ASTRA-SIM with its trace")
+            f = child("flowsim", {"spec": str(root / "r50.json"), "mode": "unaware", "traffic": "rows"}, root / "fr50")
             a = child("astrasim", {"bundle": str(b), "mode": "unaware", "trace": True}, root / "ar50")
             row("flowsim unaware rows / ASTRA-SIM", f, a)
             w = count(Scenario.model_validate(json.loads((b / "scenario.json").read_text())))
