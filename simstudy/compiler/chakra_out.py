@@ -145,6 +145,7 @@ class _Nodes:
         # a collective's value but its group -> that value (one object: its identity keys `variants`)
         self.protos: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.variants: dict[tuple[int, int], Node] = {}  # (a proto's identity, group) -> the node
+        self.ranks: dict[tuple[str, int], chakra.Attr] = {}  # ("comm_src" or "comm_dst", rank) -> the attribute
 
     def _intern(self, node: Node) -> Node:
         return self.by_value.setdefault(_value(node), node)
@@ -154,30 +155,43 @@ class _Nodes:
                     base.duration_micros, base.inputs, base.outputs, attrs)
 
     def shared(self, t: Task, rank: int, group: int) -> Node:
-        """A compute task's node (`group` 0) or a collective's on `group`: collectives whose nodes
-        are equal but for their group are one proto, and a proto's node on a group is made once."""
+        """A compute task's node (`group` 0) or a collective's on `group` (`on_group`)."""
         key = (id(t), group)
         node = self.made.get(key)
-        if node is not None:
-            return node
-        if not group:  # no pg_name attribute
-            node = self.made[key] = self._intern(task_node(t, rank, group))
-            return node
-        first = self.first.get(id(t))
-        if first is None:
-            made = task_node(t, rank, group)
-            at = [a.name for a in made.attrs].index("pg_name")
-            value = _value(made)
-            proto = self.protos.setdefault((*value[:-1], (*value[-1][:at], None, *value[-1][at + 1:])), value)
-            first = self.first[id(t)] = (made, at, id(proto))
-            self.variants.setdefault((id(proto), group), made)
-        node = self.variants.get((first[2], group))
         if node is None:
-            attrs = list(first[0].attrs)
-            attrs[first[1]] = chakra.pg_name(str(group))
-            node = self.variants[(first[2], group)] = self._like(first[0], attrs)
-        self.made[key] = node
+            node = self.made[key] = (self._intern(task_node(t, rank, group)) if not group  # no pg_name attribute
+                                     else self.on_group([t], rank, group)[0])
         return node
+
+    def on_group(self, tasks: list[Task], rank: int, group: int) -> list[Node]:
+        """The nodes of collectives `tasks` on `group` (not 0), `rank` one of its members:
+        collectives whose nodes are equal but for their group are one proto, and a proto's node on
+        a group is made once."""
+        pg = chakra.pg_name(str(group))
+        out: list[Node] = []
+        for t in tasks:
+            first = self.first.get(id(t))
+            if first is None:
+                made = task_node(t, rank, group)
+                at = [a.name for a in made.attrs].index("pg_name")
+                value = _value(made)
+                proto = self.protos.setdefault((*value[:-1], (*value[-1][:at], None, *value[-1][at + 1:])), value)
+                first = self.first[id(t)] = (made, at, id(proto))
+                self.variants.setdefault((id(proto), group), made)
+            key = (first[2], group)
+            node = self.variants.get(key)
+            if node is None:
+                attrs = list(first[0].attrs)
+                attrs[first[1]] = pg
+                node = self.variants[key] = self._like(first[0], attrs)
+            out.append(node)
+        return out
+
+    def _rank(self, name: str, rank: int) -> chakra.Attr:
+        attr = self.ranks.get((name, rank))
+        if attr is None:
+            attr = self.ranks[(name, rank)] = chakra.comm_src(rank) if name == "comm_src" else chakra.comm_dst(rank)
+        return attr
 
     def peer(self, t: Task, rank: int, peer: int) -> Node:
         """A send's or receive's node on `rank`, to or from `peer` (no other rank has it)."""
@@ -189,8 +203,8 @@ class _Nodes:
             return node
         src, dst = (rank, peer) if t.kind is TaskKind.SEND else (peer, rank)
         attrs = list(first[0].attrs)
-        attrs[first[1]] = chakra.comm_src(src)
-        attrs[first[2]] = chakra.comm_dst(dst)
+        attrs[first[1]] = self._rank("comm_src", src)
+        attrs[first[2]] = self._rank("comm_dst", dst)
         return self._like(first[0], attrs)
 
 
@@ -257,10 +271,9 @@ def _graph_traces(graph: ExecutionGraph) -> list[list[Node]]:
             group = k if g.groups is None else g.groups.get(k, k)
             nodes = placed.get((id(g.tasks), k, group))
             if nodes is None:
-                nodes = np.empty(len(tasks), dtype=object)
-                for j, t in enumerate(tasks):
-                    nodes[j] = nodes_of.shared(t, g.rank, group)
-                placed[(id(g.tasks), k, group)] = nodes
+                made = [nodes_of.shared(t, g.rank, 0) for t in tasks] if not group else \
+                    nodes_of.on_group(tasks, g.rank, group)
+                nodes = placed[(id(g.tasks), k, group)] = np.fromiter(made, dtype=object, count=len(made))
             row[places] = nodes
         for i, t in p2p:
             row[i] = nodes_of.peer(t, g.rank, g.peer_of(t))
