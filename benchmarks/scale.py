@@ -13,10 +13,9 @@ compiled or run: the line gives `simstudy run`'s refusal (which `--force` overri
 
 flowsim runs each from its spec, as `simstudy run` does: compiled in memory (every rank's Chakra nodes,
 no ET file written or read), then simulated; its wall time is the run's (the phases line adds the
-compile: spec to summary). ASTRA-SIM runs the same
-scenario's ET files, written once per network (the time to write them is printed). flowsim `unaware` runs
-against ASTRA-SIM's congestion-unaware
-binary on a two-dimensional network (an 8-GPU NVSwitch-class switch, 2,400 Gbit/s per GPU, under a
+compile: spec to summary). ASTRA-SIM runs the same scenario's ET files, written once per network (the
+time to write them is printed). flowsim `unaware` runs against ASTRA-SIM's congestion-unaware binary on
+a two-dimensional network (an 8-GPU NVSwitch-class switch, 2,400 Gbit/s per GPU, under a
 400 Gbit/s switch of every node: tensor-parallel groups inside the first dimension, data-parallel groups
 and pipeline neighbours in the second), and flowsim `aware` against the congestion-aware binary, which
 takes one dimension only, on one 400 Gbit/s switch of every GPU. Every run is its own process; the

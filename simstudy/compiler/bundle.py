@@ -14,10 +14,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from simstudy import layout
 from simstudy.spec import spec_error
+from simstudy.spec.collectives import DEFAULT_FOR, collective_algorithm
 
 if TYPE_CHECKING:
     from simstudy.chakra import Node
-from simstudy.spec.collectives import DEFAULT_FOR, collective_algorithm
 
 
 class BundleError(ValueError):

@@ -140,7 +140,7 @@ class _Nodes:
 
     def __init__(self) -> None:
         self.first: dict[int, tuple[Node, int, int]] = {}  # task -> its first node, where its group or ranks sit
-        self.made: dict[tuple[int, int], Node] = {}  # (task, group) -> its node (compute: group 0)
+        self.made: dict[int, Node] = {}  # task -> its node, where no rank changes it (`plain`)
         self.by_value: dict[tuple[Any, ...], Node] = {}
         # a collective's value but its group -> that value (one object: its identity keys `variants`)
         self.protos: dict[tuple[Any, ...], tuple[Any, ...]] = {}
@@ -154,13 +154,12 @@ class _Nodes:
         return Node(base.id, base.name, base.type, base.ctrl_deps, base.data_deps, base.start_time_micros,
                     base.duration_micros, base.inputs, base.outputs, attrs)
 
-    def shared(self, t: Task, rank: int, group: int) -> Node:
-        """A compute task's node (`group` 0) or a collective's on `group` (`on_group`)."""
-        key = (id(t), group)
-        node = self.made.get(key)
+    def plain(self, t: Task, rank: int) -> Node:
+        """The node of a task no rank changes: a compute task's, or a collective's on group 0 (no
+        `pg_name` attribute)."""
+        node = self.made.get(id(t))
         if node is None:
-            node = self.made[key] = (self._intern(task_node(t, rank, group)) if not group  # no pg_name attribute
-                                     else self.on_group([t], rank, group)[0])
+            node = self.made[id(t)] = self._intern(task_node(t, rank, 0))
         return node
 
     def on_group(self, tasks: list[Task], rank: int, group: int) -> list[Node]:
@@ -256,7 +255,7 @@ def _graph_traces(graph: ExecutionGraph) -> list[list[Node]]:
             p2p: list[tuple[int, Task]] = []
             for i, t in enumerate(g.tasks):
                 if t.kind is TaskKind.COMPUTE or t.kind is TaskKind.WAIT:
-                    fixed[i] = nodes_of.shared(t, g.rank, 0)
+                    fixed[i] = nodes_of.plain(t, g.rank)
                 elif t.kind is TaskKind.COLLECTIVE:
                     at, tasks = colls.setdefault(t.group, ([], []))
                     at.append(i)
@@ -271,7 +270,7 @@ def _graph_traces(graph: ExecutionGraph) -> list[list[Node]]:
             group = k if g.groups is None else g.groups.get(k, k)
             nodes = placed.get((id(g.tasks), k, group))
             if nodes is None:
-                made = [nodes_of.shared(t, g.rank, 0) for t in tasks] if not group else \
+                made = [nodes_of.plain(t, g.rank) for t in tasks] if not group else \
                     nodes_of.on_group(tasks, g.rank, group)
                 nodes = placed[(id(g.tasks), k, group)] = np.fromiter(made, dtype=object, count=len(made))
             row[places] = nodes
