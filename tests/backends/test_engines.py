@@ -83,6 +83,38 @@ def test_compiled_fluid_model_equals_python(data: tuple[list[float], list[Messag
     assert arrivals("reference", cap, msgs, latency) == want
 
 
+@st.composite
+def crowds(draw: st.DrawFn) -> tuple[list[float], list[Message]]:
+    """Many messages on a few routes, started in waves: components of more than 12 flows that come
+    back as the same routes with the same number of flows each, in another order of sending (the
+    compiled model keeps a large component's rates by that multiset)."""
+    cap = [draw(st.sampled_from([1.0, 3.0, 12.5])) for _ in range(4)]
+    routes = draw(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=3, unique=True).map(tuple),
+                           min_size=2, max_size=4, unique=True))
+    mults = [tuple(draw(st.integers(1, 2)) for _ in keys) if draw(st.booleans()) else None for keys in routes]
+    msgs: list[Message] = []
+    start = 0
+    for _ in range(draw(st.integers(2, 5))):
+        start += draw(st.sampled_from([0, 40, 700, 10**6]))  # 10**6: after the last wave has drained
+        order = draw(st.permutations(range(len(routes))))
+        for _ in range(draw(st.integers(4, 8))):
+            for r in order:
+                msgs.append((start, routes[r], mults[r], draw(st.sampled_from([1000, 4096, 65536]))))
+    return cap, msgs
+
+
+@needs_core
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(crowds(), st.sampled_from([0.0, 250.0]))
+def test_compiled_fluid_model_equals_python_on_crowded_routes(data: tuple[list[float], list[Message]],
+                                                              latency: float) -> None:
+    cap, msgs = data
+    want = arrivals("fast", cap, msgs, latency)
+    assert len(want) == len(msgs)
+    assert arrivals("compiled", cap, msgs, latency) == want
+    assert arrivals("reference", cap, msgs, latency) == want
+
+
 @needs_core
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.one_of(cases(max_npus=12, max_ops=5), graph_cases()), st.sampled_from(["fluid", "unaware", "aware"]),

@@ -34,7 +34,7 @@ from libcpp.vector cimport vector
 from libcpp.deque cimport deque
 from libcpp.map cimport map as cmap
 from libcpp.unordered_map cimport unordered_map
-from libcpp.algorithm cimport sort, push_heap, pop_heap
+from libcpp.algorithm cimport sort, make_heap, push_heap, pop_heap
 from libcpp.functional cimport greater
 from libcpp.utility cimport pair
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
@@ -804,23 +804,29 @@ cdef class CoreFluid(CoreNet):
     cdef vector[double] cap
     cdef vector[Flow] flows
     cdef vector[int] free_ids
-    cdef vector[vector[int]] on_link
+    cdef vector[vector[int]] on_link  # link -> the routes on it that carry flows
+    cdef vector[vector[pair[int64_t, int]]] rflows  # route -> its flows (seq, id), in the order sent
     cdef SimSolved solved
     cdef int64_t kept
     cdef object dirty_sched
     cdef int64_t dirty_now
     cdef int64_t dirty_token
     cdef int64_t tokens
-    cdef unordered_map[int64_t, vector[int]] dirty
+    cdef unordered_map[int64_t, vector[int]] dirty  # the keys of pending recomputes other than the open one
+    cdef vector[int] open_keys  # the keys of the open one (`dirty_token`)
     cdef vector[int64_t] key_stamp
-    cdef vector[int64_t] flow_stamp
     cdef int64_t stamp
     # scratch space, kept between calls (no allocation per recompute)
     cdef vector[int] sig
     cdef vector[int] keys_buf
     cdef vector[int] stack
-    cdef vector[pair[int64_t, int]] found
+    cdef vector[int] found  # the routes of the component being searched, in the order met
+    cdef vector[pair[int64_t, int]] heads  # the merge of their flows: (seq, index in `found`), a min-heap
+    cdef vector[size_t] cursor
     cdef vector[int] comp
+    cdef vector[int] expanded  # a large component's routes as a multiset: each route its flows' times
+    cdef vector[double] route_rate  # route -> its rate in the component solved last (valid for its routes)
+    cdef vector[double] flow_rate  # the component's rates, by flow
     cdef vector[double] fresh  # the rates of the component solved last
     cdef vector[int] local_of  # link -> its index in the component being filled (valid where link_stamp is)
     cdef vector[int64_t] link_stamp
@@ -852,8 +858,6 @@ cdef class CoreFluid(CoreNet):
         if self.free_ids.empty():
             fid = self.flows.size()
             self.flows.push_back(blank)
-            self.flow_stamp.push_back(0)
-
         else:
             fid = self.free_ids.back()
             self.free_ids.pop_back()
@@ -871,8 +875,13 @@ cdef class CoreFluid(CoreNet):
         f.ev_slot = -1
         f.ev_key = -1
         cdef int j
-        for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
-            self.on_link[self.route_keys[j]].push_back(fid)
+        if <size_t>r >= self.rflows.size():
+            self.rflows.resize(self.route_ptr.size() - 1)
+        cdef vector[pair[int64_t, int]]* mine = &self.rflows[r]
+        if mine.empty():  # the route's links carry it from now on
+            for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
+                self.on_link[self.route_keys[j]].push_back(r)
+        mine.push_back(pair[int64_t, int](f.seq, fid))
         self._mark(r, 0, now)
 
     cdef void _mark(self, int route, bint skip_empty, int64_t now) noexcept:
@@ -880,12 +889,15 @@ cdef class CoreFluid(CoreNet):
         only the links that still carry flows)."""
         cdef CoreScheduler s = self._sched
         if self.dirty_token < 0 or self.dirty_sched is not s or self.dirty_now != now:
+            if self.dirty_token >= 0:  # still pending, in another queue or at another time
+                self.dirty[self.dirty_token].swap(self.open_keys)
+            self.open_keys.clear()
             self.tokens += 1
             self.dirty_token = self.tokens
             self.dirty_sched = s
             self.dirty_now = now
             s.push(now, 1, EV_RECOMPUTE, self, self.dirty_token, 0, 0, None)
-        cdef vector[int]* keys = &self.dirty[self.dirty_token]
+        cdef vector[int]* keys = &self.open_keys
         cdef int j, k
         for j in range(self.route_ptr[route], self.route_ptr[route + 1]):
             k = self.route_keys[j]
@@ -901,18 +913,24 @@ cdef class CoreFluid(CoreNet):
         cdef int r = f.route
         cdef int j, k
         cdef size_t i
+        cdef vector[pair[int64_t, int]]* mine = &self.rflows[r]
+        for i in range(mine.size()):  # the first mostly: flows of a route mostly drain in the order sent
+            if mine[0][i].second == fid:
+                mine.erase(mine.begin() + i)
+                break
+        cdef bint left = not mine.empty()
         cdef vector[int]* lst
-        cdef bint left = False
-        for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
-            k = self.route_keys[j]
-            lst = &self.on_link[k]
-            for i in range(lst.size()):
-                if lst[0][i] == fid:
-                    lst[0][i] = lst.back()
-                    lst.pop_back()
-                    break
-            if not lst.empty():
-                left = True
+        if not left:  # the route's last flow: its links no longer carry the route
+            for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
+                k = self.route_keys[j]
+                lst = &self.on_link[k]
+                for i in range(lst.size()):
+                    if lst[0][i] == r:
+                        lst[0][i] = lst.back()
+                        lst.pop_back()
+                        break
+                if not lst.empty():
+                    left = True
         cdef CoreScheduler s = self._sched
         cdef int64_t now = s.now
         if left:
@@ -929,13 +947,16 @@ cdef class CoreFluid(CoreNet):
         s.push(t if t > now else now, 0, EV_ARRIVE, self, mid, 0, 0, None)
 
     cdef void _recompute(self, int64_t token) noexcept:
+        cdef unordered_map[int64_t, vector[int]].iterator at
+        self.keys_buf.clear()
         if token == self.dirty_token:
             self.dirty_token = -1
-        cdef unordered_map[int64_t, vector[int]].iterator at = self.dirty.find(token)
-        self.keys_buf.clear()
-        if at != self.dirty.end():
-            self.keys_buf.swap(deref(at).second)
-            self.dirty.erase(at)
+            self.keys_buf.swap(self.open_keys)
+        else:
+            at = self.dirty.find(token)
+            if at != self.dirty.end():
+                self.keys_buf.swap(deref(at).second)
+                self.dirty.erase(at)
         self._component(self.keys_buf)
         cdef vector[int]* comp = &self.comp
         if comp.empty():
@@ -975,17 +996,19 @@ cdef class CoreFluid(CoreNet):
                         f.ev_key = key
 
     cdef void _component(self, vector[int]& keys) noexcept:
-        """The flows connected to `keys` through shared links, in the order they were sent, into `comp`."""
+        """The flows connected to `keys` through shared links, in the order they were sent, into `comp`
+        (their routes into `found`). Links hold routes, and each route its flows in the order sent, so
+        the search meets each route once and the flows come out of a merge of sorted lists."""
         self.stamp += 1
         cdef int64_t st = self.stamp
         cdef vector[int]* stack = &self.stack
-        cdef vector[pair[int64_t, int]]* found = &self.found
+        cdef vector[int]* found = &self.found
         stack.clear()
         found.clear()
         if self.route_stamp.size() + 1 < self.route_ptr.size():
             self.route_stamp.resize(self.route_ptr.size() - 1, 0)
         cdef size_t i
-        cdef int k, k2, fid, j, r
+        cdef int k, k2, j, r
         for i in range(keys.size()):
             k = keys[i]
             if self.key_stamp[k] != st:
@@ -995,29 +1018,53 @@ cdef class CoreFluid(CoreNet):
             k = stack.back()
             stack.pop_back()
             for i in range(self.on_link[k].size()):
-                fid = self.on_link[k][i]
-                if self.flow_stamp[fid] == st:
-                    continue
-                self.flow_stamp[fid] = st
-                found.push_back(pair[int64_t, int](self.flows[fid].seq, fid))
-                r = self.flows[fid].route
-                if self.route_stamp[r] == st:  # its links are met already (flows of one route share them)
+                r = self.on_link[k][i]
+                if self.route_stamp[r] == st:
                     continue
                 self.route_stamp[r] = st
+                found.push_back(r)
                 for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
                     k2 = self.route_keys[j]
                     if self.key_stamp[k2] != st:
                         self.key_stamp[k2] = st
                         stack.push_back(k2)
-        if found.size() > 1:
-            sort(found.begin(), found.end())  # by seq (unique), as `_by_seq`
         self.comp.clear()
+        cdef vector[pair[int64_t, int]]* lst
+        if found.size() == 1:
+            lst = &self.rflows[found[0][0]]
+            for i in range(lst.size()):
+                self.comp.push_back(lst[0][i].second)
+            return
+        # merge the routes' lists by seq (unique), as `_by_seq`
+        cdef vector[pair[int64_t, int]]* heads = &self.heads
+        heads.clear()
+        self.cursor.assign(found.size(), 0)
         for i in range(found.size()):
-            self.comp.push_back(found[0][i].second)
+            lst = &self.rflows[found[0][i]]
+            if not lst.empty():
+                heads.push_back(pair[int64_t, int](-lst[0][0].first, <int>i))
+        make_heap(heads.begin(), heads.end())
+        cdef size_t c
+        while not heads.empty():
+            pop_heap(heads.begin(), heads.end())
+            i = <size_t>heads.back().second
+            heads.pop_back()
+            lst = &self.rflows[found[0][i]]
+            c = self.cursor[i]
+            self.comp.push_back(lst[0][c].second)
+            c += 1
+            self.cursor[i] = c
+            if c < lst.size():
+                heads.push_back(pair[int64_t, int](-lst[0][c].first, <int>i))
+                push_heap(heads.begin(), heads.end())
 
     cdef const vector[double]* _rates(self, vector[int]& comp) noexcept:
         """The component's max-min rates: solved before for the same routes in the same order, or now
-        (where they are kept: valid until the next call)."""
+        (where they are kept: valid until the next call). A large component's rates depend on its
+        routes as a multiset only (`_fill_large`), so it is kept by that: each route and its number
+        of flows, by route."""
+        if comp.size() > SMALL:
+            return self._rates_large(comp)
         cdef vector[int]* sig = &self.sig
         sig.clear()
         cdef size_t i
@@ -1029,16 +1076,60 @@ cdef class CoreFluid(CoreNet):
             return found
         if comp.size() == 1:
             self.fresh = self._single(sig[0][0])
-        elif comp.size() <= SMALL:
-            self.fresh = self._fill_small(sig[0])
         else:
-            self.fresh = self._fill_large(sig[0])
-        self.kept += comp.size()
+            self.fresh = self._fill_small(sig[0])
+        self._keep(sig[0], self.fresh)
+        return &self.fresh
+
+    cdef void _keep(self, vector[int]& sig, vector[double]& rates) noexcept:
+        self.kept += sig.size()
         if self.kept > MEMO:
             self.solved.clear()
-            self.kept = comp.size()
-        self.solved.put(sig[0], self.fresh)
-        return &self.fresh
+            self.kept = sig.size()
+        self.solved.put(sig, rates)
+
+    cdef const vector[double]* _rates_large(self, vector[int]& comp) noexcept:
+        """`_rates` of more than `SMALL` flows (those `_component` found last): the rate of each
+        route of the multiset solved before or now, then each flow its route's."""
+        cdef vector[int]* sig = &self.sig
+        cdef vector[int]* found = &self.found
+        sort(found.begin(), found.end())
+        sig.clear()
+        sig.push_back(-1)  # not a sequence of routes (those are >= 0)
+        cdef size_t i
+        cdef int r, n
+        for i in range(found.size()):
+            r = found[0][i]
+            n = self.rflows[r].size()
+            if n:
+                sig.push_back(r)
+                sig.push_back(n)
+        if self.route_rate.size() + 1 < self.route_ptr.size():
+            self.route_rate.resize(self.route_ptr.size() - 1, 0.0)
+        cdef const vector[double]* known = self.solved.get(sig[0])
+        cdef vector[double] by_flow
+        cdef size_t at
+        if known != NULL:
+            self.reused += 1
+            for i in range(0, sig.size() // 2):
+                self.route_rate[sig[0][1 + 2 * i]] = deref(known)[i]
+        else:
+            self.expanded.clear()
+            for i in range(1, sig.size(), 2):
+                for n in range(sig[0][i + 1]):
+                    self.expanded.push_back(sig[0][i])
+            by_flow = self._fill_large(self.expanded)
+            self.fresh.clear()
+            at = 0
+            for i in range(1, sig.size(), 2):
+                self.fresh.push_back(by_flow[at])
+                self.route_rate[sig[0][i]] = by_flow[at]
+                at += <size_t>sig[0][i + 1]
+            self._keep(sig[0], self.fresh)
+        self.flow_rate.resize(comp.size())
+        for i in range(comp.size()):
+            self.flow_rate[i] = self.route_rate[self.flows[comp[i]].route]
+        return &self.flow_rate
 
     cdef vector[double] _single(self, int r) noexcept:
         cdef double best = INFINITY
