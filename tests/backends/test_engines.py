@@ -61,9 +61,12 @@ def traffic(draw: st.DrawFn) -> tuple[list[float], list[Message]]:
 
 
 def arrivals(solver: str, cap: list[float], msgs: list[Message], latency: float) -> list[tuple[int, int]]:
-    sched = core_scheduler() if solver == "compiled" else Scheduler()
-    model = CORE_NETMODELS[Congestion.FLUID] if solver == "compiled" else FLUID_SOLVERS[solver]
+    compiled = solver.startswith("compiled")
+    sched = core_scheduler() if compiled else Scheduler()
+    model = CORE_NETMODELS[Congestion.FLUID] if compiled else FLUID_SOLVERS[solver]
     net = model(sched, cap, [latency] * len(cap))
+    if solver == "compiled-heap":  # every component's flows merged through the heap, never placed by seq
+        net.dense_merge = False
     out: list[tuple[int, int]] = []
     for i, (t, keys, mult, size) in enumerate(msgs):
         msg = Msg(i, i, size, keys, mult, latency * len(keys), 0, lambda m: out.append((m.src, m.t_arrive)))
@@ -80,6 +83,7 @@ def test_compiled_fluid_model_equals_python(data: tuple[list[float], list[Messag
     want = arrivals("fast", cap, msgs, latency)
     assert len(want) == len(msgs)
     assert arrivals("compiled", cap, msgs, latency) == want
+    assert arrivals("compiled-heap", cap, msgs, latency) == want
     assert arrivals("reference", cap, msgs, latency) == want
 
 
@@ -112,6 +116,7 @@ def test_compiled_fluid_model_equals_python_on_crowded_routes(data: tuple[list[f
     want = arrivals("fast", cap, msgs, latency)
     assert len(want) == len(msgs)
     assert arrivals("compiled", cap, msgs, latency) == want
+    assert arrivals("compiled-heap", cap, msgs, latency) == want
     assert arrivals("reference", cap, msgs, latency) == want
 
 

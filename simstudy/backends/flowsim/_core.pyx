@@ -28,7 +28,7 @@ and solver property test, which run on this engine by default).
 import numpy as np
 
 from libc.math cimport floor, INFINITY
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, INT64_MAX
 from libc.string cimport memcpy
 from libcpp.vector cimport vector
 from libcpp.deque cimport deque
@@ -824,6 +824,11 @@ cdef class CoreFluid(CoreNet):
     cdef vector[pair[int64_t, int]] heads  # the merge of their flows: (seq, index in `found`), a min-heap
     cdef vector[size_t] cursor
     cdef vector[int] comp
+    cdef vector[int] comp_route  # each flow's route, by its place in `comp`
+    cdef vector[int] placed
+    #: merge a component's routes by placing their flows by seq where the seqs are dense (False: always
+    #: through the heap of the lists' heads, the path it shortens; the property tests run both)
+    cdef public bint dense_merge
     cdef vector[int] expanded  # a large component's routes as a multiset: each route its flows' times
     cdef vector[double] route_rate  # route -> its rate in the component solved last (valid for its routes)
     cdef vector[double] flow_rate  # the component's rates, by flow
@@ -843,6 +848,7 @@ cdef class CoreFluid(CoreNet):
         self.local_of.resize(len(self.capacity), 0)
         self.dirty_sched = None
         self.dirty_token = -1
+        self.dense_merge = True
 
     cdef void _start(self, int mid) except *:
         cdef CoreScheduler s = self._sched
@@ -1029,22 +1035,53 @@ cdef class CoreFluid(CoreNet):
                         self.key_stamp[k2] = st
                         stack.push_back(k2)
         self.comp.clear()
+        self.comp_route.clear()
         cdef vector[pair[int64_t, int]]* lst
         if found.size() == 1:
-            lst = &self.rflows[found[0][0]]
+            r = found[0][0]
+            lst = &self.rflows[r]
             for i in range(lst.size()):
                 self.comp.push_back(lst[0][i].second)
+                self.comp_route.push_back(r)
             return
-        # merge the routes' lists by seq (unique), as `_by_seq`
+        # the routes' lists merged by seq (unique), as `_by_seq`: placed by seq where the seqs are
+        # dense (flows started together), else through a heap of the lists' heads
+        cdef int64_t lo = INT64_MAX, hi = -1, span
+        cdef size_t n = 0
+        for i in range(found.size()):
+            lst = &self.rflows[found[0][i]]
+            if not lst.empty():
+                n += lst.size()
+                lo = min(lo, lst.front().first)
+                hi = max(hi, lst.back().first)
+        if n == 0:
+            return
+        span = hi - lo + 1
+        cdef size_t e
+        self.cursor.assign(found.size(), 0)
+        cdef size_t c
+        if self.dense_merge and span <= 4 * <int64_t>n + 64:
+            self.placed.assign(span, -1)  # seq - lo -> the index of its route in `found`
+            for i in range(found.size()):
+                lst = &self.rflows[found[0][i]]
+                for e in range(lst.size()):
+                    self.placed[lst[0][e].first - lo] = <int>i
+            for e in range(<size_t>span):
+                if self.placed[e] >= 0:
+                    i = <size_t>self.placed[e]
+                    r = found[0][i]
+                    c = self.cursor[i]
+                    self.cursor[i] = c + 1
+                    self.comp.push_back(self.rflows[r][c].second)
+                    self.comp_route.push_back(r)
+            return
         cdef vector[pair[int64_t, int]]* heads = &self.heads
         heads.clear()
-        self.cursor.assign(found.size(), 0)
         for i in range(found.size()):
             lst = &self.rflows[found[0][i]]
             if not lst.empty():
                 heads.push_back(pair[int64_t, int](-lst[0][0].first, <int>i))
         make_heap(heads.begin(), heads.end())
-        cdef size_t c
         while not heads.empty():
             pop_heap(heads.begin(), heads.end())
             i = <size_t>heads.back().second
@@ -1052,6 +1089,7 @@ cdef class CoreFluid(CoreNet):
             lst = &self.rflows[found[0][i]]
             c = self.cursor[i]
             self.comp.push_back(lst[0][c].second)
+            self.comp_route.push_back(found[0][i])
             c += 1
             self.cursor[i] = c
             if c < lst.size():
@@ -1069,7 +1107,7 @@ cdef class CoreFluid(CoreNet):
         sig.clear()
         cdef size_t i
         for i in range(comp.size()):
-            sig.push_back(self.flows[comp[i]].route)
+            sig.push_back(self.comp_route[i])
         cdef const vector[double]* found = self.solved.get(sig[0])
         if found != NULL:
             self.reused += 1
@@ -1128,7 +1166,7 @@ cdef class CoreFluid(CoreNet):
             self._keep(sig[0], self.fresh)
         self.flow_rate.resize(comp.size())
         for i in range(comp.size()):
-            self.flow_rate[i] = self.route_rate[self.flows[comp[i]].route]
+            self.flow_rate[i] = self.route_rate[self.comp_route[i]]
         return &self.flow_rate
 
     cdef vector[double] _single(self, int r) noexcept:
