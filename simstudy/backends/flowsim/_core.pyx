@@ -892,7 +892,8 @@ cdef class CoreFluid(CoreNet):
 
     cdef void _mark(self, int route, bint skip_empty, int64_t now) noexcept:
         """Links of a route to solve again at `now`, after every ordinary event of it (`skip_empty`:
-        only the links that still carry flows)."""
+        only the links that still carry flows): the route itself (as -1 - route) where it carries
+        flows, as all its links do then."""
         cdef CoreScheduler s = self._sched
         if self.dirty_token < 0 or self.dirty_sched is not s or self.dirty_now != now:
             if self.dirty_token >= 0:  # still pending, in another queue or at another time
@@ -904,6 +905,9 @@ cdef class CoreFluid(CoreNet):
             self.dirty_now = now
             s.push(now, 1, EV_RECOMPUTE, self, self.dirty_token, 0, 0, None)
         cdef vector[int]* keys = &self.open_keys
+        if not skip_empty or not self.rflows[route].empty():  # every link of it carries it: the route
+            keys.push_back(-route - 1)
+            return
         cdef int j, k
         for j in range(self.route_ptr[route], self.route_ptr[route + 1]):
             k = self.route_keys[j]
@@ -1002,7 +1006,7 @@ cdef class CoreFluid(CoreNet):
                         f.ev_key = key
 
     cdef void _component(self, vector[int]& keys) noexcept:
-        """The flows connected to `keys` through shared links, in the order they were sent, into `comp`
+        """The flows connected to `keys` (links, and routes as `_mark` puts them) through shared links, in the order they were sent, into `comp`
         (their routes into `found`). Links hold routes, and each route its flows in the order sent, so
         the search meets each route once and the flows come out of a merge of sorted lists."""
         self.stamp += 1
@@ -1017,9 +1021,22 @@ cdef class CoreFluid(CoreNet):
         cdef int k, k2, j, r
         for i in range(keys.size()):
             k = keys[i]
-            if self.key_stamp[k] != st:
-                self.key_stamp[k] = st
-                stack.push_back(k)
+            if k >= 0:
+                if self.key_stamp[k] != st:
+                    self.key_stamp[k] = st
+                    stack.push_back(k)
+                continue
+            r = -k - 1  # a route (`_mark`): its links, and itself where it still carries flows
+            if self.route_stamp[r] == st:
+                continue
+            if not self.rflows[r].empty():
+                self.route_stamp[r] = st
+                found.push_back(r)
+            for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
+                k2 = self.route_keys[j]
+                if self.key_stamp[k2] != st:
+                    self.key_stamp[k2] = st
+                    stack.push_back(k2)
         while not stack.empty():
             k = stack.back()
             stack.pop_back()
