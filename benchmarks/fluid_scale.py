@@ -249,6 +249,18 @@ def run_child(case: str, mode: str, bundle: Path | None, out: Path, timeout_s: f
     return dict(json.loads(stdout.strip().splitlines()[-1]))
 
 
+def median_run(tries: list[dict[str, Any]]) -> dict[str, Any]:
+    """One run's result from its tries: the one of median wall time, with every try's wall time
+    (`walls`) where there was more than one and none failed or timed out; else the first that did."""
+    bad = [r for r in tries if "error" in r or r.get("timeout")]
+    if bad:
+        return bad[0]
+    if len(tries) == 1:
+        return tries[0]
+    ordered = sorted(tries, key=lambda r: r["wall"])
+    return {**ordered[(len(ordered) - 1) // 2], "walls": [r["wall"] for r in tries]}
+
+
 def fmt_wall(r: dict[str, Any], timeout_s: float) -> str:
     if r.get("timeout"):
         return f">{r.get('wall', timeout_s):.0f}"
@@ -264,6 +276,9 @@ def main() -> None:
                         help="congestion mode:engine of each run (engine compiled or python; the last run is the "
                              "reference)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before one run is stopped")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run each case's runs this many times, in turn, and print each run's median wall time "
+                             "(this machine's noise moves one run by 10-25%%)")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -287,7 +302,11 @@ def main() -> None:
             workload = estimate_workload(case)
             runs = [m for m in (args.runs if args.runs_given else RUNS.get(case, args.runs)).split(",") if m]
             ref = runs[-1]
-            results = {m: run_child(case, m, bundle, Path(tmp) / case / m, args.timeout) for m in runs}
+            tries: dict[str, list[dict[str, Any]]] = {m: [] for m in runs}
+            for _ in range(max(1, args.repeat)):  # in turn: a slow minute of the machine falls on every run
+                for m in runs:
+                    tries[m].append(run_child(case, m, bundle, Path(tmp) / case / m, args.timeout))
+            results = {m: median_run(tries[m]) for m in runs}
             for m in runs:
                 r = results[m]
                 base = results[ref]
@@ -306,6 +325,8 @@ def main() -> None:
                     note += (f"  stopped at {r['fraction']:.2%} of its transfers, sim {r['sim_ns'] / 1e6:.3f} ms:"
                              f" about {eta:,.0f} s in all at this rate")
                 note += f"  {r['error']}" if "error" in r else ""
+                if "walls" in r:
+                    note += f"  (median of {len(r['walls'])}: {min(r['walls']):.2f}-{max(r['walls']):.2f} s)"
                 print(f"{label:<32} {m:<16} {fmt_wall(r, args.timeout):>8} {peak:>9} {count:>13} {rate:>12} "
                       f"{finish:>10} {ratio:>10} {mem:>9}{note}", flush=True)
                 if workload is not None and m != "astrasim":
