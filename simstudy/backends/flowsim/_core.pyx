@@ -1018,7 +1018,7 @@ cdef class CoreFluid(CoreNet):
         if self.route_stamp.size() + 1 < self.route_ptr.size():
             self.route_stamp.resize(self.route_ptr.size() - 1, 0)
         cdef size_t i
-        cdef int k, k2, j, r
+        cdef int k, r
         for i in range(keys.size()):
             k = keys[i]
             if k >= 0:
@@ -1032,11 +1032,7 @@ cdef class CoreFluid(CoreNet):
             if not self.rflows[r].empty():
                 self.route_stamp[r] = st
                 found.push_back(r)
-            for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
-                k2 = self.route_keys[j]
-                if self.key_stamp[k2] != st:
-                    self.key_stamp[k2] = st
-                    stack.push_back(k2)
+            self._links_of(r, st)
         while not stack.empty():
             k = stack.back()
             stack.pop_back()
@@ -1046,11 +1042,7 @@ cdef class CoreFluid(CoreNet):
                     continue
                 self.route_stamp[r] = st
                 found.push_back(r)
-                for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
-                    k2 = self.route_keys[j]
-                    if self.key_stamp[k2] != st:
-                        self.key_stamp[k2] = st
-                        stack.push_back(k2)
+                self._links_of(r, st)
         self.comp.clear()
         self.comp_route.clear()
         cdef vector[pair[int64_t, int]]* lst
@@ -1112,6 +1104,15 @@ cdef class CoreFluid(CoreNet):
             if c < lst.size():
                 heads.push_back(pair[int64_t, int](-lst[0][c].first, <int>i))
                 push_heap(heads.begin(), heads.end())
+
+    cdef inline void _links_of(self, int r, int64_t st) noexcept:
+        """Route r's links not met yet in search `st`, onto the search's stack."""
+        cdef int j, k
+        for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
+            k = self.route_keys[j]
+            if self.key_stamp[k] != st:
+                self.key_stamp[k] = st
+                self.stack.push_back(k)
 
     cdef const vector[double]* _rates(self, vector[int]& comp) noexcept:
         """The component's max-min rates: solved before for the same routes in the same order, or now
