@@ -1006,9 +1006,10 @@ cdef class CoreFluid(CoreNet):
                         f.ev_key = key
 
     cdef void _component(self, vector[int]& keys) noexcept:
-        """The flows connected to `keys` (links, and routes as `_mark` puts them) through shared links, in the order they were sent, into `comp`
-        (their routes into `found`). Links hold routes, and each route its flows in the order sent, so
-        the search meets each route once and the flows come out of a merge of sorted lists."""
+        """The flows connected to `keys` (links, and routes as `_mark` puts them) through shared
+        links, in the order they were sent, into `comp` (their routes into `found`). Links hold
+        routes, and each route its flows in the order sent, so the search meets each route once and
+        the flows come out of a merge of sorted lists."""
         self.stamp += 1
         cdef int64_t st = self.stamp
         cdef vector[int]* stack = &self.stack
