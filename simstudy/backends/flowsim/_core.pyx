@@ -790,10 +790,6 @@ cdef struct Flow:
     bint live
 
 
-cdef inline bint _by_seq(const pair[int64_t, int]& a, const pair[int64_t, int]& b) noexcept:
-    return a.first < b.first
-
-
 cdef class CoreFluid(CoreNet):
     """`netmodels.FastFluidNet`: max-min fair flows, rates recomputed once per instant over the
     component a change touches, a component's rates looked up when its routes were solved before."""
@@ -821,7 +817,7 @@ cdef class CoreFluid(CoreNet):
     cdef vector[int] keys_buf
     cdef vector[int] stack
     cdef vector[int] found  # the routes of the component being searched, in the order met
-    cdef vector[pair[int64_t, int]] heads  # the merge of their flows: (seq, index in `found`), a min-heap
+    cdef vector[pair[int64_t, int]] heads  # the merge of their flows: (-seq, index in `found`), a max-heap
     cdef vector[size_t] cursor
     cdef vector[int] comp
     cdef vector[int] comp_route  # each flow's route, by its place in `comp`
@@ -1054,7 +1050,7 @@ cdef class CoreFluid(CoreNet):
                 self.comp.push_back(lst[0][i].second)
                 self.comp_route.push_back(r)
             return
-        # the routes' lists merged by seq (unique), as `_by_seq`: placed by seq where the seqs are
+        # the routes' lists merged by seq (unique), as `netmodels._by_seq` sorts: placed by seq where the seqs are
         # dense (flows started together), else through a heap of the lists' heads
         cdef int64_t lo = INT64_MAX, hi = -1, span
         cdef size_t n = 0
