@@ -22,7 +22,10 @@ explained: a run may bridge a cycle of up to `BRIDGE` quanta (a silence filled b
 stall), which keeps the run going but explains nothing, so a multiple kT never explains more than
 T. A repeat counts only when chance would not give one as close (`CHANCE`), were the sender's
 burst ends spread at random over its bytes: each cycle's chance of ending as near q bytes on as it
-does, combined over the cycles by Fisher's method, times the quanta and starts tried. Large quanta
+does at a burst end at least as silent as its own (an iteration ends at a long silence, and few
+burst ends are that silent: a Horovod job's bytes per iteration move by a few tenths of a percent
+with its background thread's messages, while its setup sends hundreds of tiny bursts), combined
+over the cycles by Fisher's method, times the quanta and starts tried. Large quanta
 over dense burst ends chain by chance, but not to within the few bytes an iteration repeats to
 (a link shaped into 64 KB bursts ends a burst every 2 ms, so any quantum finds a burst end within
 a percent or two: the iteration's own chain ends within a few hundred bytes).
@@ -48,8 +51,10 @@ silences (an iteration ends at one of its longer silences, the compute between i
 silence lasts from a burst of payload to the next one, bursts of control within it (below
 `CONTROL_BYTES`: heartbeats, rendezvous, metadata) do not end it.
 (3) Each quantum's longest repeat is found by chaining each burst's end to the burst end q bytes
-later (`_longest_repeat`); the quantum is then the median bytes of its single cycles (the pair of
-silences that proposed it may hold a few bytes of control more or less), and chained again.
+later (`_longest_repeat`); of the chains with the most single cycles, the one chance explains
+least (every phase of a repeating cycle chains alike; its end is where the sender falls silent
+longest, not a pause within it). The quantum is then the median bytes of its single cycles (the
+pair of silences that proposed it may hold a few bytes of control more or less), and chained again.
 (4) Every sender's repeats are candidate cycle lengths (their cycles'
 interquartile mean duration, `interquartile_mean`), scored by `explained`. (5) The chosen T
 gives: the steady window, the reference's cycles (the sender that explains the most) where every
@@ -91,6 +96,7 @@ Tolerances, each with its meaning and source:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -225,13 +231,13 @@ class _Repeat:
     def explained(self) -> float:
         return float(self.cycle_bytes[self.single].sum())
 
-    @property
+    @functools.cached_property
     def durations(self) -> FloatArray:
         """Bins from each single cycle's end to the next's: the first cycle is left out, as its start
         ends what went before (setup traffic, a rendezvous), not an iteration."""
         return np.diff(self.bounds)[1:][self.single[1:]].astype(np.float64)
 
-    @property
+    @functools.cached_property
     def period(self) -> float:
         """The typical single cycle's duration, bins."""
         return interquartile_mean(self.durations)
@@ -249,11 +255,15 @@ def _bursts(v: FloatArray) -> tuple[IntArray, IntArray, FloatArray]:
     return starts, ends, np.concatenate([[0.0], cum[ends]])
 
 
-def _longest_repeat(at: FloatArray, q: float, tolerance: float) -> tuple[IntArray, NDArray[np.bool_]]:
+def _longest_repeat(at: FloatArray, q: float, tolerance: float,
+                    rarity: FloatArray) -> tuple[IntArray, NDArray[np.bool_]]:
     """Indices into `at` (cumulative bytes at burst ends) of the chain that holds the most single
     cycles, each next index q bytes on (within `tolerance` of q), or k q on where no
     burst ends at q (k up to `BRIDGE`: a silence filled by jitter or a stall merges iterations);
-    and whether each step is a single cycle."""
+    and whether each step is a single cycle. Of the chains that hold as many, the one chance
+    explains least (Fisher's -2 sum log p over its single cycles, `_chance`): every phase of a
+    repeating cycle chains alike, and it is the iteration's end, not a pause within it, where the
+    sender falls silent longest."""
     n = len(at)
     nxt, single = np.full(n, -1), np.zeros(n, np.bool_)
     for k in range(BRIDGE, 0, -1):  # the smallest k that hits wins
@@ -263,17 +273,27 @@ def _longest_repeat(at: FloatArray, q: float, tolerance: float) -> tuple[IntArra
         j = np.where(np.abs(at[after] - target) <= np.abs(at[before] - target), after, before)
         hit = (np.abs(at[j] - target) <= tolerance * q) & (j > np.arange(n))
         nxt, single = np.where(hit, j, nxt), np.where(hit, k == 1, single)
-    score = np.zeros(n, np.int64)
-    while True:  # single cycles along each chain, every link at once until none grows
+    to = np.maximum(nxt, 0)
+    weight = np.where(single, -2 * np.log(_chance(np.abs(at[to] - at - q), rarity[to], at[-1])), 0.0)
+    score, stat = np.zeros(n, np.int64), np.zeros(n)
+    while True:  # single cycles (and their statistic) along each chain, every link at once until none grows
         grown = np.where(nxt >= 0, score[nxt] + single, 0)
-        if np.array_equal(grown, score):
+        summed = np.where(nxt >= 0, stat[nxt] + weight, 0.0)
+        if np.array_equal(grown, score) and np.array_equal(summed, stat):
             break
-        score = grown
-    chain = [int(np.argmax(score))]
+        score, stat = grown, summed
+    chain = [int(np.argmax(np.where(score == score.max(), stat, -np.inf)))]
     while nxt[chain[-1]] >= 0 and score[chain[-1]] > 0:
         chain.append(int(nxt[chain[-1]]))
     c = np.asarray(chain, dtype=np.int64)
     return c, np.asarray(single[c[:-1]], dtype=np.bool_)
+
+
+def _chance(off: FloatArray, rarity: FloatArray, total: float) -> FloatArray:
+    """Each cycle's chance of ending as near its quantum on (`off` bytes) as it does, were the
+    sender's burst ends spread at random over its `total` bytes: of ending within `off` of it at a
+    burst end at least as silent as its own (`rarity`: their number)."""
+    return np.minimum(1.0, 2 * np.maximum(off, 1.0) * rarity / total)
 
 
 def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
@@ -287,6 +307,11 @@ def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
     if len(payload) == 0:
         return []
     silence = np.concatenate([starts[payload[1:]], [len(v)]]) - ends[payload]  # to the next payload
+    # every burst end's silence, to the next payload (none before the first), and how many are as long
+    ahead = np.concatenate([starts[payload], [len(v)]])
+    quiet = ahead[np.minimum(np.searchsorted(ahead, when), len(ahead) - 1)] - when
+    quiet[0] = 0
+    rarity = (len(at) - np.searchsorted(np.sort(quiet), quiet)).astype(np.float64)
     # the control bytes a cycle is expected to hold: their rate (the mean bin below a full segment)
     # times the cycle's duration (q at the sender's mean rate)
     tolerance = max(QUANTUM_TOLERANCE, float(np.mean(v[v < CONTROL_BYTES])) * len(v) / at[-1])
@@ -299,17 +324,17 @@ def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
         if x <= last * (1 + QUANTUM_TOLERANCE):
             continue
         last = x
-        chain, single = _longest_repeat(at, float(x), tolerance)
+        chain, single = _longest_repeat(at, float(x), tolerance, rarity)
         if single.sum() < MIN_CYCLES:
             continue
         x = float(np.median(np.diff(at[chain])[single]))  # the quantum, as its cycles hold it
-        chain, single = _longest_repeat(at, x, tolerance)
+        chain, single = _longest_repeat(at, x, tolerance, rarity)
         if single.sum() < MIN_CYCLES:
             continue
-        # each cycle's chance of ending that near q bytes on, were burst ends spread at random;
-        # the chain's, by Fisher's method; then among every quantum and start tried
-        off = np.abs(np.diff(at[chain])[single] - x)
-        p = np.minimum(1.0, 2 * np.maximum(off, 1.0) * len(at) / at[-1])
+        # the chain's chance (Fisher's method over its cycles), among every quantum and start tried;
+        # the quantum was fit to the cycles, so the one nearest it (its own median) is left out
+        end = chain[1:][single]
+        p = np.sort(_chance(np.abs(np.diff(at[chain])[single] - x), rarity[end], at[-1]))[1:]
         if len(q) * len(at) * chi2.sf(-2 * np.log(p).sum(), 2 * len(p)) <= CHANCE:
             out.append(_Repeat(sender, float(x), when[chain], np.diff(at[chain]), single, tolerance))
     return out

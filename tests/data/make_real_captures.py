@@ -64,7 +64,8 @@ def keep(cap: Path, name: str) -> None:
              "workers": len(meta.iterations), "servers": len(meta.ranks) - len(meta.iterations),
              "iterations_marked": n,
              "starts_s": {str(r): [s for s, _ in spans] for r, spans in meta.iterations.items()}}
-    hosts = {e.key.rsplit(":", 1)[0] for ends in meta.ranks.values() for e in ends}
+    # a listening socket's wildcard address ([::]:29500, the store's) is no host
+    hosts = {e.key.rsplit(":", 1)[0] for ends in meta.ranks.values() for e in ends} - {"[::]", "0.0.0.0"}
     if len(hosts) == 1:  # one host: each rank's ports (its sockets, from /proc)
         truth["endpoints"] = {str(r): [e.key for e in ends] for r, ends in meta.ranks.items()}
     (out / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
