@@ -39,9 +39,11 @@ it gives way to the shortest T/m whose repeats hold 1/m of its
 quanta, explain as much up to one of its cycles per sender (the coarser quantum's larger
 tolerance takes in a few bytes of setup), and whose parts are alike; and the cut taken gives way
 to a coarser one that explains as much and in whose cycles its own parts differ. Parts differ
-where their durations differ by their place in the cycle (Kruskal-Wallis, at `CHANCE`) and their
-typical durations are more than `AGREE` apart (a two-worker ring all-reduce's halves, one of them
-holding the compute; not the 1 ms bins a period of 23.7 ms falls into).
+where, for every sender, their durations differ by their place in the cycle (Kruskal-Wallis, at
+`CHANCE`) and their typical durations are more than `AGREE` apart (a two-worker ring all-reduce's
+halves, one of them holding the compute, which every sender waits for; not the 1 ms bins a period
+of 23.7 ms falls into, nor one worker of a parameter server on two shared cores whose iterations
+alternate between a fast and a slow pace).
 
 **Method.** (1) Each sender's traffic in 1 ms bins (`BIN_S`) is cut into bursts at every empty
 bin, and where a bin of control only (below `CONTROL_BYTES`) is followed by a full one (stray
@@ -355,14 +357,14 @@ def _alike(fine: dict[int, _Repeat], coarse: dict[int, _Repeat]) -> bool | None:
     """Whether `fine` cuts each cycle of `coarse` into m > 1 parts that are alike; None where it is
     no such cut: every sender of `coarse` has a repeat in `fine` of 1/m its quantum, and the two
     explain as much up to one cycle of `coarse` per sender (the coarser quantum's larger tolerance
-    takes in a few bytes of setup). The parts differ where their durations differ by their place
-    in the cycle: a Kruskal-Wallis test by the place, at `CHANCE`, and their typical durations
-    more than `AGREE` apart (a two-worker ring all-reduce's halves, one of them holding the
-    compute; not the 1 ms bins that a period of 23.7 ms falls into)."""
+    takes in a few bytes of setup). The parts differ where, for every sender, their durations
+    differ by their place in the cycle: a Kruskal-Wallis test by the place, at `CHANCE`, and
+    their typical durations more than `AGREE` apart (a two-worker ring all-reduce's halves, one of
+    them holding the compute; not the 1 ms bins that a period of 23.7 ms falls into)."""
     if not set(coarse) <= set(fine):
         return None
     m = round(coarse[next(iter(coarse))].quantum / fine[next(iter(coarse))].quantum)
-    differ = False
+    differ = []
     for e, c in coarse.items():
         f = fine[e]
         if m < 2 or abs(m * f.quantum / c.quantum - 1) > max(f.tolerance, c.tolerance):
@@ -375,8 +377,8 @@ def _alike(fine: dict[int, _Repeat], coarse: dict[int, _Repeat]) -> bool | None:
         if min(len(g) for g in groups) < 2:
             return None
         typical = [interquartile_mean(g) for g in groups]
-        differ |= max(typical) > (1 + AGREE) * min(typical) and kruskal(*groups).pvalue < CHANCE
-    return not differ
+        differ.append(bool(max(typical) > (1 + AGREE) * min(typical) and kruskal(*groups).pvalue < CHANCE))
+    return not all(differ)
 
 
 def _candidate(period: float, chosen: dict[int, _Repeat], total: float, ids: IntArray, verdict: str) -> Candidate:
