@@ -25,7 +25,8 @@ burst ends spread at random over its bytes: each cycle's chance of ending as nea
 does at a burst end at least as silent as its own (an iteration ends at a long silence, and few
 burst ends are that silent: a Horovod job's bytes per iteration move by a few tenths of a percent
 with its background thread's messages, while its setup sends hundreds of tiny bursts), combined
-over the cycles by Fisher's method, times the quanta and starts tried. Large quanta
+over the cycles by Fisher's method (but the one nearest the quantum: the quantum is their median,
+so that cycle is exact by construction), times the quanta and starts tried. Large quanta
 over dense burst ends chain by chance, but not to within the few bytes an iteration repeats to
 (a link shaped into 64 KB bursts ends a burst every 2 ms, so any quantum finds a burst end within
 a percent or two: the iteration's own chain ends within a few hundred bytes).
