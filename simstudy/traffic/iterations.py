@@ -336,8 +336,9 @@ def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
             continue
         # the chain's chance (Fisher's method over its cycles), among every quantum and start tried;
         # the quantum was fit to the cycles, so the one nearest it (its own median) is left out
-        end = chain[1:][single]
-        p = np.sort(_chance(np.abs(np.diff(at[chain])[single] - x), rarity[end], at[-1]))[1:]
+        off = np.abs(np.diff(at[chain])[single] - x)
+        rest = np.arange(len(off)) != np.argmin(off)
+        p = _chance(off[rest], rarity[chain[1:][single]][rest], at[-1])
         if len(q) * len(at) * chi2.sf(-2 * np.log(p).sum(), 2 * len(p)) <= CHANCE:
             out.append(_Repeat(sender, float(x), when[chain], np.diff(at[chain]), single, tolerance))
     return out
