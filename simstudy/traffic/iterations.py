@@ -309,12 +309,12 @@ def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
     payload = np.flatnonzero(np.diff(at) >= CONTROL_BYTES)  # bursts that are not control
     if len(payload) == 0:
         return []
-    silence = np.concatenate([starts[payload[1:]], [len(v)]]) - ends[payload]  # to the next payload
     # every burst end's silence, to the next payload (none before the first), and how many are as long
     ahead = np.concatenate([starts[payload], [len(v)]])
     quiet = ahead[np.minimum(np.searchsorted(ahead, when), len(ahead) - 1)] - when
     quiet[0] = 0
     rarity = (len(at) - np.searchsorted(np.sort(quiet), quiet)).astype(np.float64)
+    silence = quiet[payload + 1]  # after each payload burst
     # the control bytes a cycle is expected to hold: their rate (the mean bin below a full segment)
     # times the cycle's duration (q at the sender's mean rate)
     tolerance = max(QUANTUM_TOLERANCE, float(np.mean(v[v < CONTROL_BYTES])) * len(v) / at[-1])

@@ -18,6 +18,7 @@ alone. Run this only when a change is meant to move them, and say why in the com
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import shutil
 import statistics
@@ -64,8 +65,8 @@ def keep(cap: Path, name: str) -> None:
              "workers": len(meta.iterations), "servers": len(meta.ranks) - len(meta.iterations),
              "iterations_marked": n,
              "starts_s": {str(r): [s for s, _ in spans] for r, spans in meta.iterations.items()}}
-    # a listening socket's wildcard address ([::]:29500, the store's) is no host
-    hosts = {e.key.rsplit(":", 1)[0] for ends in meta.ranks.values() for e in ends} - {"[::]", "0.0.0.0"}
+    # a listening socket's unspecified address ([::]:29500, the store's) is no host
+    hosts = {e.ip for ends in meta.ranks.values() for e in ends if not ipaddress.ip_address(e.ip).is_unspecified}
     if len(hosts) == 1:  # one host: each rank's ports (its sockets, from /proc)
         truth["endpoints"] = {str(r): [e.key for e in ends] for r, ends in meta.ranks.items()}
     (out / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")

@@ -1050,8 +1050,8 @@ cdef class CoreFluid(CoreNet):
                 self.comp.push_back(lst[0][i].second)
                 self.comp_route.push_back(r)
             return
-        # the routes' lists merged by seq (unique), as `netmodels._by_seq` sorts: placed by seq where the seqs are
-        # dense (flows started together), else through a heap of the lists' heads
+        # the routes' lists merged by seq (unique), as `netmodels._by_seq` sorts: placed by seq where
+        # the seqs are dense (flows started together), else through a heap of the lists' heads
         cdef int64_t lo = INT64_MAX, hi = -1, span
         cdef size_t n = 0
         for i in range(found.size()):
