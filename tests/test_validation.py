@@ -206,8 +206,9 @@ def test_the_testbed_scenario_is_the_recorded_link() -> None:
     memory speed behind tc-tbf-like token buckets at the recorded rate, for flowsim the recorded goodput."""
     from simstudy.compiler.topology_file import topology_of
     from simstudy.spec import Scenario
+    from simstudy.spec.capture import TBF_BURST_S
     from simstudy.traffic.meta import read_meta
-    from simstudy.validation import TBF_BURST_S, VETH_GBPS, testbed_scenario
+    from simstudy.validation import VETH_GBPS, testbed_scenario
 
     case = Path(__file__).parent / "data" / "testbed_meta" / "ddp_cnn_w2_200mbit_loss1"
     meta = read_meta(case)
@@ -226,8 +227,15 @@ def test_the_testbed_scenario_is_the_recorded_link() -> None:
         assert {link.loss for link in net.links if not link.dst.startswith("h")} == {0.0}
     bucket = packets.topology.token_bucket
     assert packets.topology.bandwidth_gbps == VETH_GBPS and bucket is not None
-    assert bucket.rate_gbps == pytest.approx(0.2) and bucket.burst_kib == pytest.approx(200e6 / 8 * TBF_BURST_S / 1024)
+    # this meta.json predates the bucket's record: the testbed's default
+    assert meta.link.burst_kib is None
+    assert bucket.rate_gbps == pytest.approx(0.2)
+    assert bucket.burst_kib == pytest.approx(200e6 / 8 * TBF_BURST_S / 1024)
     assert all(link.tbf_bytes_per_ns == pytest.approx(0.025) for link in topology_of(packets.topology).links)
+    # a capture that recorded its bucket is simulated with it
+    recorded_bucket = meta.model_copy(update={"link": meta.link.model_copy(update={"burst_kib": 24.4})})
+    bucket = testbed_scenario(recorded, recorded_bucket, packets=True).topology.token_bucket
+    assert bucket is not None and bucket.burst_kib == pytest.approx(24.4)
     assert flows.topology.token_bucket is None
     assert flows.topology.bandwidth_gbps == pytest.approx(recorded.topology.bandwidth_gbps)
     # a capture on the loopback has no testbed link to simulate: its recorded scenario stays

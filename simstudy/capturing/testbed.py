@@ -209,10 +209,10 @@ class Testbed:
         link = self.link
         ends = ((host.wrap([]), "eth0"), (["ip", "netns", "exec", bridge_ns], port))  # uplink, downlink
         if link.rate_mbit is not None:
-            burst = link.burst_kib or max(32.0, link.rate_mbit * 1e6 / 8 * 0.010 / 1024)
+            burst = link.bucket_kib()
             for where, dev in ends:
                 _run([*where, "tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "tbf",
-                      "rate", f"{link.rate_mbit}mbit", "burst", f"{burst:.0f}kb", "latency", "100ms"], "link.rate_mbit")
+                      "rate", f"{link.rate_mbit}mbit", "burst", f"{burst:.1f}kb", "latency", "100ms"], "link.rate_mbit")
         if link.delay_ms > 0:
             parent = ["parent", "1:1"] if link.rate_mbit is not None else ["root"]
             for where, dev in ends:
@@ -236,6 +236,7 @@ class Testbed:
         return {
             "where": self.where,
             "rate_mbit": self.link.rate_mbit,
+            "burst_kib": self.link.bucket_kib(),
             "delay_ms": self.link.delay_ms,
             "loss": self.link.loss,
             "rate_with": "tc tbf on both ends of every veth" if self.link.rate_mbit else None,

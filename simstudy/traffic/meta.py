@@ -160,6 +160,7 @@ class LinkInfo(BaseModel):
 
     where: str | None = None
     rate_mbit: float | None = None
+    burst_kib: float | None = Field(default=None, description="tc tbf's bucket at each end of a link, KiB")
     delay_ms: float = 0.0
     loss: float = 0.0
     mtu: int | None = None

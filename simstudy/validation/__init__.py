@@ -27,6 +27,7 @@ from simstudy.backends import RunResult, simulate
 from simstudy.backends.registry import REGISTRY, backend_key
 from simstudy.linktable import read_links
 from simstudy.spec import BackendSpec, Scenario, SpecError, load_scenario, spec_error
+from simstudy.spec.capture import Link as CaptureLink
 from simstudy.traffic.compare import DEFAULT_TOLERANCES, JOB, ValidationReport, compare
 from simstudy.traffic.counter_features import CounterFeatures, analyze_counters, compare_counters
 from simstudy.traffic.counters import Counters, counters_from_frame, export_links, load_counters
@@ -74,9 +75,18 @@ def scenario_for(source: TrafficSource, spec: str | Path | Scenario | None) -> S
 #: The rate the packet network gives the capture testbed's veths: they move packets at memory speed,
 #: and their token buckets set the pace (a bucket's burst leaves at this rate).
 VETH_GBPS = 10.0
-#: tc tbf's default bucket in `simstudy capture` (see `capture.testbed`): 10 ms at the rate, at least 32 KiB.
-TBF_BURST_S = 0.010
-TBF_MIN_BURST_KIB = 32.0
+
+def capture_bucket_kib(meta: CaptureMeta) -> float | None:
+    """The tc tbf bucket at each end of a capture testbed's links, KiB: as meta.json records it,
+    else (captures before it did) the one the capture's spec gave or the testbed's default for its
+    rate. None: the link had no rate."""
+    link = meta.link
+    if link is None or link.rate_mbit is None:
+        return None
+    if link.burst_kib is not None:
+        return link.burst_kib
+    asked = ((meta.spec or {}).get("capture") or {}).get("link") or {}
+    return CaptureLink(rate_mbit=link.rate_mbit, burst_kib=asked.get("burst_kib")).bucket_kib()
 
 
 def testbed_scenario(scenario: Scenario, meta: CaptureMeta | None, *, packets: bool) -> Scenario:
@@ -87,17 +97,16 @@ def testbed_scenario(scenario: Scenario, meta: CaptureMeta | None, *, packets: b
     the bucket `simstudy capture` gave it, 100 ms of queue); for flowsim the links run at the goodput
     the recording assumed. Captures without namespaces' shaping keep their recorded scenario."""
     link = meta.link if meta is not None else None
-    if link is None or link.where != "namespaces" or link.rate_mbit is None:
+    if meta is None or link is None or link.where != "namespaces" or link.rate_mbit is None:
         return scenario
     rtt_s = float(link.probe.get("rtt_s", 0.0))
     latency_ns = rtt_s * 1e9 / 4 + link.delay_ms * 1e6 / 2
     topo: dict[str, object] = {"kind": "star", "npus": scenario.npus, "latency_ns": round(latency_ns, 1),
                                "loss": link.loss, "loss_at": "hosts"}
-    if meta is not None and meta.wire is not None:
+    if meta.wire is not None:
         topo["transport"] = {"mss_bytes": meta.wire.mss}
     if packets:
-        spec_link = ((meta.spec or {}).get("capture") or {}).get("link") or {} if meta is not None else {}
-        burst = spec_link.get("burst_kib") or max(TBF_MIN_BURST_KIB, link.rate_mbit * 1e6 / 8 * TBF_BURST_S / 1024)
+        burst = capture_bucket_kib(meta)
         topo.update(bandwidth_gbps=VETH_GBPS,
                     token_bucket={"rate_gbps": link.rate_mbit / 1e3, "burst_kib": burst, "latency_ms": 100.0})
     else:

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from simstudy.spec.capture import CaptureSpec
@@ -88,6 +89,17 @@ def test_ddp_capture_bytes(tmp_path: Path) -> None:
     for pair, got in per.items():
         # ring all-reduce with N = 2: 2 (N - 1) / N * 4P = 4P per worker, gloo framing < 0.1%
         assert GRAD <= got <= GRAD * 1.001, (pair, got, GRAD)
+    # tbf's bucket (10 ms at the rate, recorded) bounds each direction's bytes in any 10 ms to
+    # 10 ms at the rate plus one bucket (tcpdump's timestamps are not tbf's: a tenth more)
+    burst = meta["link"]["burst_kib"] * 1024
+    assert burst == pytest.approx(500e6 / 8 * 1e-2)
+    window = 0.010
+    table = load_traffic(out).table
+    for pair, rows in table[table["payload_bytes"] > 0].groupby(["src", "dst"]):
+        t = rows["t_start_s"].to_numpy()
+        before = np.concatenate([[0], np.cumsum(rows["payload_bytes"].to_numpy())])
+        most = float(np.max(before[np.searchsorted(t, t + window)] - before[:-1]))
+        assert most <= 1.1 * (500e6 / 8 * window + burst), (pair, most)
 
 
 def test_lossy_link_retransmissions_count_once(tmp_path: Path) -> None:
