@@ -67,6 +67,12 @@ class Network:
         return self.topology.hosts
 
     @property
+    def buckets(self) -> dict[int, tuple[float, float]]:
+        """The links behind a token bucket: link id -> (token rate in bytes/ns, bucket in bytes)."""
+        return {i: (link.tbf_bytes_per_ns, float(link.tbf_burst_bytes))
+                for i, link in enumerate(self.topology.links) if link.tbf_bytes_per_ns > 0}
+
+    @property
     def kind(self) -> str:
         return self.topology.kind
 

@@ -20,7 +20,7 @@ from simstudy.backends.astrasim import AstraSimBackend
 from simstudy.backends.base import Backend, Progress
 from simstudy.backends.flowsim import CORE_MISSING, FlowsimBackend
 from simstudy.backends.flowsim.sharing import refusal
-from simstudy.spec import BackendSpec, Cluster, Congestion, SpecError
+from simstudy.spec import BackendSpec, Cluster, Congestion, Scenario, SpecError
 from simstudy.spec.study import BackendName
 
 #: `make(spec, mode, astra_sim, progress)`: the backend of a spec, run in congestion `mode`;
@@ -134,12 +134,20 @@ def make_backend(spec: BackendSpec, *, astra_sim: str | Path | None = None,
     return found.make(spec, found.mode(spec), astra_sim, progress)
 
 
-def check_network(cluster: Cluster, spec: BackendSpec, source: str | Path | None = None) -> None:
-    """A cluster's `network` (sharing policies, Crux's paths) needs a backend that shares links by
-    rates: flowsim's fluid mode. Otherwise a SpecError naming `source` and the field."""
-    field = cluster.network.given()
+def check_network(scenario: Scenario | Cluster, spec: BackendSpec, source: str | Path | None = None) -> None:
+    """What of a scenario's network only some backends model: a topology's `token_bucket` (flowsim's
+    fluid mode and the packet network), a cluster's `network` (sharing policies, Crux's paths: a
+    backend that shares links by rates, flowsim's fluid mode). Otherwise a SpecError naming
+    `source` and the field."""
+    mode = entry(spec).mode(spec)  # only flowsim's entry runs the fluid mode
+    if getattr(scenario.topology, "token_bucket", None) is not None and not (mode.fluid or mode is Congestion.NS3):
+        raise SpecError(source, "topology.token_bucket",
+                        f"a token bucket is modelled by flowsim's fluid congestion mode and the packet network "
+                        f"(ns3), not by {spec.name}'s {mode.value} mode (use one of them, or leave token_bucket out)")
+    if not isinstance(scenario, Cluster):
+        return
+    field = scenario.network.given()
     if field is None:
         return
-    mode = entry(spec).mode(spec)  # only flowsim's entry runs the fluid mode
     if not mode.fluid:
         raise SpecError(source, field, refusal(mode, spec.name))

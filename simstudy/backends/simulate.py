@@ -51,8 +51,7 @@ def simulate(
             progress(Progress(0.0, phase="compile"))
         return compile_any(scenario, d, source=source, et_files=et_files).bundle
 
-    if isinstance(scenario, Cluster):
-        check_network(scenario, backend, source)
+    check_network(scenario, backend, source)
     runner: Backend = make_backend(backend, astra_sim=astra_sim, progress=progress)
     if isinstance(scenario, Cluster):
 

@@ -53,7 +53,7 @@ from simstudy.spec import (
     topology_dims,
 )
 from simstudy.spec.topology import GraphTopology
-from simstudy.spec.transport import Queue, Transport
+from simstudy.spec.transport import Queue, TokenBucket, Transport
 
 FORMAT = "simstudy.topology/1"
 #: ASTRA-SIM's analytical network reads bandwidth in GB/s with GB = 2^30 bytes.
@@ -374,7 +374,11 @@ def _host_shaping(link: Link, topo: GraphTopology) -> Link:
     """`loss_at: hosts` (losses only on links into hosts) and the token bucket of host links."""
     if topo.loss_at == "hosts":
         link = replace(link, loss=topo.loss if link.dst.startswith("h") else 0.0)
-    tb = topo.token_bucket
+    return _bucket(link, topo.token_bucket)
+
+
+def _bucket(link: Link, tb: TokenBucket | None) -> Link:
+    """`link` behind the token bucket `tb` when it starts or ends at a host."""
     if tb is not None and (link.src.startswith("h") or link.dst.startswith("h")):
         link = replace(link, tbf_bytes_per_ns=tb.rate_gbps / 8.0, tbf_burst_bytes=int(tb.burst_kib * 1024),
                        tbf_limit_bytes=tb.limit_bytes)
@@ -469,6 +473,9 @@ def topology_of(topo: Topology) -> NetworkTopology:
         dims = [NativeDim(ASTRA_DIM[d.type], d.npus, gbps_to_astra(d.bandwidth_gbps), d.latency_ns)  # type: ignore[arg-type]
                 for d in topology_dims(topo)]
         net = native_topology(dims)
+        bucket = getattr(topo, "token_bucket", None)  # one dimension's host links (`multi_dim` has none)
+        if bucket is not None:
+            net = replace(net, links=tuple(_bucket(link, bucket) for link in net.links))
     transport = topo.transport
     if transport.connections is None:
         transport = transport.model_copy(update={"connections": "per_pair"})

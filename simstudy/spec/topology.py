@@ -38,6 +38,14 @@ class _Packets(Spec):
     queue: Queue = Field(default_factory=Queue, description="queue discipline at the sending end of every link")
 
 
+class _Shaped(Spec):
+    token_bucket: TokenBucket | None = Field(
+        default=None,
+        description="a token bucket filter at both ends of every host link (tc tbf): the link's bandwidth while "
+        "tokens last, then the token rate; the packet network and flowsim's fluid mode",
+    )
+
+
 class Dim(_Link):
     """One ASTRA-SIM network dimension."""
 
@@ -45,7 +53,7 @@ class Dim(_Link):
     npus: int = Field(ge=2, description="NPUs along this dimension")
 
 
-class _OneDim(_Link, _Packets):
+class _OneDim(_Link, _Packets, _Shaped):
     npus: int = Field(ge=2, description="number of NPUs")
 
     @property
@@ -96,17 +104,13 @@ class MultiDim(_Packets):
         return n
 
 
-class _Graph(_Link, _Packets):
+class _Graph(_Link, _Packets, _Shaped):
     loss: float = Field(default=0.0, ge=0, lt=1, description="packet loss probability per link")
     loss_at: Literal["links", "hosts"] = Field(
         default="links",
         description="where packets are lost: links (on every link, i.i.d. per packet and link) or hosts (only as "
         "a host receives them, as a capture testbed's receiver-side drop does)",
     )
-    token_bucket: TokenBucket | None = Field(
-        default=None, description="a token bucket filter at both ends of every host link (tc tbf), packets only"
-    )
-
     @property
     def dims(self) -> tuple[Dim, ...]:
         """The single ASTRA-SIM dimension that approximates this graph (see `approximation`)."""

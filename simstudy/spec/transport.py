@@ -65,7 +65,9 @@ class Queue(Spec):
 
 class TokenBucket(Spec):
     """A token bucket filter at the sending end of every host link, as `tc qdisc ... tbf`: packets
-    leave at the link's rate while tokens last, tokens refill at `rate_gbps`."""
+    leave at the link's rate while tokens last, tokens refill at `rate_gbps` up to `burst_kib`.
+    After a pause a full bucket leaves at the link's rate: the link is busy burst / rate less than
+    a link of the token rate would be (flowsim's fluid model: `flowsim.buckets`)."""
 
     rate_gbps: float = Field(gt=0, description="token rate, Gbit/s")
     burst_kib: float = Field(gt=0, description="bucket size, KiB")

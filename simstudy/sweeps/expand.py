@@ -246,8 +246,7 @@ def expand(study: Study, source: str | Path) -> Expansion:
             err = spec_error(exc, data, None, None)
             skipped.append(Skipped(index, params, f"{err.field}: {err.message}"))
             continue
-        if isinstance(scenario, Cluster):
-            check_network(scenario, study.backend_spec, source)  # the study's backend for every point
+        check_network(scenario, study.backend_spec, source)  # the study's backend for every point
         points.append(Point(index, params, scenario, run_key(scenario, bid)))
     if skipped and not points:
         reasons = list(dict.fromkeys(s.reason for s in skipped))

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from simstudy import layout
 from simstudy.backends import RunResult, simulate
-from simstudy.backends.registry import REGISTRY, backend_key
+from simstudy.backends.registry import REGISTRY, backend_key, entry
 from simstudy.linktable import read_links
 from simstudy.spec import BackendSpec, Scenario, SpecError, load_scenario, spec_error
 from simstudy.spec.capture import Link as CaptureLink
@@ -95,7 +95,8 @@ def testbed_scenario(scenario: Scenario, meta: CaptureMeta | None, *, packets: b
     (the testbed drops them at each receiver's input) and the recorded MSS. For the packet network
     (`packets`) the veths run at `VETH_GBPS` behind a token bucket on both ends (tc tbf: the rate,
     the bucket `simstudy capture` gave it, 100 ms of queue); for flowsim the links run at the goodput
-    the recording assumed. Captures without namespaces' shaping keep their recorded scenario."""
+    the recording assumed (in the fluid mode behind the bucket: `bucket_scenario`). Captures without
+    namespaces' shaping keep their recorded scenario."""
     link = meta.link if meta is not None else None
     if meta is None or link is None or link.where != "namespaces" or link.rate_mbit is None:
         return scenario
@@ -114,6 +115,27 @@ def testbed_scenario(scenario: Scenario, meta: CaptureMeta | None, *, packets: b
             else (link.goodput_bps or link.rate_mbit * 1e6) / 1e9
     data = scenario.model_dump(mode="json")
     data["topology"] = topo
+    return Scenario.model_validate(data)
+
+
+def bucket_scenario(scenario: Scenario, meta: CaptureMeta | None) -> Scenario:
+    """The recorded job on links that pass a burst as the testbed's did: where tc tbf shaped the
+    capture's links (in network namespaces; `capture_bucket_kib`), the topology's links run at
+    `VETH_GBPS` behind a token bucket (`topology.token_bucket`) at the goodput the recording
+    assumed (its bandwidth) holding the recorded bucket's payload (tbf counts frames, the goodput
+    their payload). After each pause a full bucket leaves at once: the testbed's link was busy for
+    bucket / rate less of each iteration than a link of its rate (10 ms at 200 Mbit/s). Other
+    captures, and topologies with a bucket of their own, are returned as they are."""
+    link = meta.link if meta is not None else None
+    burst = capture_bucket_kib(meta) if meta is not None else None
+    topo = scenario.topology
+    if (link is None or burst is None or link.rate_mbit is None or link.where != "namespaces"
+            or not hasattr(topo, "token_bucket") or topo.token_bucket is not None):
+        return scenario
+    goodput = float(topo.bandwidth_gbps)  # type: ignore[union-attr]  # every topology with a bucket has one
+    data = scenario.model_dump(mode="json")
+    data["topology"].update(bandwidth_gbps=VETH_GBPS, token_bucket={
+        "rate_gbps": goodput, "burst_kib": burst * min(1.0, goodput * 1e3 / link.rate_mbit)})
     return Scenario.model_validate(data)
 
 
@@ -259,9 +281,10 @@ def validate(
     metric levels that decide the verdict. `testbed`: simulate the capture testbed's network
     (`testbed_scenario`) instead of the recorded switch; default: with the packet network (ns3),
     whose run is then read from its pcaps like the capture. A scenario from the capture's meta.json
-    gets the capture's shared hosts on backends that run them (`shared_hosts_scenario`). `fit`:
-    simulate with the compute fitted to the capture's logged iterations (`simstudy.fit`; its
-    simulations in `out/fit`), and mark the metrics the fit determines."""
+    gets the testbed's token buckets in flowsim's fluid mode (`bucket_scenario`) and the capture's
+    shared hosts on backends that run them (`shared_hosts_scenario`). `fit`: simulate with the
+    compute fitted to the capture's logged iterations (`simstudy.fit`; its simulations in
+    `out/fit`), and mark the metrics the fit determines."""
     if count not in ("payload", "ip"):
         raise ValueError(f"count must be payload or ip, not {count!r}")
     say = progress or (lambda _text: None)
@@ -300,6 +323,8 @@ def _prepared(real: TrafficSource, spec: str | Path | Scenario | None, backend: 
         backend = backend.model_copy(update={"traffic": "pcap"})
     if (packets if testbed is None else testbed) and spec is None:
         scenario = testbed_scenario(scenario, real.meta, packets=packets)
+    if spec is None and not packets and entry(backend).mode(backend).fluid:
+        scenario = bucket_scenario(scenario, real.meta)
     if spec is None and REGISTRY[backend.name].shared_hosts:
         scenario = shared_hosts_scenario(scenario, real.meta)
     return scenario, backend, packets

@@ -134,7 +134,8 @@ class FlowsimBackend:
         lossy = self.congestion in TCP_NETMODELS and any(x > 0 for x in net.loss)
         # ranks on hosts of different rates (shared cores) do not run alike
         shared = info.shared_hosts
-        identical = (cuts.identical_ranks and model is None and not lossy
+        # and a token bucket's level depends on all its link carried (flowsim.buckets)
+        identical = (cuts.identical_ranks and model is None and not lossy and not net.buckets
                      and (shared is None or uniform(shared[1], shared[0]))
                      and identical_ranks(info, planner.symmetric))
         # MLTCP counts every byte a job sends: no collective is timed alone, outside the shared model
@@ -186,7 +187,8 @@ class FlowsimBackend:
                      **_solver_details(self, engine), "network": net.kind,
                      "links": len(net.capacity), "identical_ranks": engine.identical,
                      "shortcuts": [n for n in cuts.names if n != "isolated" or engine.comms.isolated],
-                     **engine.comms.stats, **extra, "iteration_ends_ns": ends, **engine.in_network.details(),
+                     **engine.comms.stats, **extra, **_bucket_details(engine), "iteration_ends_ns": ends,
+                     **engine.in_network.details(),
                      "phases_s": {k: round(v, 3) for k, v in phases.items()}},
             spans=spans,
         )
@@ -241,9 +243,18 @@ def _engine_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:
         why = f"fluid solver {backend.fluid_solver} is Python's"
     elif isinstance(model, FluidNet) and model.shares is not None:
         why = "the compiled core has no sharing policies (network.sharing)"
+    elif engine.comms.buckets:
+        why = "the compiled core has no token buckets (topology.token_bucket)"
     else:
         why = f"the compiled core has no {type(model).__name__} (TCP under loss, or a network from elsewhere)"
     return {"engine": ran, "engine_python_because": why}
+
+
+def _bucket_details(engine: Engine) -> dict[str, Any]:
+    """How many links are behind token buckets, and how often one ran out (`flowsim.buckets`)."""
+    if not engine.comms.buckets:
+        return {}
+    return {"token_buckets": len(engine.comms.buckets), "buckets_emptied": getattr(engine.comms.model, "emptied", 0)}
 
 
 def _solver_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:

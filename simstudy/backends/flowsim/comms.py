@@ -30,6 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simstudy.backends.base import BackendError
+from simstudy.backends.flowsim.buckets import bucket_model
 from simstudy.backends.flowsim.netmodels import CORE_NETMODELS, FLUID_SOLVERS, NETMODELS, Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, Planner, lane_images
@@ -321,6 +322,10 @@ class Comms:
         self.tcp = tcp if model is None and tcp.lossy and mode in TCP_NETMODELS else None
         self.routes = Routes(net, cut_loss=self.tcp is None)
         self.route = self.routes.shared_route if mode.shares_links else self.routes.route
+        #: links behind token buckets (`flowsim.buckets`: the fluid mode's, never compiled nor timed alone)
+        self.buckets = net.buckets if model is None and mode.fluid else {}
+        if self.buckets:
+            model = bucket_model(sched, self.routes.effective, net.latency, self.tcp, self.buckets)
         if model is None and self.tcp is not None:
             model = TCP_NETMODELS[mode](sched, self.routes.effective, net.latency, tcp=self.tcp)
         #: the compiled core runs the network model and the collectives (`engine` compiled, a model of
