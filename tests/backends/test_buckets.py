@@ -27,13 +27,13 @@ OWED = C / R + 2
 
 
 def _arrivals(messages: list[tuple[int, tuple[int, ...], int]], buckets: dict[int, tuple[float, float]],
-              links: int = 3, plain: FluidNet | None = None) -> list[int]:
-    """When each (start, links, size) message arrives (no latency) on `links` links at C, behind
-    `buckets`; on the model without buckets when `buckets` is empty."""
+              links: int = 3, line: float = C) -> list[int]:
+    """When each (start, links, size) message arrives (no latency) on `links` links at `line`,
+    behind `buckets`; on the model without buckets when `buckets` is empty."""
     sched = Scheduler(0)
-    net = FluidNet(sched, [C] * links, [0.0] * links)
+    net = FluidNet(sched, [line] * links, [0.0] * links)
     if buckets:
-        net = BucketFluidNet(sched, [C] * links, [0.0] * links)
+        net = BucketFluidNet(sched, [line] * links, [0.0] * links)
         net.shape(buckets)
     done = [0] * len(messages)
 
@@ -97,16 +97,7 @@ def test_a_link_never_beats_its_bucket_nor_falls_behind_its_token_rate(msgs: lis
     done = _arrivals(sent, {0: (R, bucket)}, links=1)
     total = sum(size for _, size in msgs)
     assert max(done) >= (total - bucket - C * (1 + len(msgs))) / R
-    sched = Scheduler(0)
-    slow = FluidNet(sched, [R], [0.0])
-    late = [0] * len(sent)
-
-    def arrived(m: Msg) -> None:
-        late[m.ctx] = m.t_arrive
-
-    for i, (t, keys, size) in enumerate(sent):
-        sched.at(t, slow.send, Msg(0, 1, size, keys, None, 0.0, 0, arrived, ctx=i))
-    sched.run_before(math.inf)
+    late = _arrivals(sent, {}, links=1, line=R)
     assert max(done) <= max(late) + len(msgs)
 
 
