@@ -30,7 +30,8 @@ from collections.abc import Sequence
 
 from simstudy.backends.flowsim.netmodels import Flow, FluidNet, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
-from simstudy.backends.flowsim.tcp import TcpFluidNet, TcpPaths
+from simstudy.backends.flowsim.tcp import TCP_NETMODELS, TcpFluidNet, TcpPaths
+from simstudy.spec import Congestion
 
 #: A bucket holding less than this many bytes is empty (its link shares the token rate).
 EMPTY_BYTES = 1.0
@@ -108,10 +109,13 @@ class BucketTcpFluidNet(BucketFluidNet, TcpFluidNet):
     """`fluid` with TCP under loss (`TcpFluidNet`) on links behind token buckets."""
 
 
-def bucket_model(sched: Scheduler, capacity: Sequence[float], latency: Sequence[float], tcp: TcpPaths | None,
-                 buckets: dict[int, tuple[float, float]]) -> NetModel:
-    """The fluid model (with TCP under loss where `tcp` is given) with `buckets` on its links."""
-    model = BucketFluidNet(sched, capacity, latency) if tcp is None else BucketTcpFluidNet(
-        sched, capacity, latency, tcp=tcp)
-    model.shape(buckets)
-    return model
+def links_model(mode: Congestion, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float],
+                tcp: TcpPaths | None, buckets: dict[int, tuple[float, float]]) -> NetModel | None:
+    """The model that links behind token buckets (`buckets`: the fluid mode's) or losing packets
+    (`tcp`: TCP under loss) need instead of `mode`'s own; None where they need none."""
+    if buckets:
+        model = BucketFluidNet(sched, capacity, latency) if tcp is None else BucketTcpFluidNet(
+            sched, capacity, latency, tcp=tcp)
+        model.shape(buckets)
+        return model
+    return None if tcp is None else TCP_NETMODELS[mode](sched, capacity, latency, tcp=tcp)

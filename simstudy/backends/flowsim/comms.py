@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simstudy.backends.base import BackendError
-from simstudy.backends.flowsim.buckets import bucket_model
+from simstudy.backends.flowsim.buckets import links_model
 from simstudy.backends.flowsim.netmodels import CORE_NETMODELS, FLUID_SOLVERS, NETMODELS, Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, Planner, lane_images
@@ -322,12 +322,8 @@ class Comms:
         self.tcp = tcp if model is None and tcp.lossy and mode in TCP_NETMODELS else None
         self.routes = Routes(net, cut_loss=self.tcp is None)
         self.route = self.routes.shared_route if mode.shares_links else self.routes.route
-        #: links behind token buckets (`flowsim.buckets`: the fluid mode's, never compiled nor timed alone)
-        self.buckets = net.buckets if model is None and mode.fluid else {}
-        if self.buckets:
-            model = bucket_model(sched, self.routes.effective, net.latency, self.tcp, self.buckets)
-        if model is None and self.tcp is not None:
-            model = TCP_NETMODELS[mode](sched, self.routes.effective, net.latency, tcp=self.tcp)
+        self.buckets = net.buckets if model is None and mode.fluid else {}  # links behind token buckets
+        model = model or links_model(mode, sched, self.routes.effective, net.latency, self.tcp, self.buckets)
         #: the compiled core runs the network model and the collectives (`engine` compiled, a model of
         #: its own: the fluid one as the `fast` solver, no TCP under loss, no model from elsewhere)
         self.compiled = (engine == "compiled" and model is None and self.tcp is None and mode in CORE_NETMODELS
