@@ -11,6 +11,7 @@ import itertools
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import networkx as nx
 
@@ -66,9 +67,10 @@ class Network:
     def hosts(self) -> int:
         return self.topology.hosts
 
-    @property
+    @cached_property
     def buckets(self) -> dict[int, tuple[float, float]]:
-        """The links behind a token bucket: link id -> (token rate in bytes/ns, bucket in bytes)."""
+        """The links behind a token bucket: link id -> (token rate in bytes/ns, bucket in bytes);
+        one pass over the links, kept (the backend and its model both ask)."""
         return {i: (link.tbf_bytes_per_ns, float(link.tbf_burst_bytes))
                 for i, link in enumerate(self.topology.links) if link.tbf_bytes_per_ns > 0}
 

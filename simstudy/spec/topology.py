@@ -111,6 +111,7 @@ class _Graph(_Link, _Packets, _Shaped):
         description="where packets are lost: links (on every link, i.i.d. per packet and link) or hosts (only as "
         "a host receives them, as a capture testbed's receiver-side drop does)",
     )
+
     @property
     def dims(self) -> tuple[Dim, ...]:
         """The single ASTRA-SIM dimension that approximates this graph (see `approximation`)."""
