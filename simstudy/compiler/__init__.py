@@ -23,6 +23,7 @@ from simstudy.compiler.cluster import (
     write_sharing,
 )
 from simstudy.compiler.graph import Collective, ExecutionGraph, RankGraph, Task, TaskKind
+from simstudy.compiler.replicas import replica_orbits
 from simstudy.compiler.resolve import resolve
 from simstudy.compiler.tensor import megatron
 from simstudy.compiler.topology_file import scenario_topology, topology_of, write_topology
@@ -32,6 +33,9 @@ from simstudy.spec import Cluster, Scenario, SpecError, topology_dims
 from simstudy.spec.collectives import FALLBACK
 
 if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
     from simstudy.chakra import Node
 
 __all__ = [
@@ -130,22 +134,26 @@ def _check_target(out: Path) -> None:
         raise CompileError(f"{out}: not empty and not a simstudy bundle; refusing to overwrite it")
 
 
-#: Every rank's nodes and its task list's number (`Bundle.traces`, `Bundle.templates`)
-_InMemory = tuple[list[list["Node"]], list[int]]
+#: Every rank's nodes, its task list's number and the replicas that run alike (`Bundle.traces`,
+#: `Bundle.templates`, `Bundle.replicas`)
+_InMemory = tuple[list[list["Node"]], list[int], "NDArray[np.int64] | None"]
 
 
-def _traces(graph: ExecutionGraph, prefix: Path, et_files: bool) -> tuple[int, _InMemory | None]:
-    """Every rank's trace: written as ET files (their bytes), or held in memory (`graph_traces`)."""
+def _traces(graph: ExecutionGraph, prefix: Path, et_files: bool,
+            scenario: Scenario | None = None) -> tuple[int, _InMemory | None]:
+    """Every rank's trace: written as ET files (their bytes), or held in memory (`graph_traces`),
+    with a scenario's replicas where they run alike (`replicas.replica_orbits`)."""
     if et_files:
         return write_traces(graph, prefix), None
-    return 0, (graph_traces(graph), graph_templates(graph))
+    replicas = replica_orbits(graph, scenario) if scenario is not None else None
+    return 0, (graph_traces(graph), graph_templates(graph), replicas)
 
 
 def _result(out: Path, resolved: Scenario | Cluster, et_bytes: int, traces: _InMemory | None,
             t0: float) -> CompileResult:
     bundle = Bundle.from_dir(out)
     if traces is not None:
-        bundle = replace(bundle, traces=traces[0], templates=traces[1])
+        bundle = replace(bundle, traces=traces[0], templates=traces[1], replicas=traces[2])
     return CompileResult(bundle, resolved, et_bytes, time.perf_counter() - t0)
 
 
@@ -161,7 +169,7 @@ def compile_scenario(scenario: Scenario, out: str | Path, *, source: str | Path 
     out = Path(out)
     _check_target(out)
     with atomic_directory(out) as tmp:
-        et_bytes, traces = _traces(graph, tmp / resolved.name, et_files)
+        et_bytes, traces = _traces(graph, tmp / resolved.name, et_files, resolved)
         write_configs(resolved, graph.groups, tmp)
         write_topology(tmp / TOPOLOGY, scenario_topology(resolved))
         write_json(tmp / SCENARIO, resolved.model_dump(mode="json"))

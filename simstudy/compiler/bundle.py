@@ -17,6 +17,9 @@ from simstudy.spec import spec_error
 from simstudy.spec.collectives import DEFAULT_FOR, collective_algorithm
 
 if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
     from simstudy.chakra import Node
 
 
@@ -133,6 +136,9 @@ class Bundle:
     #: with `traces`: each rank's task list (`chakra_out.graph_templates`): ranks of one number hold
     #: nodes that differ at most in their groups and peers, never in what a run's tables take from them
     templates: list[int] | None = field(default=None, repr=False, compare=False)
+    #: with `traces`: data-parallel replicas that run alike (`compiler.replicas`: replicas[k, i] is
+    #: the i-th rank of replica k), or None
+    replicas: NDArray[np.int64] | None = field(default=None, repr=False, compare=False)
 
     @property
     def directory(self) -> Path:
