@@ -7,6 +7,7 @@ import gc
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +16,14 @@ import pandas as pd
 
 from simstudy import layout
 from simstudy.backends.base import SPAN_KINDS, BackendError, Progress, RankStats, RunResult, empty_spans
-from simstudy.backends.flowsim.engine import Engine, identical_ranks
+from simstudy.backends.flowsim.engine import Engine
 from simstudy.backends.flowsim.hosts import uniform
 from simstudy.backends.flowsim.netmodels import CORE_MISSING, FLUID_SOLVERS, NETMODELS, FluidNet, NetModel
+from simstudy.backends.flowsim.replicas import Replicas, ReplicaSink, identical_ranks, replica_plan
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.sharing import prepare as prepare_sharing
 from simstudy.backends.flowsim.shortcuts import DEFAULT, FULL, Shortcuts
-from simstudy.backends.flowsim.system import Planner
+from simstudy.backends.flowsim.system import NotAlike, Planner
 from simstudy.backends.flowsim.tcp import TCP_NETMODELS
 from simstudy.backends.iterations import last_ends
 from simstudy.backends.network import Network
@@ -114,7 +116,16 @@ class FlowsimBackend:
 
     def run(self, bundle: Any, workdir: Path, *, timeout_s: float | None = None) -> RunResult:
         with _fewer_collections():
-            return self._run(bundle, workdir, timeout_s)
+            try:
+                return self._run(bundle, workdir, timeout_s)
+            except NotAlike as exc:  # replica 0 cannot stand for the others: every rank, from the start
+                cuts, self.shortcuts = self.shortcuts, replace(self.shortcuts, replicas=False)
+                try:
+                    result = self._run(bundle, workdir, timeout_s)
+                finally:
+                    self.shortcuts = cuts
+                result.details["replicas_not_alike"] = str(exc)
+                return result
 
     def _run(self, bundle: Any, workdir: Path, timeout_s: float | None) -> RunResult:
         t0 = time.perf_counter()
@@ -130,21 +141,18 @@ class FlowsimBackend:
         cuts = self.shortcuts
         planner = Planner(info, lanes=cuts.lanes)
         model = self.network_model(info, net, workdir)
-        # every rank draws its own losses under TCP (flowsim.tcp): no rank stands for the others then
-        lossy = self.congestion in TCP_NETMODELS and any(x > 0 for x in net.loss)
-        # ranks on hosts of different rates (shared cores) do not run alike
-        shared = info.shared_hosts
-        # and a token bucket's level depends on all its link carried (flowsim.buckets)
-        identical = (cuts.identical_ranks and model is None and not lossy and not net.buckets
-                     and (shared is None or uniform(shared[1], shared[0]))
-                     and identical_ranks(info, planner.symmetric))
+        identical, replicas = self._stand_ins(info, net, planner, model is None, shares is None, sink.mode)
+        if replicas is not None:
+            sink = ReplicaSink(sink, replicas)  # type: ignore[assignment]  # a sink's every use
+            rows = _Rows(sink)
         # MLTCP counts every byte a job sends: no collective is timed alone, outside the shared model
         # the compiled core has no sharing policies and no model from elsewhere (the packet network)
         compiled = self.engine == "compiled" and shares is None and model is None
         engine = Engine(info, net, mode=self.congestion, timeout_s=timeout_s, emit=rows,
                         identical=identical, planner=planner, count=None if sink.keeps_rows else sink.count,
                         isolated=cuts.isolated and not (shares is not None and shares.dynamic),
-                        solver=self.fluid_solver, model=model, engine="compiled" if compiled else "python")
+                        solver=self.fluid_solver, model=model, engine="compiled" if compiled else "python",
+                        replicas=replicas)
         if shares is not None:
             fluid = engine.comms.model
             assert isinstance(fluid, FluidNet)  # `prepare_sharing` refuses every other mode
@@ -172,7 +180,7 @@ class FlowsimBackend:
                       exposed_comm_ns=int(s.finish) - s.compute_ns)
             for r, s in enumerate(states)
         ]
-        spans, span_iteration = _spans(engine, info.npus if engine.identical else 1)
+        spans, span_iteration = _spans(engine, info.npus if engine.identical else 1, replicas)
         # when the job's iterations end (identical ranks: rank 0's are everyone's)
         first = spans["rank"].to_numpy() == 0 if engine.identical else slice(None)
         ends = last_ends(span_iteration[first], spans["end_ns"].to_numpy()[first])
@@ -186,12 +194,35 @@ class FlowsimBackend:
             details={"congestion": self.congestion.value, **_engine_details(self, engine),
                      **_solver_details(self, engine), "network": net.kind,
                      "links": len(net.capacity), "identical_ranks": engine.identical,
-                     "shortcuts": [n for n in cuts.names if n != "isolated" or engine.comms.isolated],
+                     "replicas": 1 if replicas is None else replicas.count,
+                     "shortcuts": [n for n in cuts.names if (n != "isolated" or engine.comms.isolated)
+                                   and (n != "replicas" or replicas is not None)],
                      **engine.comms.stats, **extra, **_bucket_details(engine), "iteration_ends_ns": ends,
                      **engine.in_network.details(),
                      "phases_s": {k: round(v, 3) for k, v in phases.items()}},
             spans=spans,
         )
+
+    def _stand_ins(self, info: WorkloadInfo, net: Network, planner: Planner, own_model: bool, unshared: bool,
+                   traffic: str) -> tuple[bool, Replicas | None]:
+        """Whether rank 0 stands for every rank (`identical_ranks`), else the replicas one stands for
+        (`replica_plan`), as the shortcuts allow and the run can (`own_model`: the congestion mode's
+        own network model; `unshared`: no sharing policy between jobs)."""
+        cuts = self.shortcuts
+        # every rank draws its own losses under TCP (flowsim.tcp): no rank stands for the others then
+        lossy = self.congestion in TCP_NETMODELS and any(x > 0 for x in net.loss)
+        # ranks on hosts of different rates (shared cores) do not run alike
+        shared = info.shared_hosts
+        # and a token bucket's level depends on all its link carried (flowsim.buckets)
+        alone = not lossy and not net.buckets
+        if cuts.identical_ranks and own_model and alone and (
+                shared is None or uniform(shared[1], shared[0])) and identical_ranks(info, planner.symmetric):
+            return True, None
+        # unaware: replicas that run alike stand for each other (no link is shared, nothing else differs)
+        if (cuts.replicas and cuts.isolated and own_model and unshared and alone and shared is None
+                and self.congestion == Congestion.UNAWARE and traffic in ("none", "rows")):
+            return False, replica_plan(info)
+        return False, None
 
     def network_model(self, info: WorkloadInfo, net: Network, workdir: Path) -> Callable[[Scheduler], NetModel] | None:
         """A network model from elsewhere behind flowsim's seam (the packet network), or None for
@@ -264,12 +295,13 @@ def _solver_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:
     return {"fluid_solver": backend.fluid_solver, "rates_reused": int(getattr(engine.comms.model, "reused", 0))}
 
 
-def _spans(engine: Engine, copies: int) -> tuple[pd.DataFrame, np.ndarray]:
+def _spans(engine: Engine, copies: int, replicas: Replicas | None = None) -> tuple[pd.DataFrame, np.ndarray]:
     """The spans table, built column by column (names and kinds as categorical codes), sorted by
     start, rank and node one column at a time (16,384 ranks run 38 M spans: a table sorted whole is
     held two and three times over); and each span's iteration (-1: none). With identical ranks,
-    rank 0's spans for every rank. Where the compiled walk ran, a rank's codes are its table's (one
-    per pipeline stage), not found node by node."""
+    rank 0's spans for every rank; with replicas, replica 0's for every replica, on its ranks.
+    Where the compiled walk ran, a rank's codes are its table's (one per pipeline stage), not found
+    node by node."""
     rank, node, start, end = engine.take_span_columns()
     if not len(rank):
         return empty_spans(), np.empty(0, dtype=np.int64)
@@ -296,9 +328,12 @@ def _spans(engine: Engine, copies: int) -> tuple[pd.DataFrame, np.ndarray]:
         name_code[sel] = codes[at]
         kind_code[sel] = t.span_kind[at]
         iteration[sel] = t.iteration[at]
+    if replicas is not None:
+        rank = replicas.images(rank).ravel()
+        copies = replicas.count
+    elif copies > 1:
+        rank = np.repeat(np.arange(copies, dtype=np.int64), len(rank))
     if copies > 1:
-        n = len(rank)
-        rank = np.repeat(np.arange(copies, dtype=np.int64), n)
         node, start, end = np.tile(node, copies), np.tile(start, copies), np.tile(end, copies)
         name_code, kind_code = np.tile(name_code, copies), np.tile(kind_code, copies)
         iteration = np.tile(iteration, copies)

@@ -1942,9 +1942,13 @@ cdef class CoreNodes:
                 if self.pending[self.base[r] + i] == 0:
                     self.ready[r].push_back(i)  # ascending: a heap already
 
-    def start(self):
-        """Issue what every rank can issue now."""
+    def start(self, ranks=None):
+        """Issue what every rank (or each of `ranks`, in order) can issue now."""
         cdef size_t r
+        if ranks is not None:
+            for r in ranks:
+                self._issue_ready(<int>r)
+            return
         for r in range(self.ready.size()):
             self._issue_ready(<int>r)
 

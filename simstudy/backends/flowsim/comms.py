@@ -33,7 +33,7 @@ from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.buckets import links_model
 from simstudy.backends.flowsim.netmodels import CORE_NETMODELS, FLUID_SOLVERS, NETMODELS, Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
-from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, Planner, lane_images
+from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, NotAlike, Planner, lane_images
 from simstudy.backends.flowsim.tcp import TCP_NETMODELS, TcpPaths
 from simstudy.backends.network import Network
 from simstudy.backends.patterns import TreeTurns
@@ -303,8 +303,8 @@ class Comms:
     def __init__(self, info: WorkloadInfo, net: Network, mode: str | Congestion, sched: Scheduler,
                  emit: Callable[..., None], *, planner: Planner | None = None,
                  count: Callable[[int, int, IntArray, NDArray[np.float64]], None] | None = None,
-                 isolated: bool = True,
-                 solver: str = "fast", model: NetModel | None = None, engine: str = "python") -> None:
+                 isolated: bool = True, solver: str = "fast",
+                 model: NetModel | None = None, engine: str = "python") -> None:
         if model is None and mode not in NETMODELS:
             raise ValueError(f"unknown congestion mode {mode!r}; expected one of {', '.join(NETMODELS)}")
         if solver not in FLUID_SOLVERS:
@@ -312,8 +312,7 @@ class Comms:
         mode = Congestion(mode)
         self.info = info
         self.mode = mode
-        #: the network model's class (the fluid mode's solver as chosen; a model from elsewhere, such
-        #: as the packet network, is never timed alone: `type(model)` only names it)
+        #: the model's class (fluid: the solver chosen; a model from elsewhere, never timed alone: its type)
         self.model_class: type[NetModel] = (FLUID_SOLVERS[solver] if mode.fluid else NETMODELS[mode]
                                             if mode in NETMODELS or model is None else type(model))
         self.sched = sched
@@ -324,8 +323,7 @@ class Comms:
         self.route = self.routes.shared_route if mode.shares_links else self.routes.route
         self.buckets = net.buckets if model is None and mode.fluid else {}  # links behind token buckets
         model = model or links_model(mode, sched, self.routes.effective, net.latency, self.tcp, self.buckets)
-        #: the compiled core runs the network model and the collectives (`engine` compiled, a model of
-        #: its own: the fluid one as the `fast` solver, no TCP under loss, no model from elsewhere)
+        #: the compiled core runs the model and the collectives (its own model: fluid's `fast` solver, no TCP)
         self.compiled = (engine == "compiled" and model is None and self.tcp is None and mode in CORE_NETMODELS
                          and (not mode.fluid or solver == "fast"))
         if self.compiled:
@@ -435,7 +433,9 @@ class Comms:
         s = self.sched
         members = act.members
         order, finish = timing.in_order()  # in the order the full path would tell them
-        if act.report is not members:  # only some are told (identical ranks: one stands for all)
+        if act.report is not members:  # only some are told (identical ranks, replicas: one stands for all)
+            if max(finish) != min(finish):  # then the others it stands for would not run as it does
+                raise NotAlike(f"a collective of {len(members)} ranks ({act.ctx[0]}) does not finish them at once")
             report = set(act.report)
             keep = [k for k, i in enumerate(order) if members[i] in report]
             order, finish = [order[k] for k in keep], [finish[k] for k in keep]

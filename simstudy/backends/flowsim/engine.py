@@ -33,6 +33,7 @@ from simstudy.backends.flowsim.comms import Comms
 from simstudy.backends.flowsim.hosts import SharedHosts
 from simstudy.backends.flowsim.in_network import InNetwork, chunk_sizes
 from simstudy.backends.flowsim.netmodels import Msg, NetModel, core_scheduler
+from simstudy.backends.flowsim.replicas import Replicas
 from simstudy.backends.flowsim.sched import TICK, Scheduler
 from simstudy.backends.flowsim.system import Planner
 from simstudy.backends.network import Network
@@ -61,6 +62,7 @@ class _Coll:
     members: tuple[int, ...]
     group: int  # the number of its members (equal members, one number)
     inside: frozenset[int]
+    whole: bool = False  # simulated whole when the issuing rank issues it (it stands for the others)
 
 
 @dataclass
@@ -186,6 +188,11 @@ class _Table:
     iteration: NDArray[np.int64]
 
 
+_NONE, _NONE8 = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int8)
+#: the part of a rank another stands for (`replicas`): no node
+_EMPTY = _Table(_NONE, _NONE8, _NONE8, _NONE, _NONE, _NONE, _NONE, set(), [], _NONE8, _NONE)
+
+
 def _index(index: dict[int, int] | range, node_id: int) -> int | None:
     """A node's place in its rank's table (None: not in the trace)."""
     if isinstance(index, range):
@@ -200,7 +207,8 @@ class Engine:
                  progress: Tick | None = None, identical: bool = False,
                  planner: Planner | None = None, count: Callable[..., None] | None = None,
                  isolated: bool = True, solver: str = "fast",
-                 model: Callable[[Scheduler], NetModel] | None = None, engine: str = "python") -> None:
+                 model: Callable[[Scheduler], NetModel] | None = None, engine: str = "python",
+                 replicas: Replicas | None = None) -> None:
         self.info = info
         self.net = net
         self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -224,10 +232,14 @@ class Engine:
         walk = self.core_queue and info.shared_hosts is None
         tables = None
         if walk:
-            self.ranks, tables = self._rank_tables(traces, info.bundle.templates)
+            self.ranks, tables = self._rank_tables(traces, info.bundle.templates,
+                                                   None if replicas is None else set(replicas.simulated))
         else:
             self.ranks = [self._rank_state(r, nodes) for r, nodes in enumerate(traces)]
-        self.total_nodes = sum(len(s.nodes) for s in self.ranks)
+        #: replicas that run alike: replica 0's ranks are simulated (see `replicas.replica_plan`)
+        self.replicas = replicas
+        self.started = range(len(self.ranks)) if replicas is None else replicas.simulated
+        self.total_nodes = sum(len(self.ranks[r].nodes) for r in self.started)
         self.nodes_done = 0
         self.progress = progress
         self.coll_seen: dict[int, dict[int, int]] = defaultdict(dict)  # by group number
@@ -261,7 +273,7 @@ class Engine:
         weight = [host_of.count(host_of[0])] if self.identical else None
         return SharedHosts(self.sched, host_of[:len(self.ranks)], cores, self._computed, weight)
 
-    def _rank_tables(self, traces: list[list[Node]], templates: list[int] | None = None
+    def _rank_tables(self, traces: list[list[Node]], templates: list[int] | None = None, only: set[int] | None = None
                      ) -> tuple[list[_Rank], tuple[NDArray[Any], ...]]:
         """Every rank's state, and its graph as the compiled walk's tables (`_core.CoreNodes`: rank
         offsets, node ids in ascending order per rank, codes, no-time flags, times, dependencies
@@ -274,7 +286,8 @@ class Engine:
         `templates` (a bundle compiled in memory: `Bundle.templates`): ranks of one number differ
         only in attributes no table takes, so a rank whose trace is dense takes the numbers of the
         first dense rank of its number, without looking at its nodes (the same tables: a test
-        compares them with the tables found node by node)."""
+        compares them with the tables found node by node). `only`: the ranks to table (the others,
+        which other ranks stand for, get none: `replicas`)."""
         found: dict[int, int] = {}  # node object -> the number of what it gives the tables
         kinds: list[NodeKind] = []  # what a node gives, by that number
         numbers: dict[NodeKind, int] = {}
@@ -283,6 +296,10 @@ class Engine:
         ranks: list[_Rank] = []
         numbered: dict[int, list[int]] = {}  # a template's first dense rank's numbers
         for r, nodes in enumerate(traces):
+            if only is not None and r not in only:  # another rank stands for it: no table, never started
+                pieces.append(_EMPTY)
+                ranks.append(_Rank(nodes, {}, {}, left=len(nodes)))
+                continue
             dense = list(map(_node_id, nodes)) == list(range(len(nodes)))
             known = numbered.get(templates[r]) if templates is not None and dense else None
             nums = known if known is not None and len(known) == len(nodes) else self._numbers(nodes, found, kinds,
@@ -413,9 +430,9 @@ class Engine:
 
     def run(self) -> None:
         if self.core_nodes is not None:
-            self.core_nodes.start()
+            self.core_nodes.start(list(self.started))
         else:
-            for r in range(len(self.ranks)):
+            for r in self.started:
                 self.issue_ready(r)
         sched = self.sched
         if self.core_queue:  # the compiled core's queue runs its own loop
@@ -451,6 +468,12 @@ class Engine:
                 s.left, s.finish, s.compute_ns = left[r], finish[r], compute[r]
                 s.comm_spans.frombytes(core.comm_spans(r).tobytes())  # the spans the walk recorded itself
             self.nodes_done = core.nodes_done
+        if self.replicas is not None:  # every replica ran as replica 0
+            for i, r in enumerate(self.replicas.simulated):
+                a = self.ranks[r]
+                for k in self.replicas.ranks[1:, i].tolist():
+                    b = self.ranks[k]
+                    b.left, b.finish, b.compute_ns, b.comm_spans = a.left, a.finish, a.compute_ns, a.comm_spans
         stuck = [r for r, s in enumerate(self.ranks) if s.left]
         if stuck:
             r = stuck[0]
@@ -581,7 +604,8 @@ class Engine:
                 group = self._groups[members] = len(self._group_members)
                 self._group_members.append(members)
                 self._group_sets.append(frozenset(members))
-        found = _Coll(aggregated, kind, ctype, members, group, self._group_sets[group] if group >= 0 else frozenset())
+        found = _Coll(aggregated, kind, ctype, members, group, self._group_sets[group] if group >= 0 else frozenset(),
+                      self.identical or (self.replicas is not None and members in self.replicas.whole))
         if len(self._colls) >= COLLECTIVES_KEPT:  # the members of a group issue it close together
             self._colls.clear()
         self._colls[id(node)] = found
@@ -605,10 +629,11 @@ class Engine:
         members = c.members
         if rank not in c.inside:
             raise BackendError(f"{self.info.bundle.et_path(rank)}: node {node.id}: rank {rank} is not in its group")
-        if self.identical:
+        if c.whole:
             alone = _Pending(kind, node_meta(node), {rank: node}, {rank: self.sched.now})
-            self.comms.collective(kind, members, self._size(alone), False, self._done_fn(alone), alone.meta,
-                                  report=(rank,), flow=alone.meta.flow * FLOWS_PER_COLLECTIVE)
+            self.comms.collective(kind, members, self._size(alone), len(members) < self.info.npus,
+                                  self._done_fn(alone), alone.meta, report=(rank,),
+                                  flow=alone.meta.flow * FLOWS_PER_COLLECTIVE)
             return
         seen = self.coll_seen[c.group]
         index = seen.get(rank, 0)
@@ -726,8 +751,8 @@ class Engine:
         info = self.info
         per: dict[tuple[str, int, int, bool], int] = {}
         total = 0
-        for rank, s in enumerate(self.ranks):
-            for node in s.every_node():
+        for rank in self.started:
+            for node in self.ranks[rank].every_node():
                 if node.type == NodeType.COMM_SEND_NODE:
                     total += 1
                     continue
@@ -747,7 +772,7 @@ class Engine:
                 if found is None:
                     found = per[key] = _first_member_messages(info, kind, members, size, key[3])
                 total += found
-        return total * (info.npus if self.identical else 1)
+        return total * (info.npus if self.identical else 1 if self.replicas is None else self.replicas.count)
 
     # -- spans -------------------------------------------------------------------------------
 
@@ -758,29 +783,6 @@ class Engine:
             return self.core_nodes.take_span_columns()  # type: ignore[no-any-return]
         return tuple(np.frombuffer(c, dtype=np.int64) if len(c) else np.empty(0, dtype=np.int64)
                      for c in self.span_cols)
-
-
-def identical_ranks(info: WorkloadInfo, symmetric: Callable[[str, tuple[int, ...], int], bool]) -> bool:
-    """Whether every rank runs the same as rank 0 from start to end: one trace for all (the same
-    decoded list), no point-to-point transfers, and only collectives of every rank, in order,
-    that every rank finishes at once (`symmetric(kind, members, size)`), none of them in-network."""
-    first = info.nodes[0]
-    if any(nodes is not first for nodes in info.nodes):
-        return False
-    everyone = tuple(range(info.npus))
-    for n in first:
-        if n.type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
-            return False
-        if n.type != NodeType.COMM_COLL_NODE:
-            continue
-        if in_network_of(n) is not None:  # the switches' transfers are no rank's
-            return False
-        kind = COLLECTIVE_KIND.get(CollectiveType(int(n.get("comm_type", 0))))
-        if kind is None:
-            continue
-        if tuple(info.members(n, 0)) != everyone or not symmetric(kind, everyone, int(n.get("comm_size", 0))):
-            return False
-    return True
 
 
 def _first_member_messages(info: WorkloadInfo, kind: str, members: tuple[int, ...], size: int, group: bool) -> int:

@@ -4,7 +4,9 @@
   symmetry of an ASTRA-SIM network) is simulated for rank 0 alone, on one queue or one shared
   link per orbit of links (`comms.Lanes`), and its messages copied to every rank;
 * `identical_ranks`: when every rank runs the same trace with only such collectives, rank 0 is
-  simulated for all of them (`engine.identical_ranks`);
+  simulated for all of them (`replicas.identical_ranks`);
+* `replicas`: in `unaware`, when the data-parallel replicas of a job run alike on a network that is
+  the same one replica on, replica 0 is simulated for all of them (`replicas.replica_plan`);
 * `isolated`: a collective whose links carry nothing else while it runs is timed once, alone, and
   that timing is reused for every collective with the same plan and paths; one that meets other
   traffic is replayed message by message (`comms.Comms`); not taken by `aware` runs with
@@ -30,12 +32,13 @@ class Shortcuts:
     lanes: bool = True
     identical_ranks: bool = True
     isolated: bool = True
+    replicas: bool = True
 
     @property
     def names(self) -> tuple[str, ...]:
         """The shortcuts that are on."""
-        return tuple(n for n in ("lanes", "identical_ranks", "isolated") if getattr(self, n))
+        return tuple(n for n in ("lanes", "identical_ranks", "isolated", "replicas") if getattr(self, n))
 
 
 DEFAULT = Shortcuts()
-FULL = Shortcuts(lanes=False, identical_ranks=False, isolated=False)
+FULL = Shortcuts(lanes=False, identical_ranks=False, isolated=False, replicas=False)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.netmodels import Msg, NetModel
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.patterns import PhaseSpec, chunking, collective_phases, dim_line, phase_messages
@@ -135,6 +136,11 @@ def _program(pattern: Pattern, sim: IntArray, local: dict[int, int] | None, n_si
     ptr = np.searchsorted(key[order], np.arange(steps * n_sim + 1))
     return PhaseProgram(kind, queue, delay, full, ptr.astype(np.int64), pattern.dst[order], pattern.nbytes[order],
                         inc.astype(np.int64), proc_ns, offset, symmetry, dim, gated, period)
+
+
+class NotAlike(BackendError):
+    """A collective that one rank stands for finished its members at different times: the ranks it
+    stands for would not run as it does (a run with replicas runs again without them)."""
 
 
 class Planner:
