@@ -61,6 +61,9 @@ class Workload:
     identical: bool = False
     #: the network is a graph (flowsim routes it link by link; a fluid run shares links between many flows)
     graph: bool = False
+    #: data-parallel replicas that run alike: flowsim `unaware` simulates one for all of them (its
+    #: `replicas` shortcut; the run checks the graph and the network, this counts what it likely finds)
+    replicas: int = 1
 
     @property
     def held_nodes(self) -> int:
@@ -73,23 +76,27 @@ class Workload:
         return self.messages // self.ranks if self.identical else self.messages
 
 
-def memory_terms(w: Workload, *, compile: bool = False, every_rank: bool = False) -> tuple[float, ...]:
+def memory_terms(w: Workload, *, compile: bool = False, every_rank: bool = False, replicas: bool = False
+                 ) -> tuple[float, ...]:
     """What peak memory grows with: 1, the nodes held (the compiler: of the distinct graphs; ASTRA-SIM,
-    `every_rank`: of every rank, it has no shortcut for identical ranks), ranks."""
+    `every_rank`: of every rank, it has no shortcut for identical ranks; `replicas`: one replica's), ranks."""
     held = w.distinct_nodes if compile else w.nodes if every_rank else w.held_nodes
-    return (1.0, float(held), float(w.ranks))
+    return (1.0, float(held) / (w.replicas if replicas else 1), float(w.ranks))
 
 
-def time_terms(w: Workload, *, compile: bool = False, every_rank: bool = False) -> tuple[float, ...]:
+def time_terms(w: Workload, *, compile: bool = False, every_rank: bool = False, replicas: bool = False
+               ) -> tuple[float, ...]:
     """What wall time grows with: 1, the nodes held (the compiler: every rank's, written to its ET
     file), the messages simulated and, on a graph network, those times the flows at peak (the links
-    a message shares with other flows are many there: fluid rates are solved over all of them)."""
+    a message shares with other flows are many there: fluid rates are solved over all of them).
+    `replicas`: a model whose runs simulate one of `w.replicas` (nodes and messages: one replica's)."""
     if compile:
         return (1.0, float(w.nodes), 0.0, 0.0)
     if every_rank:
         return (1.0, float(w.nodes), float(w.messages), 0.0)
     shared = float(w.simulated) * w.flows_at_peak if w.graph else 0.0
-    return (1.0, float(w.held_nodes), float(w.simulated), shared)
+    one = w.replicas if replicas else 1
+    return (1.0, float(w.held_nodes) / one, float(w.simulated) / one, shared)
 
 
 @dataclass(frozen=True)
@@ -102,14 +109,28 @@ class Model:
     source: str
     compile: bool = False
     every_rank: bool = False
+    #: its runs take the replicas shortcut (flowsim `unaware`): they simulate one replica, and still
+    #: spend `REPLICA_SPAN_S` and `REPLICA_NODE_BYTES` on each node of every rank
+    replicas: bool = False
 
     def bytes(self, w: Workload) -> float:
-        terms = memory_terms(w, compile=self.compile, every_rank=self.every_rank)
-        return sum(c * x for c, x in zip(self.memory, terms, strict=True))
+        terms = memory_terms(w, compile=self.compile, every_rank=self.every_rank, replicas=self.replicas)
+        spans = REPLICA_NODE_BYTES * w.nodes if self.replicas and w.replicas > 1 else 0.0
+        return sum(c * x for c, x in zip(self.memory, terms, strict=True)) + spans
 
     def wall_s(self, w: Workload) -> float:
-        terms = time_terms(w, compile=self.compile, every_rank=self.every_rank)
-        return sum(c * x for c, x in zip(self.seconds, terms, strict=True))
+        terms = time_terms(w, compile=self.compile, every_rank=self.every_rank, replicas=self.replicas)
+        spans = REPLICA_SPAN_S * w.nodes if self.replicas and w.replicas > 1 else 0.0
+        return sum(c * x for c, x in zip(self.seconds, terms, strict=True)) + spans
+
+
+#: What a run with replicas spends per ET node of every rank besides simulating one replica (every
+#: rank's trace held from the compile; its spans copied to every replica, sorted and written): seconds,
+#: from LLaMA-3.1 405B TP8 x PP16 x DP16 on 2,048 GPUs (3,792,640 nodes, 1.0-1.7 s of writing), and
+#: bytes, from TP8 x PP16 x DP128 on 16,384 GPUs (30,341,120 nodes, 3,310 MB peak; benchmarks/scale.py,
+#: this 2-core machine).
+REPLICA_SPAN_S = 4.5e-7
+REPLICA_NODE_BYTES = 100.0
 
 
 _FIT = ("`python benchmarks/estimate.py --save rows.jsonl` (7 cases, 128-1,024 GPUs, each run in its own "
@@ -120,25 +141,31 @@ _FIT_CORE = ("`python benchmarks/estimate.py --backends flowsim --save rows.json
              "rn1024ls on the compiled core) then `--load rows.jsonl --published --fit`, which adds "
              "benchmarks/scale.py's LLaMA-3 70B and LLaMA-3.1 405B runs at 16,384 GPUs on the compiled core")
 
-#: (backend, congestion mode) -> its model; ("compile", "") is the compile before every run of a spec
-#: (writing every rank's ET file: its time adds to the run's, its memory is freed before the run).
+#: (backend, congestion mode) -> its model; ("compile", "") is the compile before every ASTRA-SIM run
+#: of a spec (writing every rank's ET file: its time adds to the run's, its memory is freed before the
+#: run), ("compile-memory", "") the compile before a flowsim run (every rank's nodes kept in memory).
 #: Coefficients: memory (bytes: 1, per node held, per rank), seconds (1, per node, per message simulated,
 #: per message x flow at peak on a graph network), each the output of `_FIT` (fit within 10% in memory
 #: on every run; wall time within 2x on all but fluid on a 3-tier Clos, 0.35x, and the 16,384-GPU run
 #: measured under the heaviest load, 0.37x).
 COSTS: dict[tuple[str, str], Model] = {
     ("compile", ""): Model((5.102e7, 1756.0, 7880.0), (0.4437, 3.981e-6, 0.0, 0.0), _FIT, compile=True),
+    # the compile before a flowsim run, which keeps every rank's nodes in memory and writes no ET file:
+    # its time per node from benchmarks/scale.py's 16,384-GPU LLaMA-3.1 405B (30,341,120 nodes, 20.5 s)
+    ("compile-memory", ""): Model((5.102e7, 1756.0, 7880.0), (0.4437, 6.6e-7, 0.0, 0.0), _FIT, compile=True),
     # flowsim's compiled core (`engine: compiled`, the default where built), fitted to the same 7 cases,
     # ResNet-50 DP 1,024 on a leaf-spine and (unaware) the two 16,384-GPU runs (`_FIT_CORE`: memory
     # within 0.83-1.08x on every run; wall time within 0.65-1.18x on all but fluid on the 3-tier Clos:
     # 0.28x at 512 GPUs, 0.72x at 256). The fluid term (messages x flows at peak) cannot tell a ring over a
     # leaf-spine, whose flows seldom meet (ResNet-50 DP 4,096: 3.3x the measured time), from LLaMA-3's
     # groups on a Clos, whose flows meet in large components (on 4,096 GPUs: 0.34x)
-    ("flowsim", "unaware"): Model((1.59e8, 238.4, 1994.0), (0.5261, 4.398e-6, 8.584e-8, 0.0), _FIT_CORE),
+    ("flowsim", "unaware"): Model((1.59e8, 238.4, 1994.0), (0.5261, 4.398e-6, 8.584e-8, 0.0), _FIT_CORE,
+                                  replicas=True),
     ("flowsim", "aware"): Model((1.596e8, 281.2, 0.0), (0.594, 7.112e-6, 0.0, 2.493e-10), _FIT_CORE),
     ("flowsim", "fluid"): Model((1.609e8, 274.7, 3490.0), (0.6403, 4.754e-6, 0.0, 2.413e-10), _FIT_CORE),
     # flowsim's Python engine (`engine: python`, or where the compiled core is not built)
-    ("flowsim-python", "unaware"): Model((1.544e8, 540.4, 1.614e4), (0.8146, 0.0, 4.324e-6, 7.056e-9), _FIT),
+    ("flowsim-python", "unaware"): Model((1.544e8, 540.4, 1.614e4), (0.8146, 0.0, 4.324e-6, 7.056e-9), _FIT,
+                                         replicas=True),
     ("flowsim-python", "aware"): Model((1.595e8, 530.9, 1.075e4), (1.199, 1.317e-4, 0.0, 2.224e-8), _FIT),
     ("flowsim-python", "fluid"): Model((1.669e8, 552.2, 1905.0), (1.294, 3.832e-5, 0.0, 6.489e-8), _FIT),
     # the binaries' memory per ET node of every rank and time per message, from their two published
@@ -286,7 +313,18 @@ def _job_workload(scenario: Scenario, cfg: CollectiveConfig, active: int) -> Wor
         distinct_nodes += len(g.tasks)
         identical = identical and everyone
     return Workload(found.ranks, len(found.graphs), distinct_nodes, nodes, messages, flows, found.method, identical,
-                    is_graph(scenario.topology))
+                    is_graph(scenario.topology), 1 if identical else _replicas(scenario, npus))
+
+
+def _replicas(scenario: Scenario, npus: int) -> int:
+    """The data-parallel replicas flowsim `unaware` likely simulates one of (its `replicas` shortcut,
+    as the compiler and the run check it): dp, where plain data-parallel all-reduces over ASTRA-SIM's
+    own dimensions and no compute varied per rank leave the replicas alike; else 1."""
+    p, system = scenario.parallelism, scenario.system
+    alike = (p.dp > 1 and p.cp == 1 and p.ep == 1 and npus == p.tp * p.pp * p.dp and not is_graph(scenario.topology)
+             and p.aggregation.kind == "allreduce" and p.aggregation.all_reduce_algorithm != "double_binary_tree"
+             and system.variability is None and system.host_cores is None)
+    return p.dp if alike else 1
 
 
 def count(spec: Scenario | Cluster, source: str | Path | None = None) -> Workload:
@@ -338,14 +376,15 @@ def estimate(spec: Scenario | Cluster, source: str | Path | None = None, *,
     w = count(spec, source)
     row_s = ROW_S * w.messages if rows else 0.0
     row_bytes = ROW_BYTES * min(w.messages, ROW_BUFFERED) if rows else 0.0
-    compile_model = COSTS.get(("compile", ""))
-    compile_s = compile_model.wall_s(w) if compile_model is not None else 0.0
-    compile_bytes = compile_model.bytes(w) if compile_model is not None else 0.0
     costs = []
     for backend, mode in runs if runs is not None else _runs(spec):
         model = COSTS.get((backend, mode))
         if model is None:
             continue
+        # flowsim compiles in memory; ASTRA-SIM's binaries read every rank's ET file
+        compile_model = COSTS.get(("compile-memory" if backend.startswith("flowsim") else "compile", ""))
+        compile_s = compile_model.wall_s(w) if compile_model is not None else 0.0
+        compile_bytes = compile_model.bytes(w) if compile_model is not None else 0.0
         sim = model.wall_s(w) + (row_s if backend.startswith("flowsim") else 0.0)
         held = model.bytes(w) + (row_bytes if backend.startswith("flowsim") else 0.0)
         costs.append(Cost(backend, mode, int(max(held, compile_bytes)), compile_s + sim, sim))
