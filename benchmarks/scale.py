@@ -35,8 +35,12 @@ Under each run: each phase of spec to summary with its wall time and share (the 
 flowsim's reading of the configs, building of the run, simulation and writing), and `simstudy run --estimate`'s
 wall time and memory of it and estimate / measured.
 
+`--clos unaware,fluid` also runs flowsim alone, from the spec, on a 3-tier Clos of 8-GPU hosts
+(`fluid_scale.clos`: non-blocking, 400 Gbit/s NICs; ASTRA-SIM's binaries take no graph).
+
 Usage: ASTRA_SIM_BIN=... python benchmarks/scale.py [--sizes 4096,16384,55296] [--modes unaware,aware]
        [--skip-astrasim-above N] [--write-traces] [--rows] [--skip-rows-1024] [--model llama3_405b]
+       [--clos unaware,fluid]
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from estimate import against  # benchmarks/estimate.py: the estimate beside each run
+from fluid_scale import clos  # benchmarks/fluid_scale.py: its 3-tier Clos of 8-GPU hosts
 
 from simstudy.backends.estimate import EstimateError, check_memory, count
 from simstudy.backends.locate import find_astra_sim
@@ -130,6 +135,27 @@ def llama(npus: int, one_dim: bool, model: str = "llama3_70b") -> Scenario:
         "training": {"batch_size_per_worker": pp, "iterations": 1, "precision": "bf16"}})
 
 
+def clos_case(n: int, mode: str, model: str, root: Path) -> None:
+    """flowsim alone on the 3-tier Clos of `fluid_scale.clos` (8-GPU hosts, 400 Gbit/s NICs), from the spec."""
+    tp, pp, dp = SHAPES[n]
+    head = f"-- {MODELS[model]} TP{tp} x PP{pp} x DP{dp} = {n} GPUs, 3-tier Clos"
+    scenario = Scenario.model_validate({**llama(n, False, model).model_dump(mode="json"), "topology": clos(n)})
+    try:
+        est = check_memory(scenario, BackendSpec(congestion=mode))
+    except EstimateError as exc:
+        print(f"{head}: not run: {exc}")
+        return
+    w = est.workload if est is not None else count(scenario)
+    spec = root / f"c{n}{mode}.json"
+    spec.write_text(scenario.model_dump_json())
+    print(head)
+    f = child("flowsim", {"spec": str(spec), "mode": mode}, root / f"c{n}{mode}")
+    row(f"flowsim {mode}", f, None)
+    print(f"  {phases(f)}")
+    print(f"  {against(w, 'flowsim', mode, f and f['wall'], f and f['rss_mb'] * 2**20)}")
+    subprocess.run(["rm", "-rf", str(root / f"c{n}{mode}")], check=False)
+
+
 def row(label: str, f: dict[str, float] | None, a: dict[str, float] | None) -> None:
     """wall s (CPU s) of each, their ratio, peak MB of each, their ratio, equal finish, transfers."""
     if f is None:
@@ -171,6 +197,9 @@ def main() -> None:
     parser.add_argument("--skip-rows-1024", action="store_true", help="leave out the 1,024-NPU rows comparison")
     parser.add_argument("--model", choices=list(MODELS), default="llama3_70b",
                         help="the zoo's LLaMA-3 to run at every size (default: llama3_70b)")
+    parser.add_argument("--clos", default="", metavar="MODES",
+                        help="also run flowsim in these modes (e.g. unaware,fluid) on a 3-tier Clos of 8-GPU hosts "
+                             "(non-blocking, 400 Gbit/s NICs; ASTRA-SIM takes no graph)")
     args = parser.parse_args()
     if find_astra_sim() is None or find_astra_sim(aware=True) is None:
         sys.exit("no ASTRA-SIM binaries: set ASTRA_SIM_BIN to the unaware one (the aware one beside it)")
@@ -216,6 +245,8 @@ def main() -> None:
                     print(f"  {against(w, 'flowsim', mode, fr and fr['wall'], fr and fr['rss_mb'] * 2**20, rows=True)}")
                 subprocess.run(["rm", "-rf", str(b), str(root / f"f{n}{mode}"), str(root / f"a{n}{mode}"),
                                 str(root / f"r{n}{mode}")], check=False)
+            for mode in (m for m in args.clos.split(",") if m):
+                clos_case(n, mode, args.model, root)
         if not args.skip_rows_1024:
             b = root / "r50"
             r50 = Scenario.model_validate({

@@ -2,7 +2,8 @@
 against the full path it replaces.
 
 On random jobs (tensor, pipeline, context and expert parallelism, data parallelism of 2-4 replicas,
-every collective algorithm, one- and two-dimension networks, compute variability) run in
+every collective algorithm, one- and two-dimension networks, leaf-spines with ECMP per flow or
+per pair, compute variability) run in
 `unaware` on both engines: the same finish times, spans and traffic rows as every rank simulated
 (`FULL`) and as the default shortcuts without this one. Where a job's replicas run alike by
 construction (no variability, no expert or context parallelism, no double binary tree, a network
@@ -50,9 +51,10 @@ def _job(tp: int, pp: int, cp: int, ep: int, dp: int, *, algorithm: str = "ring"
     system: dict[str, Any] = {"peak_tflops": 10}
     if jitter:
         system["variability"] = {"jitter": {"distribution": "normal", "cv": jitter, "seed": 3}}
+    model = MOE if ep > 1 else {**LLAMA, "options": {**LLAMA["options"], "layers": max(2, pp)}}
     return Scenario.model_validate({
-        "name": "job", "model": MOE if ep > 1 else LLAMA, "parallelism": parallelism, "system": system,
-        "training": {"precision": "bf16", "iterations": 2},
+        "name": "job", "model": model, "parallelism": parallelism, "system": system,
+        "training": {"precision": "bf16", "iterations": 2, "batch_size_per_worker": 6 * pp},
         "topology": topology or {"kind": "switch", "npus": npus, "bandwidth_gbps": 100}})
 
 
@@ -67,15 +69,20 @@ def jobs(draw: st.DrawFn) -> tuple[Scenario, bool]:
     algorithm = draw(st.sampled_from(["ring", "direct", "halving_doubling", "double_binary_tree"]))
     if algorithm in ("double_binary_tree", "halving_doubling") and dp & (dp - 1):
         algorithm = "ring"  # (they need a power of two)
-    net = draw(st.sampled_from(["switch", "ring", "fully_connected", "two_dims"]))
+    net = draw(st.sampled_from(["switch", "ring", "fully_connected", "two_dims", "leaf_spine"]))
     inner = tp * cp
     second = draw(st.sampled_from(["switch", "ring"]))
-    if net == "two_dims" and inner > 1:
-        topology: dict[str, Any] = {"kind": "multi_dim", "dims": [
+    if net == "leaf_spine" and pp * dp % 2 == 0:  # a graph: hosts of tp x cp GPUs under two leaves
+        topology: dict[str, Any] = {
+            "kind": "leaf_spine", "leaves": 2, "spines": 2, "hosts_per_leaf": pp * dp // 2, "gpus_per_host": inner,
+            "bandwidth_gbps": 100, "ecmp": draw(st.sampled_from(["flow", "pair"])),
+            "oversubscription": draw(st.sampled_from([1.0, 2.0]))}
+    elif net == "two_dims" and inner > 1:
+        topology = {"kind": "multi_dim", "dims": [
             {"type": "switch", "npus": inner, "bandwidth_gbps": 400, "latency_ns": 200},
             {"type": second, "npus": npus // inner, "bandwidth_gbps": 100, "latency_ns": 700}]}
     else:
-        net = "switch" if net == "two_dims" else net
+        net = "switch" if net in ("two_dims", "leaf_spine") else net
         topology = {"kind": net, "npus": npus, "bandwidth_gbps": 100}
     jitter = draw(st.sampled_from([0.0, 0.0, 0.0, 0.2]))
     # moving every rank one replica on maps the network onto itself: any map of a switch or a fully
@@ -124,6 +131,17 @@ def test_a_job_too_big_to_simulate_every_replica_runs_replica_zero(tmp_path: Pat
     assert np.array_equal(fast.output.sent, full.output.sent)
     assert fast.spans.sort_values(["rank", "node"]).reset_index(drop=True).equals(
         full.spans.sort_values(["rank", "node"]).reset_index(drop=True))
+
+
+def test_on_a_graph_every_rank_is_simulated(tmp_path: Path) -> None:
+    """A leaf-spine is not ASTRA-SIM's dimensions: the shortcut is not taken (on a 3-tier Clos a
+    data-parallel ring crosses a ToR every few members and its members finish apart), and the run
+    is the full path's."""
+    spec = _job(2, 2, 1, 1, 4, topology={"kind": "leaf_spine", "leaves": 2, "spines": 2, "hosts_per_leaf": 4,
+                                          "gpus_per_host": 2, "bandwidth_gbps": 100})
+    results = _runs(spec, tmp_path)
+    assert_same(results)  # type: ignore[arg-type]
+    assert results["all"].details["replicas"] == 1
 
 
 def test_the_compiler_finds_the_replicas_of_a_layout() -> None:

@@ -6,8 +6,11 @@ from them, each kept beside the full path it replaces (`Shortcuts`) and proven a
   every rank that every rank finishes at once: rank 0 is simulated for all.
 * **Replicas** (`replica_plan`): a data-parallel job whose replicas run alike (the compiler's
   `Bundle.replicas`, checked on the graph: `compiler.replicas`) on a network that is the same
-  when every rank moves one replica on, in `unaware` (no link is shared, so no replica slows
-  another). Replica 0 is simulated.
+  when every rank moves one replica on (ASTRA-SIM's dimensions, mapped onto themselves), in
+  `unaware` (no link is shared, so no replica slows another). Replica 0 is simulated. Not on a
+  graph: on a 3-tier Clos a data-parallel ring crosses a ToR every few members, so its members
+  finish apart and the replicas would not stay alike (the guard below would find it, after a
+  check of every pair's routes that cost 40 s at 16,384 GPUs).
 
   A collective of one rank of every replica (a data-parallel group) is simulated whole when its
   replica-0 member issues it: the others issue it at the same instant, by symmetry. It must finish
@@ -25,7 +28,7 @@ from them, each kept beside the full path it replaces (`Shortcuts`) and proven a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -75,7 +78,7 @@ class Replicas:
     simulated); `whole` the members of every collective simulated whole (one rank per replica)."""
 
     ranks: IntArray
-    whole: frozenset[tuple[int, ...]]
+    whole: frozenset[tuple[int, ...]] = field(repr=False)
 
     @property
     def count(self) -> int:
@@ -104,16 +107,16 @@ def replica_plan(info: WorkloadInfo) -> Replicas | None:
     collective that is neither its own nor one rank of every replica (or a broadcast or an
     in-network one of those), or one whose trees take turns."""
     ranks = info.bundle.replicas
-    if ranks is None or ranks.size != info.npus or info.topology.routing.kind != "dimension_order":
+    if ranks is None or ranks.size != info.npus:
+        return None
+    if info.topology.routing.kind != "dimension_order":  # a graph: routes not checked (see the docstring)
         return None
     alike: dict[int, set[tuple[float, float, float]]] = {}  # every link of a dimension alike
     for link in info.topology.links:
         alike.setdefault(link.dim, set()).add((link.bytes_per_ns, link.latency_ns, link.loss))
-    if any(len(v) > 1 for v in alike.values()):
-        return None
     sigma = np.empty(info.npus, dtype=np.int64)
     sigma[ranks] = np.roll(ranks, -1, axis=0)
-    if not _moves_network(sigma, [(d.topology, d.npus) for d in info.dims]):
+    if any(len(v) > 1 for v in alike.values()) or not _moves_network(sigma, [(d.topology, d.npus) for d in info.dims]):
         return None
     first = set(ranks[0].tolist())
     orbit_of = {int(r): frozenset(ranks[:, i].tolist()) for i, r in enumerate(ranks[0])}
