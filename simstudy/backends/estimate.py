@@ -24,6 +24,7 @@ from simstudy.backends.registry import entry
 from simstudy.compiler import check_fit, job_scenario, resolve, resolve_cluster
 from simstudy.compiler.aggregation import distinct_graphs
 from simstudy.compiler.astra_config import system_config, system_json
+from simstudy.compiler.collectives import algorithm
 from simstudy.compiler.graph import Collective, RankGraph, TaskKind
 from simstudy.spec import BackendSpec, Cluster, Scenario, SpecError, is_graph, topology_dims
 from simstudy.spec.collectives import FALLBACK
@@ -318,13 +319,19 @@ def _job_workload(scenario: Scenario, cfg: CollectiveConfig, active: int) -> Wor
 
 def _replicas(scenario: Scenario, npus: int) -> int:
     """The data-parallel replicas flowsim `unaware` likely simulates one of (its `replicas` shortcut,
-    as the compiler and the run check it): dp, where plain data-parallel all-reduces over ASTRA-SIM's
-    own dimensions and no compute varied per rank leave the replicas alike; else 1."""
+    as the compiler and the run check it): dp, where plain data-parallel all-reduces (no double
+    binary tree) over ASTRA-SIM's own dimensions and no compute varied per rank leave the replicas
+    alike; else 1."""
     p, system = scenario.parallelism, scenario.system
     alike = (p.dp > 1 and p.cp == 1 and p.ep == 1 and npus == p.tp * p.pp * p.dp and not is_graph(scenario.topology)
-             and p.aggregation.kind == "allreduce" and p.aggregation.all_reduce_algorithm != "double_binary_tree"
+             and p.aggregation.kind == "allreduce" and not _alternates(p.aggregation.all_reduce_algorithm)
              and system.variability is None and system.host_cores is None)
     return p.dp if alike else 1
+
+
+def _alternates(name: str | None) -> bool:
+    """Whether an all-reduce algorithm's trees take turns across collectives (`replicas` takes none)."""
+    return name is not None and algorithm(name).alternates
 
 
 def count(spec: Scenario | Cluster, source: str | Path | None = None) -> Workload:
