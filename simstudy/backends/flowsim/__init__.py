@@ -165,6 +165,10 @@ class FlowsimBackend:
         phases["build"] = t1 - t0 - phases["read"]
         try:
             engine.run()
+        except NotAlike:  # the run starts again: its rows written so far closed before they are rewritten
+            rows.flush()
+            sink.close()
+            raise
         finally:
             extra = self.network_done(engine.comms.model)
         t2 = time.perf_counter()
