@@ -9,8 +9,7 @@ from them, each kept beside the full path it replaces (`Shortcuts`) and proven a
   when every rank moves one replica on (ASTRA-SIM's dimensions, mapped onto themselves), in
   `unaware` (no link is shared, so no replica slows another). Replica 0 is simulated. Not on a
   graph: on a 3-tier Clos a data-parallel ring crosses a ToR every few members, so its members
-  finish apart and the replicas would not stay alike (the guard below would find it, after a
-  check of every pair's routes that cost 40 s at 16,384 GPUs).
+  finish apart and the replicas would not stay alike.
 
   A collective of one rank of every replica (a data-parallel group) is simulated whole when its
   replica-0 member issues it: the others issue it at the same instant, by symmetry. It must finish
