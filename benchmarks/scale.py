@@ -57,7 +57,7 @@ from typing import Any
 from estimate import against  # benchmarks/estimate.py: the estimate beside each run
 from fluid_scale import clos  # benchmarks/fluid_scale.py: its 3-tier Clos of 8-GPU hosts
 
-from simstudy.backends.estimate import EstimateError, check_memory, count
+from simstudy.backends.estimate import EstimateError, Workload, check_memory, count
 from simstudy.backends.locate import find_astra_sim
 from simstudy.compiler import compile_scenario
 from simstudy.spec import BackendSpec, Scenario
@@ -135,19 +135,27 @@ def llama(npus: int, one_dim: bool, model: str = "llama3_70b") -> Scenario:
         "training": {"batch_size_per_worker": pp, "iterations": 1, "precision": "bf16"}})
 
 
+def prepared(scenario: Scenario, mode: str, head: str, spec: Path) -> Workload | None:
+    """A case's workload, its spec written to `spec`; None where its estimate refuses it, as `simstudy
+    run` refuses it without --force (the line is printed)."""
+    try:
+        est = check_memory(scenario, BackendSpec(congestion=mode))
+    except EstimateError as exc:
+        print(f"{head}: not run: {exc}")
+        return None
+    spec.write_text(scenario.model_dump_json())
+    return est.workload if est is not None else count(scenario)
+
+
 def clos_case(n: int, mode: str, model: str, root: Path) -> None:
     """flowsim alone on the 3-tier Clos of `fluid_scale.clos` (8-GPU hosts, 400 Gbit/s NICs), from the spec."""
     tp, pp, dp = SHAPES[n]
     head = f"-- {MODELS[model]} TP{tp} x PP{pp} x DP{dp} = {n} GPUs, 3-tier Clos"
     scenario = Scenario.model_validate({**llama(n, False, model).model_dump(mode="json"), "topology": clos(n)})
-    try:
-        est = check_memory(scenario, BackendSpec(congestion=mode))
-    except EstimateError as exc:
-        print(f"{head}: not run: {exc}")
-        return
-    w = est.workload if est is not None else count(scenario)
     spec = root / f"c{n}{mode}.json"
-    spec.write_text(scenario.model_dump_json())
+    w = prepared(scenario, mode, head, spec)
+    if w is None:
+        return
     print(head)
     f = child("flowsim", {"spec": str(spec), "mode": mode}, root / f"c{n}{mode}")
     row(f"flowsim {mode}", f, None)
@@ -216,14 +224,10 @@ def main() -> None:
                 net = "1 switch" if one_dim else "2 dims"
                 head = f"-- {MODELS[args.model]} TP{tp} x PP{pp} x DP{dp} = {n} GPUs, {net}"
                 scenario = llama(n, one_dim, args.model)
-                try:  # refused as `simstudy run` refuses it (without --force)
-                    est = check_memory(scenario, BackendSpec(congestion=mode))
-                except EstimateError as exc:
-                    print(f"{head}: not run: {exc}")
-                    continue
-                w = est.workload if est is not None else count(scenario)
                 spec = root / f"s{n}{mode}.json"
-                spec.write_text(scenario.model_dump_json())
+                w = prepared(scenario, mode, head, spec)
+                if w is None:
+                    continue
                 b = root / f"b{n}{mode}"
                 run_astra = not args.skip_astrasim_above or n <= args.skip_astrasim_above
                 if run_astra or args.write_traces:  # ASTRA-SIM reads ET files: every rank's written
