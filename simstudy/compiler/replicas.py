@@ -1,6 +1,6 @@
 """Data-parallel replicas that run alike: which ranks stand for which (`Bundle.replicas`).
 
-Ranks are numbered `t + tp * (c + cp * (d + dp * s))` (`simstudy.compiler.layout`). Moving every
+Ranks are numbered `t + tp * (c + cp * (d + dp * s))` (`simstudy.compiler.layout.Layout`). Moving every
 rank one replica on (d to d + 1, dp - 1 back to 0) is the permutation sigma. Where the graph is
 the same under sigma, every replica runs what replica 0 runs, with its groups and peers moved:
 
@@ -18,11 +18,13 @@ and gives the replicas: `out[k, i]` is the i-th rank of replica k, `out[0]` the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simstudy.compiler.graph import ExecutionGraph, RankGraph, TaskKind
+from simstudy.compiler.graph import ExecutionGraph, Task, TaskKind
+from simstudy.compiler.layout import Layout
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -34,29 +36,25 @@ def replica_orbits(graph: ExecutionGraph, scenario: Scenario) -> NDArray[np.int6
     """The replicas of `graph` (dp x npus / dp ranks, see the module docstring), or None where its
     replicas do not run alike (or it has one)."""
     p = scenario.parallelism
-    inner = p.tp * p.cp
-    npus = graph.npus
-    if p.dp < 2 or npus != inner * p.dp * p.pp or any(g.rank != r for r, g in enumerate(graph.ranks)):
+    layout = Layout(p.dp, p.tp, p.pp, p.cp)
+    if p.dp < 2 or graph.npus != layout.npus or any(g.rank != r for r, g in enumerate(graph.ranks)):
         return None
-    ranks = np.arange(npus, dtype=np.int64)
-    d = (ranks // inner) % p.dp
-    sigma = ranks + inner * ((d + 1) % p.dp - d)
+    coords = [layout.coord(r) for r in range(graph.npus)]
+    sigma = [layout.rank(c.t, (c.d + 1) % p.dp, c.s, c.c) for c in coords]
     if not same_under(graph, sigma):
         return None
-    first = ranks[d == 0]
-    out: NDArray[np.int64] = first[None, :] + inner * np.arange(p.dp, dtype=np.int64)[:, None]
-    return out
+    first = [c for c in coords if c.d == 0]  # replica 0, rank by rank
+    return np.array([[layout.rank(c.t, k, c.s, c.c) for c in first] for k in range(p.dp)], dtype=np.int64)
 
 
-def same_under(graph: ExecutionGraph, sigma: NDArray[np.int64]) -> bool:
-    """Whether `graph` is the same under the rank permutation `sigma` (the module docstring's
-    three conditions), every rank checked against its image."""
-    image = sigma.tolist()
+def same_under(graph: ExecutionGraph, image: Sequence[int]) -> bool:
+    """Whether `graph` is the same under the rank permutation `image` (rank r to image[r]; the module
+    docstring's three conditions), every rank checked against its image."""
     groups = graph.groups
     everyone = tuple(range(graph.npus))
-    moved: dict[int, tuple[int, ...]] = {}  # a group's members, each moved by sigma
+    moved: dict[int, tuple[int, ...]] = {}  # a group's members, each moved
     closed: dict[int, bool] = {}  # whether a group holds the images of its members
-    keys: dict[int, tuple[list[int], list[int]]] = {}  # a task list's group ids and peers
+    bound: dict[int, tuple[list[Task], list[Task]]] = {}  # a task list's first task of each group and peer
 
     def members(g: int) -> tuple[int, ...]:
         return groups.get(g) or everyone
@@ -65,11 +63,11 @@ def same_under(graph: ExecutionGraph, sigma: NDArray[np.int64]) -> bool:
         h = graph.ranks[image[g.rank]]
         if h.tasks is not g.tasks:
             return False
-        used = keys.get(id(g.tasks))
-        if used is None:
-            used = keys[id(g.tasks)] = _keys(g)
-        for k in used[0]:
-            a, b = _group(g, k), _group(h, k)
+        named = bound.get(id(g.tasks))
+        if named is None:
+            named = bound[id(g.tasks)] = _named(g.tasks)
+        for t in named[0]:
+            a, b = g.group_of(t), h.group_of(t)
             if a == b:
                 ok = closed.get(a)
                 if ok is None:
@@ -83,22 +81,19 @@ def same_under(graph: ExecutionGraph, sigma: NDArray[np.int64]) -> bool:
                 found = moved[a] = tuple(image[r] for r in members(a))
             if found != members(b):
                 return False
-        for peer in used[1]:
-            if _peer(h, peer) != image[_peer(g, peer)]:
-                return False
+        if any(h.peer_of(t) != image[g.peer_of(t)] for t in named[1]):
+            return False
     return True
 
 
-def _keys(g: RankGraph) -> tuple[list[int], list[int]]:
-    """The group ids and the peers a rank's task list names (before the rank binds them)."""
-    groups = sorted({t.group for t in g.tasks if t.kind is TaskKind.COLLECTIVE})
-    peers = sorted({t.peer for t in g.tasks if t.kind is TaskKind.SEND or t.kind is TaskKind.RECV})
-    return groups, peers
-
-
-def _group(g: RankGraph, key: int) -> int:
-    return key if g.groups is None else g.groups.get(key, key)
-
-
-def _peer(g: RankGraph, peer: int) -> int:
-    return peer if g.peers is None else g.peers.get(peer, peer)
+def _named(tasks: list[Task]) -> tuple[list[Task], list[Task]]:
+    """A task list's first collective on each group it names and first send or receive to each peer
+    it names (a rank binds them all alike: `RankGraph.group_of`, `peer_of`)."""
+    groups: dict[int, Task] = {}
+    peers: dict[int, Task] = {}
+    for t in tasks:
+        if t.kind is TaskKind.COLLECTIVE:
+            groups.setdefault(t.group, t)
+        elif t.kind is TaskKind.SEND or t.kind is TaskKind.RECV:
+            peers.setdefault(t.peer, t)
+    return list(groups.values()), list(peers.values())
