@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from simstudy.backends import FlowsimBackend
 from simstudy.backends.flowsim.engine import Engine
 from simstudy.backends.flowsim.shortcuts import Shortcuts
+from simstudy.backends.flowsim.tables import rank_tables
 from simstudy.backends.traffic_build import read_traces
 from simstudy.chakra import Node
 from simstudy.compiler import build_graph, compile_any, resolve
@@ -105,13 +106,13 @@ def test_memory_traces_are_the_decoded_files(spec: Scenario | Cluster, tmp_path_
         assert _shape(memory.traces) == _shape(decoded)
     # the run's tables: a rank of a task list met before takes that rank's numbers (`templates`),
     # the same tables as numbering every node
-    engine = object.__new__(Engine)  # `_rank_tables` needs no more of an engine than its methods
-    ranks, tables = engine._rank_tables(memory.traces, memory.templates)
-    ranks_ref, tables_ref = engine._rank_tables(memory.traces)
+    refuse = object.__new__(Engine)._rank_state  # needs no more of an engine than its method
+    ranks, tables = rank_tables(memory.traces, memory.templates, refuse=refuse)
+    ranks_ref, tables_ref = rank_tables(memory.traces, refuse=refuse)
     assert len(tables) == len(tables_ref) and all(np.array_equal(a, b) for a, b in zip(tables, tables_ref, strict=True))
-    assert [(r.table.cpu, r.table.names, r.left) for r in ranks] == \
-        [(r.table.cpu, r.table.names, r.left) for r in ranks_ref]
-    assert all(np.array_equal(getattr(a.table, f), getattr(b.table, f)) for a, b in zip(ranks, ranks_ref, strict=True)
+    assert [(t.cpu, t.names, len(by_id)) for by_id, t in ranks] == \
+        [(t.cpu, t.names, len(by_id)) for by_id, t in ranks_ref]
+    assert all(np.array_equal(getattr(a, f), getattr(b, f)) for (_, a), (_, b) in zip(ranks, ranks_ref, strict=True)
                for f in ("ids", "code", "zero", "dur", "pending", "parent", "kid", "span_kind", "iteration"))
 
 

@@ -17,18 +17,16 @@ from __future__ import annotations
 import gc
 import heapq
 import math
-import operator
 import time
 from array import array
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
-from simstudy.backends.base import SPAN_KINDS, BackendError
+from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.comms import Comms
 from simstudy.backends.flowsim.hosts import SharedHosts
 from simstudy.backends.flowsim.in_network import InNetwork, chunk_sizes
@@ -36,15 +34,16 @@ from simstudy.backends.flowsim.netmodels import Msg, NetModel, core_scheduler
 from simstudy.backends.flowsim.replicas import Replicas
 from simstudy.backends.flowsim.sched import TICK, Scheduler
 from simstudy.backends.flowsim.system import Planner
+from simstudy.backends.flowsim.tables import EMPTY, Table, rank_tables
 from simstudy.backends.network import Network
 from simstudy.backends.patterns import (
     broadcast_messages,
     broadcast_root,
     first_member_messages,
 )
-from simstudy.backends.traffic_build import COLLECTIVE_KIND, WorkloadInfo, span_kind
+from simstudy.backends.traffic_build import COLLECTIVE_KIND, WorkloadInfo
 from simstudy.chakra import CollectiveType, Node, NodeType
-from simstudy.compiler.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, in_network_of, node_iteration, node_meta
+from simstudy.compiler.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, in_network_of, node_meta
 from simstudy.spec import Congestion
 
 COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE)
@@ -124,7 +123,7 @@ class _Rank:
     #: its CPU nodes (`is_cpu_op`), found once: the attribute is looked up by name in a list
     cpu: set[int] = field(default_factory=set)
     #: its part of the compiled walk's tables (None: the Python walk)
-    table: _Table | None = None
+    table: Table | None = None
 
     def comm(self, start: int, end: int) -> None:
         """Communication was in flight from `start` to `end` (ns)."""
@@ -144,60 +143,6 @@ Tick = Callable[[float, int], None]
 #: Collective nodes whose `_Coll` is kept at most (a dictionary of every collective node of a
 #: 16,384-GPU run is hundreds of MB; the members of a group look theirs up close together).
 COLLECTIVES_KEPT = 1 << 16
-
-
-#: A node's code in the compiled walk's tables (`_core.CoreNodes`): CPU 0, compute 1, collective 2,
-#: send 3, receive 4, anything else 5
-NODE_CODES = {NodeType.COMP_NODE: 1, NodeType.COMM_COLL_NODE: 2, NodeType.COMM_SEND_NODE: 3,
-              NodeType.COMM_RECV_NODE: 4}
-
-
-#: What a node gives the walk's tables and its spans (`_node_kind`)
-NodeKind = tuple[int, bool, int, tuple[int, ...], str, int, int]
-
-
-_node_id = operator.attrgetter("id")
-
-
-def _node_kind(n: Node) -> NodeKind:
-    """What a node gives the walk's tables: its code, whether it is a compute node of no time and no
-    ops (done when issued), its time (ns) and its dependencies; and its spans: its name, its span
-    kind (`SPAN_KINDS`) and its iteration."""
-    c = 0 if n.get("is_cpu_op", False) else NODE_CODES.get(n.type, 5)
-    z = c <= 1 and n.duration_micros == 0 and int(n.get("num_ops", 0) or 0) == 0
-    return (c, z, int(n.duration_micros * 1000) if n.duration_micros else 1,
-            tuple(sorted(set(n.data_deps) | set(n.ctrl_deps))), n.name, SPAN_KINDS.index(span_kind(n)),
-            node_iteration(n))
-
-
-@dataclass(frozen=True)
-class _Table:
-    """One rank's part of the walk's tables (its `parent`: places within the rank)."""
-
-    ids: NDArray[np.int64]
-    code: NDArray[np.int8]
-    zero: NDArray[np.int8]
-    dur: NDArray[np.int64]
-    pending: NDArray[np.int64]
-    parent: NDArray[np.int64]
-    kid: NDArray[np.int64]
-    cpu: set[int]
-    #: its nodes' names, span kinds (`SPAN_KINDS`) and iterations, in the order of `ids`
-    names: list[str]
-    span_kind: NDArray[np.int8]
-    iteration: NDArray[np.int64]
-
-
-_NONE, _NONE8 = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int8)
-#: the part of a rank another stands for (`replicas`): no node
-_EMPTY = _Table(_NONE, _NONE8, _NONE8, _NONE, _NONE, _NONE, _NONE, set(), [], _NONE8, _NONE)
-
-
-def _index(index: dict[int, int] | range, node_id: int) -> int | None:
-    """A node's place in its rank's table (None: not in the trace)."""
-    if isinstance(index, range):
-        return node_id if 0 <= node_id < len(index) else None
-    return index.get(node_id)
 
 
 class Engine:
@@ -232,8 +177,10 @@ class Engine:
         walk = self.core_queue and info.shared_hosts is None
         tables = None
         if walk:
-            self.ranks, tables = self._rank_tables(traces, info.bundle.templates,
-                                                   None if replicas is None else set(replicas.simulated))
+            parts, tables = rank_tables(traces, info.bundle.templates,
+                                        None if replicas is None else set(replicas.simulated), refuse=self._rank_state)
+            self.ranks = [_Rank(by_id, {}, {}, left=len(by_id), cpu=table.cpu, table=None if table is EMPTY else table)
+                          for by_id, table in parts]
         else:
             self.ranks = [self._rank_state(r, nodes) for r, nodes in enumerate(traces)]
         #: replicas that run alike: replica 0's ranks are simulated (see `replicas.replica_plan`)
@@ -272,118 +219,6 @@ class Engine:
         # with identical ranks, rank 0 stands for every rank of its host (they compute in lock-step)
         weight = [host_of.count(host_of[0])] if self.identical else None
         return SharedHosts(self.sched, host_of[:len(self.ranks)], cores, self._computed, weight)
-
-    def _rank_tables(self, traces: list[list[Node]], templates: list[int] | None = None, only: set[int] | None = None
-                     ) -> tuple[list[_Rank], tuple[NDArray[Any], ...]]:
-        """Every rank's state, and its graph as the compiled walk's tables (`_core.CoreNodes`: rank
-        offsets, node ids in ascending order per rank, codes, no-time flags, times, dependencies
-        left, children), without the dictionaries of dependencies `_rank_state` makes. What a node
-        gives the tables is found once per node object (the traces of a bundle share the nodes
-        they have alike), and a rank's tables once per sequence of what its nodes give (the ranks of
-        a pipeline stage differ in their peers and groups, not in their graph: 16 tables, not
-        16,384). A trace that `_rank_state` refuses is refused with its error.
-
-        `templates` (a bundle compiled in memory: `Bundle.templates`): ranks of one number differ
-        only in attributes no table takes, so a rank whose trace is dense takes the numbers of the
-        first dense rank of its number, without looking at its nodes (the same tables: a test
-        compares them with the tables found node by node). `only`: the ranks to table (the others,
-        which other ranks stand for, get none: `replicas`)."""
-        found: dict[int, int] = {}  # node object -> the number of what it gives the tables
-        kinds: list[NodeKind] = []  # what a node gives, by that number
-        numbers: dict[NodeKind, int] = {}
-        tables: dict[tuple[int, ...], _Table] = {}  # a dense trace's tables, by its nodes' numbers
-        pieces: list[_Table] = []
-        ranks: list[_Rank] = []
-        numbered: dict[int, list[int]] = {}  # a template's first dense rank's numbers
-        for r, nodes in enumerate(traces):
-            if only is not None and r not in only:  # another rank stands for it: no table, never started
-                pieces.append(_EMPTY)
-                ranks.append(_Rank(nodes, {}, {}, left=len(nodes)))
-                continue
-            dense = list(map(_node_id, nodes)) == list(range(len(nodes)))
-            known = numbered.get(templates[r]) if templates is not None and dense else None
-            nums = known if known is not None and len(known) == len(nodes) else self._numbers(nodes, found, kinds,
-                                                                                                numbers)
-            if templates is not None and dense:
-                numbered.setdefault(templates[r], nums)
-            if dense:  # the trace is its own table of nodes by id; its tables may be another rank's
-                sig = tuple(nums)
-                table = tables.get(sig)
-                if table is None:
-                    table = tables[sig] = self._table(r, nodes, nodes, range(len(nodes)), [kinds[k] for k in sig])
-                by_id: dict[int, Node] | list[Node] = nodes
-            else:
-                by_id = {}
-                for n in nodes:
-                    by_id[n.id] = n
-                order = sorted(by_id)
-                table = self._table(r, nodes, [by_id[i] for i in order], {nid: k for k, nid in enumerate(order)},
-                                    [kinds[found[id(by_id[i])]] for i in order], ids=order)
-            pieces.append(table)
-            ranks.append(_Rank(by_id, {}, {}, left=len(by_id), cpu=table.cpu, table=table))
-        sizes = np.fromiter((len(t.ids) for t in pieces), dtype=np.int64, count=len(pieces))
-        base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        ids, code, zero, dur, pending = (
-            np.concatenate([getattr(t, f) for t in pieces]) if pieces else np.empty(0, dtype=np.int64)
-            for f in ("ids", "code", "zero", "dur", "pending"))
-        par = np.concatenate([t.parent + b for t, b in zip(pieces, base[:-1].tolist(), strict=True)]) \
-            if pieces else np.empty(0, dtype=np.int64)
-        kids = np.concatenate([t.kid for t in pieces]) if pieces else np.empty(0, dtype=np.int64)
-        del pieces
-        child_ptr = np.zeros(len(ids) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(par, minlength=len(ids)), out=child_ptr[1:])
-        child = kids[np.argsort(par, kind="stable")]
-        return ranks, (base, ids, code.astype(np.int8, copy=False), zero.astype(np.int8, copy=False), dur, pending,
-                       child_ptr, child)
-
-    @staticmethod
-    def _numbers(nodes: list[Node], found: dict[int, int], kinds: list[NodeKind], numbers: dict[NodeKind, int]
-                 ) -> list[int]:
-        """Each node's number of what it gives the tables (`_node_kind`), in trace order: found by
-        node object without a Python step per node (most were met on another rank), and found for
-        each node object not met before (`found`, `kinds` and `numbers` grow)."""
-        looked: list[int | None] = list(map(found.get, map(id, nodes)))
-        i = -1
-        while True:  # each node object not met before (or met earlier in this trace)
-            try:
-                i = looked.index(None, i + 1)
-            except ValueError:
-                break
-            n = nodes[i]
-            k = found.get(id(n))
-            if k is None:
-                kind = _node_kind(n)
-                k = found[id(n)] = numbers.setdefault(kind, len(kinds))
-                if k == len(kinds):
-                    kinds.append(kind)
-            looked[i] = k
-        return cast("list[int]", looked)  # every one numbered now
-
-    def _table(self, r: int, trace: list[Node], nodes: list[Node], index: dict[int, int] | range,
-               kinds: list[NodeKind], ids: list[int] | None = None) -> _Table:
-        """One rank's tables: its `nodes` in ascending id (`index`: a node id's place among them) and
-        what each gives them (`_node_kind`); the errors of `_rank_state` for `trace`."""
-        n = len(nodes)
-        code = np.fromiter((k[0] for k in kinds), dtype=np.int8, count=n)
-        zero = np.fromiter((k[1] for k in kinds), dtype=np.int8, count=n)
-        dur = np.fromiter((k[2] for k in kinds), dtype=np.int64, count=n)
-        pending = np.fromiter((len(k[3]) for k in kinds), dtype=np.int64, count=n)
-        parent, kid = array("q"), array("q")
-        for k, kind in enumerate(kinds):
-            for dep in kind[3]:
-                j = _index(index, dep)
-                if j is None:  # the reference's error, found its way
-                    self._rank_state(r, trace)
-                parent.append(j)  # type: ignore[arg-type]
-                kid.append(k)
-        if not n or not (pending == 0).any():
-            self._rank_state(r, trace)  # raises: no nodes, or no node free of dependencies
-        ids_arr = np.arange(n, dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
-        cpu = {int(ids_arr[k]) for k in np.flatnonzero(code == 0).tolist()}
-        return _Table(ids_arr, code, zero, dur, pending, np.array(parent, dtype=np.int64),
-                      np.array(kid, dtype=np.int64), cpu, [k[4] for k in kinds],
-                      np.fromiter((k[5] for k in kinds), dtype=np.int8, count=n),
-                      np.fromiter((k[6] for k in kinds), dtype=np.int64, count=n))
 
     def _issue_comm(self, rank: int, node_id: int, code: int) -> None:
         """The compiled walk issues a communication node (`CoreNodes`' code: 2 collective, 3 send, 4 receive)."""
