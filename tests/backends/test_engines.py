@@ -203,7 +203,8 @@ def walk_bundle(out: Path, npus: int, ranks: list[list[tuple[str, int, tuple[int
 def test_compiled_walk_equals_python(walk: tuple[int, list[Any]], mode: str) -> None:
     """The compiled walk of each rank's graph (`_core.CoreNodes`) against the Python engine's, on
     random graphs of every kind of node: the same ranks, spans and rows, or the same deadlock,
-    naming the same rank and nodes."""
+    naming the same rank and nodes. The walk gathers each collective's members itself (at once,
+    or some now and the others later, as ranks that differ issue them)."""
     npus, ranks = walk
     with tempfile.TemporaryDirectory() as tmp:
         bundle = walk_bundle(Path(tmp) / "b", npus, ranks)
@@ -216,6 +217,9 @@ def test_compiled_walk_equals_python(walk: tuple[int, list[Any]], mode: str) -> 
         assert_same(out, "python")
         if isinstance(out["python"], BackendError):
             assert str(out["compiled"]) == str(out["python"])
+        elif any(kind == "coll" for kind, *_ in ranks[0]):  # the walk gathered the members of each
+            compiled = out["compiled"]
+            assert isinstance(compiled, RunResult) and compiled.details["events"]["gather"] > 0
 
 
 @needs_core

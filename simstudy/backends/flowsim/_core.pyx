@@ -224,6 +224,7 @@ cdef enum Kind:
     EV_FREE = 8      # aware: link a free
     EV_NODE = 9      # workload: rank a's node of index b is done (its compute time has passed)
     EV_COMM = 10     # workload: rank a's communication node of index b is done (its span is recorded)
+    EV_GATHER = 11   # workload: the instant in which collective instance a was first issued is over
 
 
 ctypedef SimItem Item
@@ -294,13 +295,13 @@ cdef class CoreScheduler:
     cdef vector[Payload] slab
     cdef vector[int64_t] free_slots
     cdef int64_t live
-    cdef int64_t ran[11]
+    cdef int64_t ran[12]
     cdef public int64_t peak  # events pending at most
 
     def __init__(self, int64_t now=0):
         global _schedulers
         cdef int k
-        for k in range(11):
+        for k in range(12):
             self.ran[k] = 0
         _schedulers += 1
         self.serial = _schedulers
@@ -323,9 +324,9 @@ cdef class CoreScheduler:
     @property
     def events_by_kind(self):
         """Events run so far, by kind (python, drain, recompute, arrive, send, leave, general, hop, free,
-        node, comm)."""
+        node, comm, gather)."""
         return dict(zip(("python", "drain", "recompute", "arrive", "send", "leave", "general", "hop", "free", "node",
-                         "comm"), [self.ran[k] for k in range(11)]))
+                         "comm", "gather"), [self.ran[k] for k in range(12)]))
 
     cdef int64_t push(self, int64_t t, int prio, int kind, object obj, int64_t a, int64_t b, int64_t c,
                       object args) noexcept:
@@ -504,6 +505,8 @@ cdef class CoreScheduler:
             (<CoreNodes>obj)._on_done(<int>ev.a, <int>ev.b)
         elif kind == EV_COMM:
             (<CoreNodes>obj)._comm_done(<int>ev.a, ev.b)
+        elif kind == EV_GATHER:
+            (<CoreNodes>obj)._instant_over(ev.a)
 
     cdef Payload _take(self) noexcept:
         """The first event (`_settle` found one): out of the queue, its slot free, the time its own."""
@@ -1872,6 +1875,23 @@ cdef enum NodeCode:
     N_OTHER = 5  # completes when issued
 
 
+cdef extern from *:
+    """
+    // a collective instance some members have issued, gathered by the walk (`CoreNodes.gather`)
+    struct SimGather {
+        std::vector<int64_t> members;  // (rank, node index) pairs in issue order, flat
+        int64_t count = 0;             // members issued
+        int64_t tag = 0;               // the first member's node's tag (`CoreNodes.gather`)
+        bool handed = false;           // handed to Python before every member issued (staggered)
+    };
+    """
+    cdef cppclass SimGather:
+        vector[int64_t] members
+        int64_t count
+        int64_t tag
+        bint handed
+
+
 cdef class CoreNodes:
     """`engine.Engine`'s walk of each rank's graph: dependencies, the ready nodes in ascending id
     order, one compute, one CPU and one communication node in flight per rank, compute nodes'
@@ -1882,7 +1902,16 @@ cdef class CoreNodes:
 
     Per rank r, its nodes in ascending id are `base[r]`..`base[r + 1]` of the tables (`ids`, `code`
     (`NodeCode`), `zero` (a compute node of no time and no ops: done when issued), `dur_ns`,
-    `pending` (dependencies), children as `child_ptr`/`child` (indices within the rank))."""
+    `pending` (dependencies), children as `child_ptr`/`child` (indices within the rank)).
+
+    `gather` (optional) gathers the members of collectives as `Engine.issue_collective` does, so
+    that Python is called once per collective, not once per member: a node of key v >= 0 (group
+    number g = v >> 3, a tag v & 7 for Python) is the k-th that its rank issues on g, and meets the
+    k-th of the group's other members. When the last of the group's members issues it in the
+    instant the first did, Python gets them all (`gathered(g, k, tag, ranks, node_ids, issued)`,
+    the first member's tag); when that instant is over first (an event after every ordinary event
+    of it, where Python queues its own check), it gets those that have (`staggered(...)`, the same
+    arguments), and then each later one alone (`join(rank, node_id, g, k)`)."""
 
     cdef CoreScheduler _sched
     cdef object issue_comm
@@ -1905,6 +1934,12 @@ cdef class CoreNodes:
     cdef public int64_t nodes_done
     cdef vector[int64_t] cols[4]  # rank, node id, start, end of every node done, in completion order
     cdef vector[vector[int64_t]] comm_  # per rank, the (start, end) pairs of `comm_done_at`'s nodes, flat
+    cdef vector[int64_t] group_         # per node: the key of a gathered collective (group << 3 | tag), else -1
+    cdef vector[int64_t] gsize          # per group number: its members
+    cdef unordered_map[int64_t, int64_t] seen_  # group number x ranks + rank -> instances it issued
+    cdef unordered_map[int64_t, SimGather] gathering  # (group number << 32) | instance
+    cdef object gathered_fn, staggered_fn, join_fn
+    cdef public int64_t gathered  # instances handed whole
 
     def __init__(self, CoreScheduler sched, issue_comm, const int64_t[::1] base, const int64_t[::1] ids,
                  const signed char[::1] code, const signed char[::1] zero, const int64_t[::1] dur_ns,
@@ -1941,6 +1976,75 @@ cdef class CoreNodes:
             for i in range(self.base[r + 1] - self.base[r]):
                 if self.pending[self.base[r] + i] == 0:
                     self.ready[r].push_back(i)  # ascending: a heap already
+
+    def gather(self, const int64_t[::1] group, const int64_t[::1] sizes, gathered, staggered, join):
+        """Gather collectives' members here (see the class): `group` per node, its key (-1: Python
+        gets every member through `issue_comm`), `sizes` per group number."""
+        if group.shape[0] != <Py_ssize_t>self.ids.size():
+            raise ValueError("gather: one group number per node")
+        _fill(self.group_, group)
+        _fill(self.gsize, sizes)
+        self.gathered_fn, self.staggered_fn, self.join_fn = gathered, staggered, join
+
+    cdef void _gather(self, int r, int64_t i, int64_t v) except *:
+        """Rank r issues its node i, a collective of key `v`."""
+        cdef int64_t grp = v >> 3
+        cdef int64_t nranks = self.base.size() - 1
+        cdef int64_t k = self.seen_[grp * nranks + r]
+        self.seen_[grp * nranks + r] = k + 1
+        cdef int64_t key = (grp << 32) | k
+        cdef bint first = self.gathering.count(key) == 0
+        cdef SimGather* gat = &self.gathering[key]  # (made here where it is the first member)
+        if first:  # where Python queues its check of the instant (`Engine.issue_collective`)
+            self._sched.push(self._sched.now, 1, EV_GATHER, self, key, 0, 0, None)
+            gat.tag = v & 7
+        gat.count += 1
+        cdef bint last = gat.count == self.gsize[grp]
+        if gat.handed:
+            if last:
+                self.gathering.erase(key)
+            self.join_fn(r, self.ids[self.base[r] + i], grp, k)
+            return
+        gat.members.push_back(r)
+        gat.members.push_back(i)
+        if last:
+            args = self._members(gat)
+            self.gathering.erase(key)
+            self.gathered += 1
+            self.gathered_fn(grp, k, *args)
+
+    cdef tuple _members(self, SimGather* gat):
+        """The first member's tag, and (ranks, node ids, issue times) of the members gathered, in
+        issue order."""
+        cdef list ranks = [], node_ids = [], issued = []
+        cdef size_t j
+        cdef int64_t g
+        for j in range(0, gat.members.size(), 2):
+            g = self.base[gat.members[j]] + gat.members[j + 1]
+            ranks.append(gat.members[j])
+            node_ids.append(self.ids[g])
+            issued.append(self.issued_at[g])
+        return gat.tag, ranks, node_ids, issued
+
+    cdef void _instant_over(self, int64_t key) except *:
+        cdef unordered_map[int64_t, SimGather].iterator it = self.gathering.find(key)
+        if it == self.gathering.end() or deref(it).second.handed:
+            return
+        cdef SimGather* gat = &deref(it).second
+        args = self._members(gat)
+        gat.handed = True
+        gat.members.clear()
+        self.staggered_fn(key >> 32, key & 0xFFFFFFFF, *args)
+
+    def waiting(self):
+        """The collective instances gathered in part here and not handed on: (group number,
+        instance, ranks issued) each."""
+        out = []
+        for kv in self.gathering:
+            if not kv.second.handed:
+                out.append((kv.first >> 32, kv.first & 0xFFFFFFFF,
+                            [kv.second.members[j] for j in range(0, kv.second.members.size(), 2)]))
+        return out
 
     def start(self, ranks=None):
         """Issue what every rank (or each of `ranks`, in order) can issue now."""
@@ -2004,7 +2108,10 @@ cdef class CoreNodes:
             self._sched.push(now + self.dur[g], 0, EV_NODE, self, r, i, 0, None)
         elif c == N_COLL or c == N_SEND:
             self.comm_busy[r] = 1
-            self.issue_comm(r, self.ids[g], c)
+            if c == N_COLL and self.group_.size() and self.group_[g] >= 0:
+                self._gather(r, i, self.group_[g])
+            else:
+                self.issue_comm(r, self.ids[g], c)
         elif c == N_RECV:
             self.issue_comm(r, self.ids[g], c)
         else:

@@ -22,9 +22,10 @@ from array import array
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.comms import Comms
@@ -47,6 +48,8 @@ from simstudy.compiler.attributes import FLOWS_PER_COLLECTIVE, NodeMeta, in_netw
 from simstudy.spec import Congestion
 
 COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE)
+#: the collectives simulated, by their place in the compiled walk's keys (`Engine._gather_key`)
+_KINDS = tuple(COLLECTIVE_KIND.values())
 
 
 @dataclass(slots=True)
@@ -210,6 +213,8 @@ class Engine:
             from simstudy.backends.flowsim import _core
 
             self.core_nodes = _core.CoreNodes(self.sched, self._issue_comm, *tables)  # type: ignore[arg-type]
+            self.core_nodes.gather(self._gather_groups(tables[0]), np.fromiter(map(len, self._group_members), np.int64),
+                                   self._gathered, self._gathered_late, self._gather_join)
 
     def _shared_hosts(self) -> SharedHosts | None:
         shared = self.info.shared_hosts
@@ -488,6 +493,78 @@ class Engine:
             self.comms.collective(kind, members, self._size(pending), len(members) < self.info.npus,
                                   self._done_fn(pending), pending.meta, flow=pending.meta.flow * FLOWS_PER_COLLECTIVE)
         if len(pending.nodes) == len(members):
+            del self.coll_waiting[key]
+
+    # -- collectives gathered by the compiled walk (`_core.CoreNodes.gather`: the same as above) ----
+
+    def _gather_groups(self, base: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Per node of the walk's tables, the key on which the walk gathers its members (its group
+        number << 3 | its kind's place in `_KINDS`): a collective node that `issue_collective`
+        would gather (-1: every member is issued here)."""
+        group = np.full(int(base[-1]), -1, dtype=np.int64)
+        found: dict[int, int] = {}  # node object -> its key, or -1
+        places: dict[int, tuple[NDArray[np.int64], list[int]]] = {}  # table -> its collectives' places, ids
+        for r in self.started:
+            table = self.ranks[r].table
+            if table is None:
+                continue
+            place = places.get(id(table))
+            if place is None:
+                at = np.flatnonzero(table.code == 2)
+                place = places[id(table)] = (at, table.ids[at].tolist())
+            if not place[1]:
+                continue
+            nodes = self.ranks[r].nodes
+            got = [nodes[i] for i in place[1]]
+            keys = list(map(found.get, map(id, got)))
+            if None in keys:
+                for j, node in enumerate(got):
+                    if keys[j] is None:
+                        keys[j] = found[id(node)] = self._gather_key(r, node)
+            group[place[0] + int(base[r])] = cast("list[int]", keys)
+        return group
+
+    def _gather_key(self, rank: int, node: Node) -> int:
+        try:
+            c = self._coll(rank, node)
+        except BackendError:  # raised when issued, as here
+            return -1
+        return -1 if c.aggregated is not None or c.kind is None or c.whole else c.group << 3 | _KINDS.index(c.kind)
+
+    def _pending(self, group: int, tag: int, ranks: list[int], node_ids: list[int], issued: list[int]) -> _Pending:
+        if not self._group_sets[group].issuperset(ranks):
+            self._not_inside(group, ranks, node_ids)
+        nodes = [self.ranks[r].nodes[i] for r, i in zip(ranks, node_ids, strict=True)]
+        return _Pending(_KINDS[tag], node_meta(nodes[0]), dict(zip(ranks, nodes, strict=True)),
+                        dict(zip(ranks, issued, strict=True)))
+
+    def _not_inside(self, group: int, ranks: list[int], node_ids: list[int]) -> None:
+        rank, node_id = next((r, i) for r, i in zip(ranks, node_ids, strict=True) if r not in self._group_sets[group])
+        raise BackendError(f"{self.info.bundle.et_path(rank)}: node {node_id}: rank {rank} is not in its group")
+
+    def _gathered(self, group: int, index: int, tag: int, ranks: list[int], node_ids: list[int], issued: list[int]
+                  ) -> None:
+        """Every member issued it in one instant."""
+        pending = self._pending(group, tag, ranks, node_ids, issued)
+        members = self._group_members[group]
+        self.comms.collective(pending.kind, members, self._size(pending), len(members) < self.info.npus,
+                              self._done_fn(pending), pending.meta, flow=pending.meta.flow * FLOWS_PER_COLLECTIVE)
+
+    def _gathered_late(self, group: int, index: int, tag: int, ranks: list[int], node_ids: list[int],
+                       issued: list[int]) -> None:
+        """The instant of its first issue is over, and some members have not issued it."""
+        self.coll_waiting[(group, index)] = self._pending(group, tag, ranks, node_ids, issued)
+        self._staggered((group, index))
+
+    def _gather_join(self, rank: int, node_id: int, group: int, index: int) -> None:
+        if rank not in self._group_sets[group]:
+            self._not_inside(group, [rank], [node_id])
+        key = (group, index)
+        pending = self.coll_waiting[key]
+        pending.nodes[rank] = self.ranks[rank].nodes[node_id]
+        pending.issued[rank] = self.sched.now
+        self.comms.join(pending.act, rank)
+        if len(pending.nodes) == len(self._group_members[group]):
             del self.coll_waiting[key]
 
     def _in_network_done(self, rank: int, node: Node, issued: int) -> None:
