@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.buckets import links_model
 from simstudy.backends.flowsim.netmodels import CORE_NETMODELS, FLUID_SOLVERS, NETMODELS, Msg, NetModel
+from simstudy.backends.flowsim.routes import IntArray, Lanes, Route, Routes
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, NotAlike, Planner, lane_images
 from simstudy.backends.flowsim.tcp import TCP_NETMODELS, TcpPaths
@@ -42,122 +43,8 @@ from simstudy.chakra import NodeType
 from simstudy.compiler.attributes import in_network_of
 from simstudy.spec import Congestion
 
-IntArray = NDArray[np.int64]
-Route = tuple[tuple[int, ...], tuple[int, ...] | None, float, int]
 #: Rows handed on at a time when an isolated collective's messages are copied to every rank.
 EMIT_BLOCK = 1 << 20
-
-
-class Routes:
-    """Routes of the whole network and what a message costs on them."""
-
-    def __init__(self, net: Network, *, cut_loss: bool = True) -> None:
-        self.net = net
-        topo = net.topology
-        self.native = topo.routing.kind == "dimension_order"
-        self.dims = [(d.stride, d.npus, d.topology) for d in topo.routing.dims]
-        self.capacity = net.capacity
-        #: the capacity a model shares: cut by the links' loss, unless TCP under loss models it
-        self.effective = [c * (1.0 - loss) if cut_loss else c for c, loss in zip(net.capacity, net.loss, strict=True)]
-        #: whether a route depends on the flow (ECMP hashing flows on a graph)
-        self.per_flow = net.per_flow
-        self._cache: dict[tuple[int, int], list[tuple[tuple[int, ...], float, float]]] = {}
-
-    def links(self, src: int, dst: int, flow: int = 0) -> tuple[tuple[int, ...], float, float]:
-        """(link ids, path latency, smallest capacity) from src to dst for a flow (ECMP picks one
-        of the equal-cost paths by the flow, or by the pair)."""
-        found = self._cache.get((src, dst))
-        if found is None:
-            found = self._cache[(src, dst)] = [
-                (path, self.net.path_latency(path), min((self.capacity[i] for i in path), default=math.inf))
-                for path in self.net.paths(src, dst)]
-        if len(found) == 1:
-            return found[0]
-        return found[self.net.pick(src, dst, flow, len(found))]
-
-    def alone_ns(self, src: int, dst: int, size: int, flow: int = 0) -> int:
-        """What a message takes with nothing else on its links, as ASTRA-SIM's congestion-unaware
-        model charges it: on ASTRA-SIM dimensions, hops x latency + bytes / bandwidth of the first
-        dimension in which the ends differ (`MultiDimTopology::send`), read from the route's links
-        in that dimension (a topology.json may give links of one dimension different speeds: then
-        the sum of their latencies and the narrowest one); on a graph, the path's latency + bytes /
-        its narrowest link (and so between a host and a switch of ASTRA-SIM dimensions)."""
-        if self.native and src < self.net.hosts and dst < self.net.hosts:
-            for stride, n, kind in self.dims:
-                a, b = (src // stride) % n, (dst // stride) % n
-                if a != b:
-                    if kind == "Ring":
-                        cw = (b - a) % n
-                        hops = min(cw, n - cw)
-                    else:
-                        hops = 2 if kind == "Switch" else 1
-                    # dimension order: the route's first hops are the ones in this dimension
-                    hop_links = self.links(src, dst)[0][:hops]
-                    lats = {self.net.latency[i] for i in hop_links}
-                    lat = hops * next(iter(lats)) if len(lats) == 1 else sum(self.net.latency[i] for i in hop_links)
-                    return int(lat + size / min(self.capacity[i] for i in hop_links))
-            return 0
-        _, lat, cap = self.links(src, dst, flow)
-        return int(lat + size / cap)
-
-    def route(self, src: int, dst: int, size: int, flow: int = 0) -> Route:
-        path, lat, _ = self.links(src, dst, flow)
-        return path, None, lat, self.alone_ns(src, dst, size, flow)
-
-    def shared_route(self, src: int, dst: int, size: int, flow: int = 0) -> Route:
-        """`route` for the models that share links (they do not use the uncontended time)."""
-        path, lat, _ = self.links(src, dst, flow)
-        return path, None, lat, 0
-
-
-class Lanes:
-    """The link orbits of an ASTRA-SIM network under the symmetry of a collective: rank 0's
-    routes on one queue (or one fluid link) per orbit. Per dimension, `rotate` maps rank r to
-    r + 1 along it, `xor` to r XOR 1 (a switch or a fully connected dimension only)."""
-
-    def __init__(self, routes: Routes, symmetry: tuple[str, ...], mode: Congestion) -> None:
-        self.routes = routes
-        #: a route carries its uncontended time (links not shared), or its links with their multiplicity (fluid)
-        self.alone = not mode.shares_links
-        self.fluid = mode.fluid
-        topo = routes.net.topology
-        keys: dict[tuple[object, ...], int] = {}
-        orbit = np.empty(len(topo.links), dtype=np.int64)
-        for i, link in enumerate(topo.links):
-            k = link.dim
-            stride, n, _ = routes.dims[k]
-            if link.src.startswith("h") and link.dst.startswith("h"):
-                a = (int(link.src[1:]) // stride) % n
-                b = (int(link.dst[1:]) // stride) % n
-                key: tuple[object, ...] = (k, "x", a ^ b) if symmetry[k] == "xor" else (k, "r", (b - a) % n)
-            else:
-                key = (k, "up" if link.src.startswith("h") else "down")
-            orbit[i] = keys.setdefault(key, len(keys))
-        self.orbit = orbit
-        #: the compiled collectives' routes on these lanes (`Comms._core_run`)
-        self.core_routes: dict[tuple[int, int, int, int], Any] = {}
-        self.capacity = [-1.0] * len(keys)
-        self.latency = [-1.0] * len(keys)
-        for i, o in enumerate(orbit.tolist()):
-            cap, lat = routes.effective[i], routes.net.latency[i]
-            if self.capacity[o] >= 0 and (self.capacity[o], self.latency[o]) != (cap, lat):
-                # the planner plans lanes only on dimensions whose links are all alike
-                raise ValueError(f"link {routes.net.names[i]} differs from the other links of its orbit")
-            self.capacity[o], self.latency[o] = cap, lat
-
-    def route(self, src: int, dst: int, size: int, flow: int = 0) -> Route:
-        path, lat, _ = self.routes.links(src, dst)
-        keys = tuple(int(self.orbit[i]) for i in path)
-        alone = self.routes.alone_ns(src, dst, size) if self.alone else 0
-        if not self.fluid:
-            return keys, None, lat, alone
-        uniq: dict[int, int] = {}
-        for k in keys:
-            uniq[k] = uniq.get(k, 0) + 1
-        return tuple(uniq), tuple(uniq.values()), lat, alone
-
-    def links_of(self, used: set[int]) -> IntArray:
-        return np.flatnonzero(np.isin(self.orbit, np.fromiter(used, dtype=np.int64, count=len(used))))
 
 
 @dataclass
@@ -399,8 +286,7 @@ class Comms:
             return
         for link in act.links.tolist():
             self.fast_owner[link] = act
-        # Another transfer may still start on these links at this instant (a collective of another
-        # group issued at the same time): time it alone only if nothing has, once the instant is over.
+        # another transfer may still start on these links now: time it alone once the instant is over, if none has
         self.sched.after_all(start, self._launch, act)
 
     def _worth_timing(self, plan: CollectivePlan, choices: tuple[int, ...]) -> bool:
@@ -410,9 +296,9 @@ class Comms:
         its start (ResNet-50 DP 4,096 fluid: a 10 s timing, then a 10 s replay). So there, a
         collective of every rank (the largest, one plan per size) is timed only where the timing
         may be found again: its plan met before and routed by its pairs (a plan routed by its own
-        flows is timed for one use). A group's collective (LLaMA's tensor- and data-parallel
-        groups: many small plans, each found again many times) and a lane plan (one rank's
-        messages) are timed as they come. Without sharing nothing is ever replayed."""
+        flows is timed for one use). A group's collective (LLaMA's tensor- and data-parallel groups:
+        many small plans, each found again many times) and a lane plan (one rank's messages) are
+        timed as they come. Without sharing nothing is ever replayed."""
         if not self.shared or plan.lane or plan.group:
             return True
         if choices:
@@ -727,15 +613,14 @@ class Comms:
         timing and links depend on."""
         if not self.routes.per_flow or plan.lane:
             return ()
+        net = self.routes.net
         multi = self._plan_multi.get(id(plan))
         if multi is None:
-            net = self.routes.net
             multi = self._plan_multi[id(plan)] = [(s, d, len(net.paths(s, d))) for s, d in self._pairs(plan)
                                                   if len(net.paths(s, d)) > 1]
         if not multi:
             return ()
-        pick = self.routes.net.pick
-        return tuple(pick(s, d, flow + c, n) for s, d, n in multi for c in range(plan.chunks))
+        return tuple(net.pick(s, d, flow + c, n) for s, d, n in multi for c in range(plan.chunks))
 
     def _links(self, plan: CollectivePlan, flow: int = 0, choices: tuple[int, ...] = ()) -> IntArray:
         """Every link the collective's messages cross (none is needed without sharing); its chunk

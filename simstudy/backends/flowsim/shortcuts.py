@@ -2,7 +2,7 @@
 
 * `lanes`: a symmetric collective of every rank (every rank does what rank 0 does, mapped by a
   symmetry of an ASTRA-SIM network) is simulated for rank 0 alone, on one queue or one shared
-  link per orbit of links (`comms.Lanes`), and its messages copied to every rank;
+  link per orbit of links (`routes.Lanes`), and its messages copied to every rank;
 * `identical_ranks`: when every rank runs the same trace with only such collectives, rank 0 is
   simulated for all of them (`replicas.identical_ranks`);
 * `replicas`: in `unaware`, when the data-parallel replicas of a job run alike on a network that is

@@ -146,7 +146,7 @@ class NotAlike(BackendError):
 class Planner:
     """Builds (and caches) the plan of every collective of a bundle: the messages `patterns`
     defines, as a program per phase. `lanes`: symmetric collectives of every rank are planned for
-    rank 0 alone (on link orbits, see `comms.Lanes`)."""
+    rank 0 alone (on link orbits, see `routes.Lanes`)."""
 
     def __init__(self, info: WorkloadInfo, *, lanes: bool) -> None:
         self.info = info
