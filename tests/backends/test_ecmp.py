@@ -4,12 +4,17 @@ simulation and in the link table alike; `ecmp: pair` keeps every byte between tw
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simstudy.backends import FlowsimBackend
+from simstudy.backends.flowsim import CORE_MISSING
+from simstudy.backends.flowsim.netmodels import core_picks
 from simstudy.backends.network import Network
 from simstudy.compiler import compile_scenario
 from simstudy.compiler.topology_file import read_topology, topology_of
@@ -89,3 +94,16 @@ def test_flows_of_one_pair_spread_over_the_spines(congestion: str, tmp_path: Pat
         assert finish["flow"] == finish["pair"]
     else:
         assert finish["flow"] < 0.8 * finish["pair"], finish
+
+
+@pytest.mark.skipif(CORE_MISSING is not None and not os.environ.get("CI"), reason=f"{CORE_MISSING} (CI builds it)")
+@settings(max_examples=300, deadline=None)
+@given(multi=st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2**40), st.integers(1, 512)), max_size=6),
+       flow=st.integers(-(2**20), 2**50), chunks=st.integers(1, 6))
+def test_the_compiled_hash_picks_the_paths_of_networks_pick(multi: list[tuple[int, int, int]], flow: int,
+                                                             chunks: int) -> None:
+    """The compiled core's ECMP hash of many flows (`_core.ecmp_picks`) against `Network.pick`,
+    the reference: the same path for every flow."""
+    net = Network.from_topology(topology_of(scenario("flow").topology))
+    assert core_picks(multi, flow, chunks) == tuple(net.pick(s, d, flow + c, n) for s, d, n in multi
+                                                   for c in range(chunks))

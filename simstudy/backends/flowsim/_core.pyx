@@ -2428,3 +2428,49 @@ cdef list _plain_nodes(const unsigned char[::1] data, const int64_t[::1] fresh, 
         if ok:
             out[k] = node(ident, name, ntype, ctrl, deps, t0, dur, None, None, found)
     return out
+
+
+# -- ECMP -----------------------------------------------------------------------------------------
+
+
+cdef extern from *:
+    """
+    #include <cstdio>
+    #include <cstdint>
+    // zlib's crc32 (the reflected polynomial 0xEDB88320) of "src,dst,flow" in decimal, which
+    // `Network.pick` hashes in Python
+    static uint32_t sim_crc_table[256];
+    static void sim_crc_init() {
+        for (uint32_t n = 0; n < 256; ++n) {
+            uint32_t c = n;
+            for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            sim_crc_table[n] = c;
+        }
+    }
+    static int64_t sim_pick(int64_t src, int64_t dst, int64_t flow, int64_t n) {
+        char buf[80];
+        int len = std::snprintf(buf, sizeof buf, "%lld,%lld,%lld", (long long)src, (long long)dst, (long long)flow);
+        uint32_t c = 0xFFFFFFFFu;
+        for (int i = 0; i < len; ++i) c = sim_crc_table[(c ^ (unsigned char)buf[i]) & 0xFF] ^ (c >> 8);
+        return (int64_t)((c ^ 0xFFFFFFFFu) % (uint32_t)n);
+    }
+    """
+    void sim_crc_init()
+    int64_t sim_pick(int64_t src, int64_t dst, int64_t flow, int64_t n)
+
+
+sim_crc_init()
+
+
+def ecmp_picks(list multi, int64_t flow, int64_t chunks):
+    """`Comms._choices` on flows hashed one by one: for each (source, destination, paths) of `multi`
+    and each chunk c, the path `Network.pick(source, destination, flow + c, paths)` gives (without
+    pinned pairs), as one tuple."""
+    cdef list out = []
+    cdef int64_t s, d, n, c
+    for s, d, n in multi:
+        if n <= 0:
+            raise ValueError("ecmp_picks: a pair without paths")
+        for c in range(chunks):
+            out.append(sim_pick(s, d, flow + c, n))
+    return tuple(out)

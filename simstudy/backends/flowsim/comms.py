@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 
 from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.buckets import links_model
-from simstudy.backends.flowsim.netmodels import CORE_NETMODELS, FLUID_SOLVERS, NETMODELS, Msg, NetModel
+from simstudy.backends.flowsim.netmodels import CORE_NETMODELS, FLUID_SOLVERS, NETMODELS, Msg, NetModel, core_picks
 from simstudy.backends.flowsim.routes import IntArray, Lanes, Route, Routes
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, NotAlike, Planner, lane_images
@@ -620,6 +620,8 @@ class Comms:
                                                   if len(net.paths(s, d)) > 1]
         if not multi:
             return ()
+        if self.compiled and not net.pinned:  # `net.pick` in C (a property test compares them)
+            return core_picks(multi, flow, plan.chunks)
         return tuple(net.pick(s, d, flow + c, n) for s, d, n in multi for c in range(plan.chunks))
 
     def _links(self, plan: CollectivePlan, flow: int = 0, choices: tuple[int, ...] = ()) -> IntArray:

@@ -565,6 +565,10 @@ NETMODELS: dict[Congestion, type[NetModel]] = {Congestion.FLUID: FastFluidNet, C
 #: The fluid model's solvers: `fast` (the default) and `reference`, the solver it must equal.
 FLUID_SOLVERS: dict[str, type[NetModel]] = {"fast": FastFluidNet, "reference": FluidNet}
 
+def _no_core(*_: Any) -> Any:
+    raise RuntimeError(CORE_MISSING)
+
+
 try:  # the compiled core (`_core.pyx`): the event queue, the system layer and these models in C++
     from simstudy.backends.flowsim import _core
 except ImportError as exc:  # not built (no C++ compiler where simstudy was installed), or not loadable
@@ -575,10 +579,13 @@ except ImportError as exc:  # not built (no C++ compiler where simstudy was inst
                                 "was found; reinstall it where g++ is present)")
     #: the compiled model of each congestion mode (`NETMODELS`' in C++; the fluid one is `fast`'s)
     CORE_NETMODELS: dict[Congestion, Any] = {}
+    #: `Network.pick` of many flows in C (`_core.ecmp_picks`), where the core is built
+    core_picks: Callable[[list[tuple[int, int, int]], int, int], tuple[int, ...]] = _no_core
 else:
     CORE_MISSING = None
     CORE_NETMODELS = {Congestion.FLUID: _core.CoreFluid, Congestion.UNAWARE: _core.CoreUnaware,
                       Congestion.AWARE: _core.CoreAware}
+    core_picks = _core.ecmp_picks
 
 
 def core_scheduler(now: int = 0) -> Scheduler:
