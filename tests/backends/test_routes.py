@@ -1,6 +1,6 @@
 """Routes of graph topologies: the fast path (a host on one switch is the first or last hop of every
 route through it, so two hosts' routes are those of their switches, found once per pair of
-switches from one search per source switch) against the reference (every shortest path of the
+switches by a search from both ends) against the reference (every shortest path of the
 whole graph, host to host), on random topologies of every graph kind and random pairs of hosts:
 the same paths in the same order, so ECMP's hash picks the same one."""
 
@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import networkx as nx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
-from simstudy.backends.network import Network
+from simstudy.backends.network import Network, shortest_paths
 from simstudy.compiler.topology_file import topology_of
 from simstudy.spec.topology import Topology
 
@@ -54,15 +55,30 @@ def test_fast_routes_equal_the_whole_graphs(spec: dict[str, Any], data: st.DataO
         assert net.paths(a, b) == net._graph_paths(a, b), (spec, a, b)
 
 
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 14), edges=st.lists(st.tuples(st.integers(0, 13), st.integers(0, 13)), max_size=40),
+       a=st.integers(0, 13), b=st.integers(0, 13))
+def test_the_search_from_both_ends_finds_every_shortest_path(n: int, edges: list[tuple[int, int]], a: int, b: int
+                                                             ) -> None:
+    """`shortest_paths` against networkx's `all_shortest_paths` on random graphs, connected or not."""
+    g = nx.Graph()
+    g.add_nodes_from(f"s{i}" for i in range(n))
+    g.add_edges_from((f"s{u % n}", f"s{v % n}") for u, v in edges if u % n != v % n)
+    src, dst = f"s{a % n}", f"s{b % n}"
+    want = sorted(nx.all_shortest_paths(g, src, dst)) if nx.has_path(g, src, dst) else []
+    assert shortest_paths(g.adj, src, dst) == want
+
+
 def test_a_cluster_of_4096_gpus_routes_its_ring_without_a_search_per_pair() -> None:
-    """Every host of a 4,096-GPU leaf-spine to the next one: one search per host switch (512),
-    not one over the whole graph per pair; spot-checked against the reference."""
+    """Every host of a 4,096-GPU leaf-spine to the next one: one search per pair of host switches
+    (512 pairs of a switch with itself, 512 with the next), not one over the whole graph per pair
+    of hosts; spot-checked against the reference."""
     topo = TOPOLOGY.validate_python({"kind": "leaf_spine", "leaves": 32, "spines": 16,
                                                   "hosts_per_leaf": 16, "gpus_per_host": 8, "bandwidth_gbps": 100})
     net = Network.from_topology(topology_of(topo))
     for r in range(net.hosts):
         net.paths(r, (r + 1) % net.hosts)
-    assert len(net._pred) == 512
+    assert len(net._between) == 1024
     for r in (0, 7, 127, 4095):
         assert net.paths(r, (r + 1) % net.hosts) == net._graph_paths(r, (r + 1) % net.hosts)
     assert len(net.paths(127, 128)) == 16  # from leaf 0 to leaf 1: one path per spine
