@@ -141,10 +141,13 @@ class TrafficSink:
 
     def _add_held(self) -> None:
         held, self._held = self._held, {}
-        for ranks, sent, times in held.values():
-            keep = ranks < len(self._sent)
-            # whole bytes times a whole number: exact, as adding them that many times
-            np.add.at(self._sent, ranks[keep], sent[keep] * times[0])
+        if not held:
+            return
+        ranks = np.concatenate([h[0] for h in held.values()])
+        # whole bytes times a whole number: exact, as adding them that many times (and in any order)
+        sent = np.concatenate([h[1] * h[2][0] for h in held.values()])
+        keep = ranks < len(self._sent)
+        self._sent += np.bincount(ranks[keep], weights=sent[keep], minlength=len(self._sent))
 
     def add(self, op: Any, iteration: Any, t_start_ns: Any, t_end_ns: Any, src: Any, dst: Any, nbytes: Any,
             flow: Any, chunk: Any, step: Any) -> None:

@@ -79,10 +79,16 @@ def in_network_of(node: Node) -> tuple[int, int] | None:
     """(slots per switch, chunk bytes) of a collective the switches aggregate; None for any other node."""
     if node.type != NodeType.COMM_COLL_NODE:
         return None
-    found: dict[str, Any] = {a.name: a.value for a in node.attrs if a.name.startswith("simstudy.in_network.")}
-    if IN_NETWORK_SLOTS not in found:
+    slots: Any = None
+    chunk: Any = None
+    for a in node.attrs:  # the last of each name, as a dictionary of them would keep
+        if a.name == IN_NETWORK_SLOTS:
+            slots = a.value
+        elif a.name == IN_NETWORK_CHUNK:
+            chunk = a.value
+    if slots is None:
         return None
-    return int(found[IN_NETWORK_SLOTS]), int(found.get(IN_NETWORK_CHUNK, 0))
+    return int(slots), int(chunk or 0)
 
 
 @dataclass(frozen=True, slots=True)
