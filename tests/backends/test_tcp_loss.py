@@ -27,12 +27,18 @@ def paths(loss: float, *, seed: int = 1, latency: float = 25_000.0, recovery: st
 @given(size=st.integers(1, 64 << 20), loss=st.floats(0.0005, 0.05), seed=st.integers(1, 10**6))
 def test_drawn_timeouts_average_to_the_expected_delay(size: int, loss: float, seed: int) -> None:
     """`delay_ns` draws what `mean_delay_ns` expects: the mean of many draws is within five
-    standard errors of it (the benchmark compares the expectation with the packet network)."""
+    standard errors of it (the benchmark compares the expectation with the packet network). A
+    standard error means something only over enough delays: rare ones (a one-segment message at
+    0.05% loss is delayed once in 2,000 draws, and 4,000 draws had none 13% of the time) are drawn
+    until at least 40 draws were delayed."""
     tcp = paths(loss, seed=seed)
     keys = (0, 1)
     p, rtt = tcp.path(keys)
     assert p == pytest.approx(loss)
-    draws = np.array([tcp.delay_ns(size, keys) for _ in range(4000)], dtype=float)
+    drawn: list[float] = []
+    while len(drawn) < 400_000 and (len(drawn) < 4000 or np.count_nonzero(drawn) < 40):
+        drawn.extend(tcp.delay_ns(size, keys) for _ in range(4000))
+    draws = np.array(drawn, dtype=float)
     want = tcp.mean_delay_ns(size, p, rtt)
     sem = draws.std() / math.sqrt(len(draws))
     assert abs(draws.mean() - want) <= 5 * sem + 1e-9 * want + 1.0
