@@ -28,7 +28,7 @@ and solver property test, which run on this engine by default).
 import numpy as np
 
 from libc.math cimport floor, INFINITY
-from libc.stdint cimport int64_t, INT64_MAX
+from libc.stdint cimport int32_t, int64_t, INT64_MAX
 from libc.string cimport memcpy
 from libcpp.vector cimport vector
 from libcpp.deque cimport deque
@@ -1934,7 +1934,7 @@ cdef class CoreNodes:
     cdef public int64_t nodes_done
     cdef vector[int64_t] cols[4]  # rank, node id, start, end of every node done, in completion order
     cdef vector[vector[int64_t]] comm_  # per rank, the (start, end) pairs of `comm_done_at`'s nodes, flat
-    cdef vector[int64_t] group_         # per node: the key of a gathered collective (group << 3 | tag), else -1
+    cdef vector[int32_t] group_         # per node: the key of a gathered collective (group << 3 | tag), else -1
     cdef vector[int64_t] gsize          # per group number: its members
     cdef unordered_map[int64_t, int64_t] seen_  # group number x ranks + rank -> instances it issued
     cdef unordered_map[int64_t, SimGather] gathering  # (group number << 32) | instance
@@ -1977,12 +1977,14 @@ cdef class CoreNodes:
                 if self.pending[self.base[r] + i] == 0:
                     self.ready[r].push_back(i)  # ascending: a heap already
 
-    def gather(self, const int64_t[::1] group, const int64_t[::1] sizes, gathered, staggered, join):
+    def gather(self, const int32_t[::1] group, const int64_t[::1] sizes, gathered, staggered, join):
         """Gather collectives' members here (see the class): `group` per node, its key (-1: Python
         gets every member through `issue_comm`), `sizes` per group number."""
         if group.shape[0] != <Py_ssize_t>self.ids.size():
             raise ValueError("gather: one group number per node")
-        _fill(self.group_, group)
+        self.group_.resize(group.shape[0])
+        if group.shape[0]:
+            memcpy(self.group_.data(), &group[0], group.shape[0] * sizeof(int32_t))
         _fill(self.gsize, sizes)
         self.gathered_fn, self.staggered_fn, self.join_fn = gathered, staggered, join
 

@@ -69,11 +69,13 @@ class _Coll:
 
 @dataclass
 class _Pending:
-    """A collective instance that some members have issued: their nodes and issue times."""
+    """A collective instance that some members have issued: its size (bytes, the first member's),
+    their nodes' ids and issue times."""
 
     kind: str
     meta: NodeMeta
-    nodes: dict[int, Node] = field(default_factory=dict)
+    size: int
+    ids: dict[int, int] = field(default_factory=dict)
     issued: dict[int, int] = field(default_factory=dict)
     act: Any = None
 
@@ -91,7 +93,7 @@ class _Done:
     def __call__(self, rank: int, t: int) -> None:
         engine = self.engine
         engine.ranks[rank].comm(self.pending.issued[rank], t)
-        engine.on_done(rank, self.pending.nodes[rank].id)
+        engine.on_done(rank, self.pending.ids[rank])
 
     def schedule(self, start: int, offsets: list[int], ranks: list[int]) -> bool:
         """Queue `self(ranks[k], start + offsets[k])` for each k, in this order, as events of the
@@ -101,8 +103,8 @@ class _Done:
         core = self.engine.core_nodes
         if core is None:
             return False
-        nodes = self.pending.nodes
-        core.comm_done_at(start, offsets, ranks, [nodes[r].id for r in ranks])
+        ids = self.pending.ids
+        core.comm_done_at(start, offsets, ranks, [ids[r] for r in ranks])
         return True
 
 
@@ -470,8 +472,8 @@ class Engine:
         if rank not in c.inside:
             raise BackendError(f"{self.info.bundle.et_path(rank)}: node {node.id}: rank {rank} is not in its group")
         if c.whole:
-            alone = _Pending(kind, node_meta(node), {rank: node}, {rank: self.sched.now})
-            self.comms.collective(kind, members, self._size(alone), len(members) < self.info.npus,
+            alone = _Pending(kind, node_meta(node), _size(node), {rank: node.id}, {rank: self.sched.now})
+            self.comms.collective(kind, members, alone.size, len(members) < self.info.npus,
                                   self._done_fn(alone), alone.meta, report=(rank,),
                                   flow=alone.meta.flow * FLOWS_PER_COLLECTIVE)
             return
@@ -482,26 +484,27 @@ class Engine:
         now = self.sched.now
         pending = self.coll_waiting.get(key)
         if pending is None:
-            pending = self.coll_waiting[key] = _Pending(kind, node_meta(node))
+            pending = self.coll_waiting[key] = _Pending(kind, node_meta(node), _size(node))
             # Whether every member issues it at this same instant is known once the instant is over.
             self.sched.after_all(now, self._staggered, key)
-        pending.nodes[rank] = node
+        pending.ids[rank] = node.id
         pending.issued[rank] = now
         if pending.act is not None:
             self.comms.join(pending.act, rank)
-        elif len(pending.nodes) == len(members):
-            self.comms.collective(kind, members, self._size(pending), len(members) < self.info.npus,
+        elif len(pending.ids) == len(members):
+            self.comms.collective(kind, members, pending.size, len(members) < self.info.npus,
                                   self._done_fn(pending), pending.meta, flow=pending.meta.flow * FLOWS_PER_COLLECTIVE)
-        if len(pending.nodes) == len(members):
+        if len(pending.ids) == len(members):
             del self.coll_waiting[key]
 
     # -- collectives gathered by the compiled walk (`_core.CoreNodes.gather`: the same as above) ----
 
-    def _gather_groups(self, base: NDArray[np.int64]) -> NDArray[np.int64]:
+    def _gather_groups(self, base: NDArray[np.int64]) -> NDArray[np.int32]:
         """Per node of the walk's tables, the key on which the walk gathers its members (its group
-        number << 3 | its kind's place in `_KINDS`): a collective node that `issue_collective`
-        would gather (-1: every member is issued here)."""
-        group = np.full(int(base[-1]), -1, dtype=np.int64)
+        number << 3 | its kind's place in `_KINDS`; 32 bits: a node of every rank at 16,384 GPUs is
+        30 M of them): a collective node that `issue_collective` would gather (-1: every member is
+        issued here)."""
+        group = np.full(int(base[-1]), -1, dtype=np.int32)
         found: dict[int, int] = {}  # node object -> its key, or -1
         places: dict[int, tuple[NDArray[np.int64], list[int]]] = {}  # table -> its collectives' places, ids
         for r in self.started:
@@ -529,13 +532,15 @@ class Engine:
             c = self._coll(rank, node)
         except BackendError:  # raised when issued, as here
             return -1
-        return -1 if c.aggregated is not None or c.kind is None or c.whole else c.group << 3 | _KINDS.index(c.kind)
+        if c.aggregated is not None or c.kind is None or c.whole or c.group >= 1 << 27:  # (the last: a key's bits)
+            return -1
+        return c.group << 3 | _KINDS.index(c.kind)
 
     def _pending(self, group: int, tag: int, ranks: list[int], node_ids: list[int], issued: list[int]) -> _Pending:
         if not self._group_sets[group].issuperset(ranks):
             self._not_inside(group, ranks, node_ids)
-        nodes = [self.ranks[r].nodes[i] for r, i in zip(ranks, node_ids, strict=True)]
-        return _Pending(_KINDS[tag], node_meta(nodes[0]), dict(zip(ranks, nodes, strict=True)),
+        first = self.ranks[ranks[0]].nodes[node_ids[0]]
+        return _Pending(_KINDS[tag], node_meta(first), _size(first), dict(zip(ranks, node_ids, strict=True)),
                         dict(zip(ranks, issued, strict=True)))
 
     def _not_inside(self, group: int, ranks: list[int], node_ids: list[int]) -> None:
@@ -547,7 +552,7 @@ class Engine:
         """Every member issued it in one instant."""
         pending = self._pending(group, tag, ranks, node_ids, issued)
         members = self._group_members[group]
-        self.comms.collective(pending.kind, members, self._size(pending), len(members) < self.info.npus,
+        self.comms.collective(pending.kind, members, pending.size, len(members) < self.info.npus,
                               self._done_fn(pending), pending.meta, flow=pending.meta.flow * FLOWS_PER_COLLECTIVE)
 
     def _gathered_late(self, group: int, index: int, tag: int, ranks: list[int], node_ids: list[int],
@@ -561,10 +566,10 @@ class Engine:
             self._not_inside(group, [rank], [node_id])
         key = (group, index)
         pending = self.coll_waiting[key]
-        pending.nodes[rank] = self.ranks[rank].nodes[node_id]
+        pending.ids[rank] = node_id
         pending.issued[rank] = self.sched.now
         self.comms.join(pending.act, rank)
-        if len(pending.nodes) == len(self._group_members[group]):
+        if len(pending.ids) == len(self._group_members[group]):
             del self.coll_waiting[key]
 
     def _in_network_done(self, rank: int, node: Node, issued: int) -> None:
@@ -598,13 +603,9 @@ class Engine:
         if pending is None or pending.act is not None:
             return
         members = self._group_members[key[0]]
-        pending.act = self.comms.staggered(pending.kind, members, self._size(pending), len(members) < self.info.npus,
-                                           list(pending.nodes), self._done_fn(pending), pending.meta,
+        pending.act = self.comms.staggered(pending.kind, members, pending.size, len(members) < self.info.npus,
+                                           list(pending.ids), self._done_fn(pending), pending.meta,
                                            flow=pending.meta.flow * FLOWS_PER_COLLECTIVE)
-
-    @staticmethod
-    def _size(pending: _Pending) -> int:
-        return int(next(iter(pending.nodes.values())).get("comm_size", 0))
 
     def _done_fn(self, pending: _Pending) -> _Done:
         return _Done(self, pending)
@@ -695,6 +696,11 @@ class Engine:
             return self.core_nodes.take_span_columns()  # type: ignore[no-any-return]
         return tuple(np.frombuffer(c, dtype=np.int64) if len(c) else np.empty(0, dtype=np.int64)
                      for c in self.span_cols)
+
+
+def _size(node: Node) -> int:
+    """A collective node's size (bytes)."""
+    return int(node.get("comm_size", 0))
 
 
 def _first_member_messages(info: WorkloadInfo, kind: str, members: tuple[int, ...], size: int, group: bool) -> int:
