@@ -610,14 +610,17 @@ class Comms:
     def _choices(self, plan: CollectivePlan, flow: int) -> tuple[int, ...]:
         """Which path ECMP gives each flow of the collective between ends that have several (empty
         when routes do not depend on flows, or no pair has a choice): with the plan, all its
-        timing and links depend on."""
+        timing and links depend on. Where links are not shared (`unaware`), a pair whose paths all
+        cost alike (`Routes.alike`: a non-blocking Clos) changes no time, whichever ECMP picks, and
+        is left out: such a collective's timing is found again for every instance."""
         if not self.routes.per_flow or plan.lane:
             return ()
         net = self.routes.net
         multi = self._plan_multi.get(id(plan))
         if multi is None:
-            multi = self._plan_multi[id(plan)] = [(s, d, len(net.paths(s, d))) for s, d in self._pairs(plan)
-                                                  if len(net.paths(s, d)) > 1]
+            multi = self._plan_multi[id(plan)] = [
+                (s, d, len(net.paths(s, d))) for s, d in self._pairs(plan)
+                if len(net.paths(s, d)) > 1 and (self.shared or not self.routes.alike(s, d))]
         if not multi:
             return ()
         if self.compiled and not net.pinned:  # `net.pick` in C (a property test compares them)

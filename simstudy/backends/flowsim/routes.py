@@ -31,19 +31,34 @@ class Routes:
         self.effective = [c * (1.0 - loss) if cut_loss else c for c, loss in zip(net.capacity, net.loss, strict=True)]
         #: whether a route depends on the flow (ECMP hashing flows on a graph)
         self.per_flow = net.per_flow
-        self._cache: dict[tuple[int, int], list[tuple[tuple[int, ...], float, float]]] = {}
+        self._cache: dict[tuple[int, int], list[tuple[tuple[int, ...], float, float] | None]] = {}
+        self._alike: dict[tuple[int, int], bool] = {}
 
     def links(self, src: int, dst: int, flow: int = 0) -> tuple[tuple[int, ...], float, float]:
         """(link ids, path latency, smallest capacity) from src to dst for a flow (ECMP picks one
         of the equal-cost paths by the flow, or by the pair)."""
         found = self._cache.get((src, dst))
+        if found is None:  # each path measured when a flow first takes it (a pair may have hundreds)
+            found = self._cache[(src, dst)] = [None] * len(self.net.paths(src, dst))
+        k = 0 if len(found) == 1 else self.net.pick(src, dst, flow, len(found))
+        entry = found[k]
+        if entry is None:
+            path = self.net.paths(src, dst)[k]
+            entry = found[k] = (path, self.net.path_latency(path), min((self.capacity[i] for i in path),
+                                                                        default=math.inf))
+        return entry
+
+    def alike(self, src: int, dst: int) -> bool:
+        """Whether every path from src to dst costs a message alike: the same latency, narrowest
+        link and narrowest effective link (then which one ECMP picks changes no time where links
+        are not shared)."""
+        found = self._alike.get((src, dst))
         if found is None:
-            found = self._cache[(src, dst)] = [
-                (path, self.net.path_latency(path), min((self.capacity[i] for i in path), default=math.inf))
-                for path in self.net.paths(src, dst)]
-        if len(found) == 1:
-            return found[0]
-        return found[self.net.pick(src, dst, flow, len(found))]
+            net, cap, eff = self.net, self.capacity, self.effective
+            costs = {(net.path_latency(p), min((cap[i] for i in p), default=math.inf),
+                      min((eff[i] for i in p), default=math.inf)) for p in net.paths(src, dst)}
+            found = self._alike[(src, dst)] = len(costs) <= 1
+        return found
 
     def alone_ns(self, src: int, dst: int, size: int, flow: int = 0) -> int:
         """What a message takes with nothing else on its links, as ASTRA-SIM's congestion-unaware
