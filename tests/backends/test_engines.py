@@ -218,8 +218,9 @@ def test_compiled_walk_equals_python(walk: tuple[int, list[Any]], mode: str) -> 
         if isinstance(out["python"], BackendError):
             assert str(out["compiled"]) == str(out["python"])
         elif any(kind == "coll" for kind, *_ in ranks[0]):  # the walk gathered the members of each
-            compiled = out["compiled"]
-            assert isinstance(compiled, RunResult) and compiled.details["events"]["gather"] > 0
+            compiled = out["compiled"]  # (unless rank 0 stood for every rank: no member to gather)
+            assert isinstance(compiled, RunResult)
+            assert compiled.details["identical_ranks"] or compiled.details["events"]["gather"] > 0
 
 
 @needs_core
