@@ -35,6 +35,7 @@ Under each run: each phase of spec to summary with its wall time and share (the 
 flowsim's reading of the configs, building of the run, simulation and writing), and `simstudy run --estimate`'s
 wall time and memory of it and estimate / measured.
 
+`--modes fluid` runs flowsim's fluid model alone on the two dimensions (ASTRA-SIM has none), and
 `--clos unaware,fluid` also runs flowsim alone, from the spec, on a 3-tier Clos of 8-GPU hosts
 (`fluid_scale.clos`: non-blocking, 400 Gbit/s NICs; ASTRA-SIM's binaries take no graph).
 
@@ -198,7 +199,8 @@ def main() -> None:
     parser.add_argument("--skip-astrasim-above", type=int, default=0,
                         help="do not run ASTRA-SIM above this many GPUs (0: run it everywhere)")
     parser.add_argument("--modes", default="unaware,aware",
-                        help="flowsim modes against their binaries (unaware: 2 dims; aware: 1 switch)")
+                        help="flowsim modes against their binaries (unaware: 2 dims; aware: 1 switch; fluid: "
+                             "2 dims, flowsim alone)")
     parser.add_argument("--rows", action="store_true", help="also time flowsim keeping its traffic rows")
     parser.add_argument("--write-traces", action="store_true",
                         help="write every rank's ET files where ASTRA-SIM does not run too (their time and size)")
@@ -218,7 +220,7 @@ def main() -> None:
         root = Path(tmp)
         for n in sizes:
             tp, pp, dp = SHAPES[n]
-            for mode, one_dim in (("unaware", False), ("aware", True)):
+            for mode, one_dim in (("unaware", False), ("aware", True), ("fluid", False)):
                 if mode not in args.modes.split(","):
                     continue
                 net = "1 switch" if one_dim else "2 dims"
@@ -229,7 +231,8 @@ def main() -> None:
                 if w is None:
                     continue
                 b = root / f"b{n}{mode}"
-                run_astra = not args.skip_astrasim_above or n <= args.skip_astrasim_above
+                # ASTRA-SIM has no fluid model: flowsim's fluid runs alone
+                run_astra = mode != "fluid" and (not args.skip_astrasim_above or n <= args.skip_astrasim_above)
                 if run_astra or args.write_traces:  # ASTRA-SIM reads ET files: every rank's written
                     res = compile_scenario(scenario, b)
                     print(f"{head}: ET files for ASTRA-SIM written in {res.seconds:.1f} s (compile included), "
@@ -238,7 +241,7 @@ def main() -> None:
                     print(head)
                 f = child("flowsim", {"spec": str(spec), "mode": mode}, root / f"f{n}{mode}")
                 a = child("astrasim", {"bundle": str(b), "mode": mode}, root / f"a{n}{mode}") if run_astra else None
-                row(f"flowsim {mode} / ASTRA-SIM {mode}", f, a)
+                row(f"flowsim {mode} / ASTRA-SIM {mode}" if mode != "fluid" else "flowsim fluid", f, a)
                 print(f"  {phases(f)}")
                 print(f"  {against(w, 'flowsim', mode, f and f['wall'], f and f['rss_mb'] * 2**20)}")
                 if run_astra:
