@@ -1939,7 +1939,6 @@ cdef class CoreNodes:
     cdef unordered_map[int64_t, int64_t] seen_  # group number x ranks + rank -> instances it issued
     cdef unordered_map[int64_t, SimGather] gathering  # (group number << 32) | instance
     cdef object gathered_fn, staggered_fn, join_fn
-    cdef public int64_t gathered  # instances handed whole
 
     def __init__(self, CoreScheduler sched, issue_comm, const int64_t[::1] base, const int64_t[::1] ids,
                  const signed char[::1] code, const signed char[::1] zero, const int64_t[::1] dur_ns,
@@ -2012,7 +2011,6 @@ cdef class CoreNodes:
         if last:
             args = self._members(gat)
             self.gathering.erase(key)
-            self.gathered += 1
             self.gathered_fn(grp, k, *args)
 
     cdef tuple _members(self, SimGather* gat):
@@ -2037,16 +2035,6 @@ cdef class CoreNodes:
         gat.handed = True
         gat.members.clear()
         self.staggered_fn(key >> 32, key & 0xFFFFFFFF, *args)
-
-    def waiting(self):
-        """The collective instances gathered in part here and not handed on: (group number,
-        instance, ranks issued) each."""
-        out = []
-        for kv in self.gathering:
-            if not kv.second.handed:
-                out.append((kv.first >> 32, kv.first & 0xFFFFFFFF,
-                            [kv.second.members[j] for j in range(0, kv.second.members.size(), 2)]))
-        return out
 
     def start(self, ranks=None):
         """Issue what every rank (or each of `ranks`, in order) can issue now."""

@@ -470,7 +470,7 @@ class Engine:
             )
         members = c.members
         if rank not in c.inside:
-            raise BackendError(f"{self.info.bundle.et_path(rank)}: node {node.id}: rank {rank} is not in its group")
+            self._not_inside(c.group, [rank], [node.id])
         if c.whole:
             alone = _Pending(kind, node_meta(node), _size(node), {rank: node.id}, {rank: self.sched.now})
             self.comms.collective(kind, members, alone.size, len(members) < self.info.npus,
@@ -481,21 +481,30 @@ class Engine:
         index = seen.get(rank, 0)
         seen[rank] = index + 1
         key = (c.group, index)
-        now = self.sched.now
         pending = self.coll_waiting.get(key)
         if pending is None:
             pending = self.coll_waiting[key] = _Pending(kind, node_meta(node), _size(node))
             # Whether every member issues it at this same instant is known once the instant is over.
-            self.sched.after_all(now, self._staggered, key)
-        pending.ids[rank] = node.id
-        pending.issued[rank] = now
+            self.sched.after_all(self.sched.now, self._staggered, key)
+        self._member(key, pending, rank, node.id)
+
+    def _member(self, key: tuple[int, int], pending: _Pending, rank: int, node_id: int) -> None:
+        """A member issues collective instance `key` now: it joins the instance where that started
+        without it, or starts it as the last member."""
+        members = self._group_members[key[0]]
+        pending.ids[rank] = node_id
+        pending.issued[rank] = self.sched.now
         if pending.act is not None:
             self.comms.join(pending.act, rank)
         elif len(pending.ids) == len(members):
-            self.comms.collective(kind, members, pending.size, len(members) < self.info.npus,
-                                  self._done_fn(pending), pending.meta, flow=pending.meta.flow * FLOWS_PER_COLLECTIVE)
+            self._start(pending, members)
         if len(pending.ids) == len(members):
             del self.coll_waiting[key]
+
+    def _start(self, pending: _Pending, members: tuple[int, ...]) -> None:
+        """Every member issued collective instance `pending`, in one instant."""
+        self.comms.collective(pending.kind, members, pending.size, len(members) < self.info.npus,
+                              self._done_fn(pending), pending.meta, flow=pending.meta.flow * FLOWS_PER_COLLECTIVE)
 
     # -- collectives gathered by the compiled walk (`_core.CoreNodes.gather`: the same as above) ----
 
@@ -550,10 +559,7 @@ class Engine:
     def _gathered(self, group: int, index: int, tag: int, ranks: list[int], node_ids: list[int], issued: list[int]
                   ) -> None:
         """Every member issued it in one instant."""
-        pending = self._pending(group, tag, ranks, node_ids, issued)
-        members = self._group_members[group]
-        self.comms.collective(pending.kind, members, pending.size, len(members) < self.info.npus,
-                              self._done_fn(pending), pending.meta, flow=pending.meta.flow * FLOWS_PER_COLLECTIVE)
+        self._start(self._pending(group, tag, ranks, node_ids, issued), self._group_members[group])
 
     def _gathered_late(self, group: int, index: int, tag: int, ranks: list[int], node_ids: list[int],
                        issued: list[int]) -> None:
@@ -564,13 +570,7 @@ class Engine:
     def _gather_join(self, rank: int, node_id: int, group: int, index: int) -> None:
         if rank not in self._group_sets[group]:
             self._not_inside(group, [rank], [node_id])
-        key = (group, index)
-        pending = self.coll_waiting[key]
-        pending.ids[rank] = node_id
-        pending.issued[rank] = self.sched.now
-        self.comms.join(pending.act, rank)
-        if len(pending.ids) == len(self._group_members[group]):
-            del self.coll_waiting[key]
+        self._member((group, index), self.coll_waiting[(group, index)], rank, node_id)
 
     def _in_network_done(self, rank: int, node: Node, issued: int) -> None:
         self.ranks[rank].comm(issued, self.sched.now)

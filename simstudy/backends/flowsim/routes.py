@@ -44,9 +44,13 @@ class Routes:
         entry = found[k]
         if entry is None:
             path = self.net.paths(src, dst)[k]
-            entry = found[k] = (path, self.net.path_latency(path), min((self.capacity[i] for i in path),
-                                                                        default=math.inf))
+            entry = found[k] = (path, *self._cost(path)[:2])
         return entry
+
+    def _cost(self, path: tuple[int, ...]) -> tuple[float, float, float]:
+        """A path's latency, narrowest link and narrowest effective link."""
+        return (self.net.path_latency(path), min((self.capacity[i] for i in path), default=math.inf),
+                min((self.effective[i] for i in path), default=math.inf))
 
     def alike(self, src: int, dst: int) -> bool:
         """Whether every path from src to dst costs a message alike: the same latency, narrowest
@@ -54,10 +58,7 @@ class Routes:
         are not shared)."""
         found = self._alike.get((src, dst))
         if found is None:
-            net, cap, eff = self.net, self.capacity, self.effective
-            costs = {(net.path_latency(p), min((cap[i] for i in p), default=math.inf),
-                      min((eff[i] for i in p), default=math.inf)) for p in net.paths(src, dst)}
-            found = self._alike[(src, dst)] = len(costs) <= 1
+            found = self._alike[(src, dst)] = len({self._cost(p) for p in self.net.paths(src, dst)}) <= 1
         return found
 
     def alone_ns(self, src: int, dst: int, size: int, flow: int = 0) -> int:
