@@ -348,6 +348,10 @@ def test_isolated_members_are_told_by_the_walk(mode: str, tmp_path: Path) -> Non
     assert_same(out, "full")
     events = {name: r.details["events"] for name, r in out.items() if isinstance(r, RunResult)}
     assert events["full"]["comm"] == 0
+    # message by message, each member but the last of a collective is told by its compiled run
+    full = out["full"]
+    assert isinstance(full, RunResult)
+    assert full.details["members_told"] > 0
     if mode == "unaware":
         assert events["isolated"]["comm"] > 0
         assert events["isolated"]["python"] < events["isolated"]["comm"]

@@ -268,12 +268,14 @@ def _ticker(progress: Callable[[Progress], None], transfers: Callable[[], int], 
 def _engine_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:
     """Which engine ran (`compiled`: the compiled core's event queue, collectives and network
     model), and when the compiled one was chosen but Python ran, why; the compiled queue's events
-    by kind (`events`: Python callbacks among them)."""
+    by kind (`events`: Python callbacks among them), and the members of collectives whose end
+    the compiled walk heard of from their compiled run, without Python (`members_told`)."""
     model = engine.comms.model
     ran = "compiled" if engine.comms.compiled else "python"
     if ran == backend.engine:
         kinds = getattr(engine.sched, "events_by_kind", None)
-        return {"engine": ran, **({"events": dict(kinds)} if kinds is not None else {})}
+        told = {} if engine.core_nodes is None else {"members_told": engine.core_nodes.told}
+        return {"engine": ran, **({"events": dict(kinds)} if kinds is not None else {}), **told}
     if backend.fluid_solver != "fast":
         why = f"fluid solver {backend.fluid_solver} is Python's"
     elif isinstance(model, FluidNet) and model.shares is not None:

@@ -1457,7 +1457,12 @@ cdef class CoreCollectiveRun(OnQueue):
     src, dst, bytes, chunk, phase, step)` receives the messages that arrived, as int64 columns,
     every `BATCH` messages and when `flush()` is called; or, where only counts are kept,
     `on_count(messages, bytes, ranks, bytes sent by each)` in its place (only the ranks that sent:
-    a collective of a few ranks costs nothing per rank of the network)."""
+    a collective of a few ranks costs nothing per rank of the network).
+
+    `tell(nodes, ids, members)` hands a member's end to the compiled walk itself (`CoreNodes`): each
+    member of `members` but the last to finish is done there, its span recorded from its issue, as
+    `on_rank_done` would have had it done (no Python call per member); `ids` (rank -> node id) may be
+    filled as members join, up to their end."""
 
     cdef CorePlan cp
     cdef CoreNet net
@@ -1495,6 +1500,10 @@ cdef class CoreCollectiveRun(OnQueue):
     cdef vector[double] rc_lat
     cdef vector[int64_t] rc_alone
     cdef vector[char] rc_known
+    # members whose end the walk is told of directly (`tell`)
+    cdef CoreNodes nodes
+    cdef dict node_ids
+    cdef vector[char] told
 
     def __init__(self, plan, CoreScheduler sched, CoreNet net, route, on_rank_done, on_batch=None, *,
                  on_count=None, int64_t ranks=0,
@@ -1555,6 +1564,17 @@ cdef class CoreCollectiveRun(OnQueue):
     def index(self, rank):
         """The simulated-rank index of a member."""
         return 0 if self.cp.lane else self.cp.lut[rank]
+
+    def tell(self, CoreNodes nodes, dict ids, members):
+        """Tell `nodes` of the end of each rank of `members` directly (node ids from `ids`) where it
+        is not the last member to finish and the run is on the walk's queue; `on_rank_done` of the others."""
+        self.nodes = nodes
+        self.node_ids = ids
+        self.told.assign(self.n, 0)
+        cdef int i
+        for i in range(self.n):
+            if self.cp.members[i] in members:
+                self.told[i] = 1
 
     cdef inline CorePhase _ph(self, int c, int p):
         return <CorePhase>(<list>self.cp.progs[c & 1])[p]
@@ -1843,7 +1863,11 @@ cdef class CoreCollectiveRun(OnQueue):
 
     cdef void _rank_done(self, int i) except *:
         self.done += 1
-        self.on_rank_done(self.cp.members[i], self._sched.now)
+        cdef int64_t rank = self.cp.members[i]
+        if self.nodes is not None and self.done < self.n and self.told[i] and self.nodes._sched is self._sched:
+            self.nodes._told(<int>rank, self.node_ids[rank])
+            return
+        self.on_rank_done(rank, self._sched.now)
 
 
 # -- ASTRA-SIM's workload layer -------------------------------------------------------------------
@@ -1932,6 +1956,7 @@ cdef class CoreNodes:
     cdef vector[int64_t] finish_
     cdef vector[int64_t] compute_
     cdef public int64_t nodes_done
+    cdef public int64_t told  # collective nodes done as their runs told (`CoreCollectiveRun.tell`)
     cdef vector[int64_t] cols[4]  # rank, node id, start, end of every node done, in completion order
     cdef vector[vector[int64_t]] comm_  # per rank, the (start, end) pairs of `comm_done_at`'s nodes, flat
     cdef vector[int32_t] group_         # per node: the key of a gathered collective (group << 3 | tag), else -1
@@ -2138,6 +2163,12 @@ cdef class CoreNodes:
             r = ranks[k]
             i = self._index(r, node_ids[k])
             self._sched.push(start + <int64_t>offsets[k], 0, EV_COMM, self, r, i, 0, None)
+
+    cdef void _told(self, int r, int64_t node_id) except *:
+        """A collective run (`CoreCollectiveRun.tell`) says rank r's collective node `node_id` is
+        done now."""
+        self.told += 1
+        self._comm_done(r, self._index(r, node_id))
 
     cdef void _comm_done(self, int r, int64_t i) except *:
         cdef int64_t g = self.base[r] + i

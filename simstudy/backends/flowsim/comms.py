@@ -434,7 +434,8 @@ class Comms:
         left = [len(act.members)]
 
         def rank_done(rank: int, t: int) -> None:
-            left[0] -= 1
+            # (the compiled run counts the members the walk was told of directly: `tell`)
+            left[0] = len(act.members) - runs[0].done if runs else left[0] - 1
             if not left[0] and not act.finished:  # every member done: its links are free, its rows whole
                 # (before the last member hears of it, as a timed collective's: what it starts next
                 # finds the links free)
@@ -467,6 +468,9 @@ class Comms:
             core = self._core_run(plan, sched, self.model, self.route, rank_done, batch, act.flow, self._core_routes,
                                   self.count)
             runs.append(core)
+            tell = getattr(done, "tell", None)  # each member's end told to the compiled walk directly
+            if tell is not None:
+                tell(core, report.difference(act.reported))
             if start:
                 core.start()
             return core  # type: ignore[no-any-return]

@@ -95,6 +95,14 @@ class _Done:
         engine.ranks[rank].comm(self.pending.issued[rank], t)
         engine.on_done(rank, self.pending.ids[rank])
 
+    def tell(self, run: Any, members: set[int]) -> None:
+        """A compiled collective run (`_core.CoreCollectiveRun.tell`) tells the compiled walk itself
+        of the end of these members (each but the last to finish): their spans and nodes done there,
+        as `self(rank, t)` does (the walk records the span from the node's issue, the member's `issued`)."""
+        core = self.engine.core_nodes
+        if core is not None:
+            run.tell(core, self.pending.ids, members)
+
     def schedule(self, start: int, offsets: list[int], ranks: list[int]) -> bool:
         """Queue `self(ranks[k], start + offsets[k])` for each k, in this order, as events of the
         compiled walk (the same places in the queue as `sched.at` of each, in C++); False where the
