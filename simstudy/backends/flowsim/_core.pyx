@@ -803,7 +803,12 @@ cdef class CoreFluid(CoreNet):
     cdef vector[double] cap
     cdef vector[Flow] flows
     cdef vector[int] free_ids
-    cdef vector[vector[int]] on_link  # link -> the routes on it that carry flows
+    # link -> routes on it, every one that carries flows and some that no longer do (dropped from a
+    # link's list only when a search finds the list mostly empty routes: a flow's start and drain
+    # then touch each of its links' counts, not their lists)
+    cdef vector[vector[int]] on_link
+    cdef vector[int] link_live  # link -> the routes on it that carry flows
+    cdef vector[int] listed_on  # route -> the lists of its links it is on
     cdef vector[vector[pair[int64_t, int]]] rflows  # route -> its flows (seq, id), in the order sent
     cdef SimSolved solved
     cdef int64_t kept
@@ -842,6 +847,7 @@ cdef class CoreFluid(CoreNet):
         super().__init__(sched, capacity, latency)
         self.cap = [float(c) for c in self.capacity]
         self.on_link.resize(len(self.capacity))
+        self.link_live.resize(len(self.capacity), 0)
         self.key_stamp.resize(len(self.capacity), 0)
         self.link_stamp.resize(len(self.capacity), 0)
         self.local_of.resize(len(self.capacity), 0)
@@ -882,12 +888,47 @@ cdef class CoreFluid(CoreNet):
         cdef int j
         if <size_t>r >= self.rflows.size():
             self.rflows.resize(self.route_ptr.size() - 1)
+            self.listed_on.resize(self.route_ptr.size() - 1, 0)
         cdef vector[pair[int64_t, int]]* mine = &self.rflows[r]
         if mine.empty():  # the route's links carry it from now on
             for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
-                self.on_link[self.route_keys[j]].push_back(r)
+                self.link_live[self.route_keys[j]] += 1
+            if self.listed_on[r] != self.route_ptr[r + 1] - self.route_ptr[r]:
+                self._list(r)
         mine.push_back(pair[int64_t, int](f.seq, fid))
         self._mark(r, 0, now)
+
+    cdef void _list(self, int r) noexcept:
+        """Route r onto the lists of those of its links that dropped it (or never had it)."""
+        cdef int j, k
+        cdef size_t i
+        cdef bint there
+        cdef vector[int]* lst
+        for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
+            lst = &self.on_link[self.route_keys[j]]
+            there = False
+            if self.listed_on[r]:
+                for i in range(lst.size()):
+                    if lst[0][i] == r:
+                        there = True
+                        break
+            if not there:
+                lst.push_back(r)
+        self.listed_on[r] = self.route_ptr[r + 1] - self.route_ptr[r]
+
+    cdef void _prune(self, int k) noexcept:
+        """Link k's list without the routes that no longer carry flows."""
+        cdef vector[int]* lst = &self.on_link[k]
+        cdef size_t i, n = 0
+        cdef int r
+        for i in range(lst.size()):
+            r = lst[0][i]
+            if self.rflows[r].empty():
+                self.listed_on[r] -= 1
+            else:
+                lst[0][n] = r
+                n += 1
+        lst.resize(n)
 
     cdef void _mark(self, int route, bint skip_empty, int64_t now) noexcept:
         """Links of a route to solve again at `now`, after every ordinary event of it (`skip_empty`:
@@ -910,7 +951,7 @@ cdef class CoreFluid(CoreNet):
         cdef int j, k
         for j in range(self.route_ptr[route], self.route_ptr[route + 1]):
             k = self.route_keys[j]
-            if skip_empty and self.on_link[k].empty():
+            if skip_empty and self.link_live[k] == 0:
                 continue
             keys.push_back(k)
 
@@ -928,17 +969,11 @@ cdef class CoreFluid(CoreNet):
                 mine.erase(mine.begin() + i)
                 break
         cdef bint left = not mine.empty()
-        cdef vector[int]* lst
         if not left:  # the route's last flow: its links no longer carry the route
             for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
                 k = self.route_keys[j]
-                lst = &self.on_link[k]
-                for i in range(lst.size()):
-                    if lst[0][i] == r:
-                        lst[0][i] = lst.back()
-                        lst.pop_back()
-                        break
-                if not lst.empty():
+                self.link_live[k] -= 1
+                if self.link_live[k]:
                     left = True
         cdef CoreScheduler s = self._sched
         cdef int64_t now = s.now
@@ -1038,11 +1073,13 @@ cdef class CoreFluid(CoreNet):
             stack.pop_back()
             for i in range(self.on_link[k].size()):
                 r = self.on_link[k][i]
-                if self.route_stamp[r] == st:
+                if self.route_stamp[r] == st or self.rflows[r].empty():
                     continue
                 self.route_stamp[r] = st
                 found.push_back(r)
                 self._links_of(r, st)
+            if self.on_link[k].size() > 2 * <size_t>self.link_live[k] + 8:
+                self._prune(k)
         self.comp.clear()
         self.comp_route.clear()
         cdef vector[pair[int64_t, int]]* lst
