@@ -2,7 +2,9 @@
 
 * model by model: random messages (random routes over random links, multiplicities as link orbits
   give them, starts at shared instants, components of 1 to 60 flows: both of the filling's
-  arithmetics) on the compiled fluid model and on `FastFluidNet`: every arrival to the nanosecond;
+  arithmetics; flows alone on links of their own, with rates equal, within the fill's tolerance
+  and just beyond it) on the compiled fluid model, each of its shortcuts on and off, and on
+  `FastFluidNet`: every arrival to the nanosecond;
 * run by run, the random bundles of `fastpaths` in every congestion mode (fluid's equality on
   graphs with ECMP, jobs, shortcuts and sharing is also `test_fluid_solver`'s, which compares the
   compiled solver wherever it is built);
@@ -67,6 +69,8 @@ def arrivals(solver: str, cap: list[float], msgs: list[Message], latency: float)
     net = model(sched, cap, [latency] * len(cap))
     if solver == "compiled-heap":  # every component's flows merged through the heap, never placed by seq
         net.dense_merge = False
+    if solver == "compiled-fill":  # flows alone on their links filled with the rest, never given their own rates
+        net.alone_rates = False
     out: list[tuple[int, int]] = []
     for i, (t, keys, mult, size) in enumerate(msgs):
         msg = Msg(i, i, size, keys, mult, latency * len(keys), 0, lambda m: out.append((m.src, m.t_arrive)))
@@ -89,7 +93,43 @@ def assert_solvers_agree(cap: list[float], msgs: list[Message], latency: float) 
     assert len(want) == len(msgs)
     assert arrivals("compiled", cap, msgs, latency) == want
     assert arrivals("compiled-heap", cap, msgs, latency) == want
+    assert arrivals("compiled-fill", cap, msgs, latency) == want
     assert arrivals("reference", cap, msgs, latency) == want
+
+
+@st.composite
+def apart(draw: st.DrawFn) -> tuple[list[float], list[Message]]:
+    """Waves of flows on routes that share no link (a component of flows alone on their links),
+    with capacities equal, 1e-13 apart (the fill freezes both at the smaller in one round), 3e-12
+    or 1e-11 apart (two rounds), and now and then a flow across two routes' links (then they share)."""
+    base = draw(st.sampled_from([1.0, 12.5, 100.0 / 3]))
+    factors = [1.0, 1 + 1e-13, 1 + 3e-12, 1 + 1e-11, 2.0]
+    cap: list[float] = []
+    routes: list[tuple[int, ...]] = []
+    for _ in range(draw(st.integers(2, 16))):
+        n = draw(st.integers(1, 3))
+        routes.append(tuple(range(len(cap), len(cap) + n)))
+        cap += [base * draw(st.sampled_from(factors)) for _ in range(n)]
+    msgs: list[Message] = []
+    start = 0
+    for _ in range(draw(st.integers(1, 4))):
+        start += draw(st.sampled_from([0, 300, 10**6]))
+        for keys in routes:
+            if draw(st.booleans()):
+                mult = tuple(draw(st.integers(1, 2)) for _ in keys) if draw(st.booleans()) else None
+                msgs.append((start, keys, mult, draw(st.sampled_from([1000, 4096, 65536]))))
+        if draw(st.integers(0, 3)) == 0:  # one flow over two routes' links
+            a, b = draw(st.permutations(range(len(routes))))[:2]
+            msgs.append((start, (routes[a][0], routes[b][-1]), None, 4096))
+    return cap, msgs or [(0, routes[0], None, 1000)]
+
+
+@needs_core
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(apart(), st.sampled_from([0.0, 250.0]))
+def test_compiled_fluid_model_equals_python_on_flows_apart(data: tuple[list[float], list[Message]],
+                                                          latency: float) -> None:
+    assert_solvers_agree(*data, latency)
 
 
 @st.composite
@@ -357,3 +397,22 @@ def test_isolated_members_are_told_by_the_walk(mode: str, tmp_path: Path) -> Non
         assert events["isolated"]["python"] < events["isolated"]["comm"]
     else:
         assert events["isolated"]["comm"] == 0
+
+
+@needs_core
+def test_flows_apart_take_their_routes_rates(tmp_path: Path) -> None:
+    """A ring on a ring: each transfer alone on its links, so the compiled fluid model gives each
+    component's flows their routes' own rates (`details.rates_apart`) and never fills them; the run
+    equals the Python engine's."""
+    from simstudy.compiler import compile_any
+    from simstudy.spec.load import load_runnable
+
+    spec = load_runnable(ROOT / "specs" / "examples" / "resnet50_dp8_ring.yaml")
+    bundle = compile_any(spec, tmp_path / "b").bundle
+    out: dict[str, RunResult | BackendError] = {
+        engine: FlowsimBackend(congestion="fluid", engine=engine, shortcuts=FULL).run(bundle, tmp_path / engine)
+        for engine in ("python", "compiled")}
+    assert_same(out, "python")
+    compiled = out["compiled"]
+    assert isinstance(compiled, RunResult)
+    assert compiled.details["rates_apart"] > 0 and compiled.details["rates_reused"] == 0

@@ -298,7 +298,9 @@ def _solver_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:
     """The fluid mode's solver, and how often it found a component's rates already solved."""
     if not backend.congestion.fluid:
         return {}
-    return {"fluid_solver": backend.fluid_solver, "rates_reused": int(getattr(engine.comms.model, "reused", 0))}
+    model = engine.comms.model
+    return {"fluid_solver": backend.fluid_solver, "rates_reused": int(getattr(model, "reused", 0)),
+            "rates_apart": int(getattr(model, "apart_solved", 0))}
 
 
 def _spans(engine: Engine, copies: int, replicas: Replicas | None = None) -> tuple[pd.DataFrame, np.ndarray]:

@@ -31,6 +31,9 @@ class CoreFluid(CoreNet):
     sent: int
     recomputes: int
     reused: int
+    apart_solved: int
+    dense_merge: bool
+    alone_rates: bool
 
 class CoreCollectiveRun:
     done: int

@@ -833,6 +833,16 @@ cdef class CoreFluid(CoreNet):
     #: merge a component's routes by placing their flows by seq where the seqs are dense (False: always
     #: through the heap of the lists' heads, the path it shortens; the property tests run both)
     cdef public bint dense_merge
+    #: give the flows of a component that share no link with one another each its route's own rate
+    #: (what the max-min fill gives them, where no two of those rates are within its tolerance), not
+    #: through the fill of the whole (False: always the fill, the path it shortens; tests run both)
+    cdef public bint alone_rates
+    cdef public int64_t apart_solved  # components given their routes' own rates (`alone_rates`)
+    cdef bint apart  # the component `_component` found last: flows alone on links of their own
+    cdef int64_t met_links  # links its search met through routes
+    cdef vector[double] route_alone  # route -> its rate alone (0: not known yet)
+    cdef vector[double] alone_rate  # the last component's rates by flow, `alone_rates`' way
+    cdef vector[double] distinct
     cdef vector[int] expanded  # a large component's routes as a multiset: each route its flows' times
     cdef vector[double] route_rate  # route -> its rate in the component solved last (valid for its routes)
     cdef vector[double] flow_rate  # the component's rates, by flow
@@ -854,6 +864,7 @@ cdef class CoreFluid(CoreNet):
         self.dirty_sched = None
         self.dirty_token = -1
         self.dense_merge = True
+        self.alone_rates = True
 
     cdef void _start(self, int mid) except *:
         cdef CoreScheduler s = self._sched
@@ -1015,7 +1026,13 @@ cdef class CoreFluid(CoreNet):
             if f.t_upd != now:
                 f.remaining -= f.rate * <double>(now - f.t_upd)
                 f.t_upd = now
-        cdef const vector[double]* rates = self._rates(comp[0])
+        cdef const vector[double]* rates = NULL
+        if self.apart and self.alone_rates:
+            rates = self._apart_rates()
+            if rates != NULL:
+                self.apart_solved += 1
+        if rates == NULL:
+            rates = self._rates(comp[0])
         cdef double r, x
         cdef int64_t wait, key
         for i in range(comp.size()):
@@ -1050,6 +1067,8 @@ cdef class CoreFluid(CoreNet):
         cdef vector[int]* found = &self.found
         stack.clear()
         found.clear()
+        self.apart = True
+        self.met_links = 0
         if self.route_stamp.size() + 1 < self.route_ptr.size():
             self.route_stamp.resize(self.route_ptr.size() - 1, 0)
         cdef size_t i
@@ -1057,6 +1076,7 @@ cdef class CoreFluid(CoreNet):
         for i in range(keys.size()):
             k = keys[i]
             if k >= 0:
+                self.apart = False  # a link itself: it may be met through no route of the component
                 if self.key_stamp[k] != st:
                     self.key_stamp[k] = st
                     stack.push_back(k)
@@ -1067,6 +1087,8 @@ cdef class CoreFluid(CoreNet):
             if not self.rflows[r].empty():
                 self.route_stamp[r] = st
                 found.push_back(r)
+            else:
+                self.apart = False
             self._links_of(r, st)
         while not stack.empty():
             k = stack.back()
@@ -1083,6 +1105,15 @@ cdef class CoreFluid(CoreNet):
         self.comp.clear()
         self.comp_route.clear()
         cdef vector[pair[int64_t, int]]* lst
+        cdef int64_t entries = 0
+        if self.apart:  # each link met once per route: no two routes share one, none repeats one
+            for i in range(found.size()):
+                r = found[0][i]
+                if self.rflows[r].size() != 1:
+                    self.apart = False
+                    break
+                entries += self.route_ptr[r + 1] - self.route_ptr[r]
+            self.apart = self.apart and entries == self.met_links
         if found.size() == 1:
             r = found[0][0]
             lst = &self.rflows[r]
@@ -1150,6 +1181,48 @@ cdef class CoreFluid(CoreNet):
             if self.key_stamp[k] != st:
                 self.key_stamp[k] = st
                 self.stack.push_back(k)
+                self.met_links += 1
+
+    cdef const vector[double]* _apart_rates(self) noexcept:
+        """The rates of a component of flows that share no link (`apart`): each flow its route's
+        rate alone, the smallest of its links' capacity over its multiplicity. The fill of the
+        whole gives each flow the smallest share of the round that freezes it, and a round freezes
+        every flow whose share is within 1e-12 of that smallest share: so each flow gets its own
+        rate exactly where no two of the rates are that close (else NULL: the fill decides)."""
+        cdef vector[int]* comp = &self.comp
+        cdef size_t i, n = comp.size()
+        cdef int r, j
+        cdef double x, m
+        if self.route_alone.size() + 1 < self.route_ptr.size():
+            self.route_alone.resize(self.route_ptr.size() - 1, 0.0)
+        self.alone_rate.resize(n)
+        self.distinct.clear()
+        for i in range(n):
+            r = self.comp_route[i]
+            m = self.route_alone[r]
+            if m == 0.0:
+                m = INFINITY
+                for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
+                    x = self.cap[self.route_keys[j]] / <double>self.route_mult[j]
+                    if x < m:
+                        m = x
+                if not (m > 0.0 and m < INFINITY):
+                    return NULL
+                self.route_alone[r] = m
+            self.alone_rate[i] = m
+            if self.distinct.empty() or self.distinct.back() != m:
+                for j in range(<int>self.distinct.size()):
+                    if self.distinct[j] == m:
+                        break
+                else:
+                    if self.distinct.size() == 16:  # many rates: the fill
+                        return NULL
+                    self.distinct.push_back(m)
+        sort(self.distinct.begin(), self.distinct.end())
+        for i in range(1, self.distinct.size()):
+            if self.distinct[i] <= self.distinct[i - 1] * (1 + 1e-12):
+                return NULL
+        return &self.alone_rate
 
     cdef const vector[double]* _rates(self, vector[int]& comp) noexcept:
         """The component's max-min rates: solved before for the same routes in the same order, or now
