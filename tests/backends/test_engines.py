@@ -71,6 +71,8 @@ def arrivals(solver: str, cap: list[float], msgs: list[Message], latency: float)
         net.dense_merge = False
     if solver == "compiled-fill":  # flows alone on their links filled with the rest, never given their own rates
         net.alone_rates = False
+    if solver == "compiled-search":  # every component searched through its links, even where no link is shared
+        net.apart_search = False
     out: list[tuple[int, int]] = []
     for i, (t, keys, mult, size) in enumerate(msgs):
         msg = Msg(i, i, size, keys, mult, latency * len(keys), 0, lambda m: out.append((m.src, m.t_arrive)))
@@ -94,6 +96,7 @@ def assert_solvers_agree(cap: list[float], msgs: list[Message], latency: float) 
     assert arrivals("compiled", cap, msgs, latency) == want
     assert arrivals("compiled-heap", cap, msgs, latency) == want
     assert arrivals("compiled-fill", cap, msgs, latency) == want
+    assert arrivals("compiled-search", cap, msgs, latency) == want
     assert arrivals("reference", cap, msgs, latency) == want
 
 

@@ -34,6 +34,7 @@ class CoreFluid(CoreNet):
     apart_solved: int
     dense_merge: bool
     alone_rates: bool
+    apart_search: bool
 
 class CoreCollectiveRun:
     done: int

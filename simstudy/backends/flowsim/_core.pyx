@@ -838,6 +838,11 @@ cdef class CoreFluid(CoreNet):
     #: through the fill of the whole (False: always the fill, the path it shortens; tests run both)
     cdef public bint alone_rates
     cdef public int64_t apart_solved  # components given their routes' own rates (`alone_rates`)
+    #: while no link carries two routes and no route two flows, a component is the flows of the
+    #: routes marked (False: always searched through the links, the path it shortens; tests run both)
+    cdef public bint apart_search
+    cdef int64_t shared_links  # links that carry two routes with flows or more
+    cdef int64_t crowded_routes  # routes that carry two flows or more
     cdef bint apart  # the component `_component` found last: flows alone on links of their own
     cdef int64_t met_links  # links its search met through routes
     cdef vector[double] route_alone  # route -> its rate alone (0: not known yet)
@@ -865,6 +870,7 @@ cdef class CoreFluid(CoreNet):
         self.dirty_token = -1
         self.dense_merge = True
         self.alone_rates = True
+        self.apart_search = True
 
     cdef void _start(self, int mid) except *:
         cdef CoreScheduler s = self._sched
@@ -904,9 +910,13 @@ cdef class CoreFluid(CoreNet):
         if mine.empty():  # the route's links carry it from now on
             for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
                 self.link_live[self.route_keys[j]] += 1
+                if self.link_live[self.route_keys[j]] == 2:
+                    self.shared_links += 1
             if self.listed_on[r] != self.route_ptr[r + 1] - self.route_ptr[r]:
                 self._list(r)
         mine.push_back(pair[int64_t, int](f.seq, fid))
+        if mine.size() == 2:
+            self.crowded_routes += 1
         self._mark(r, 0, now)
 
     cdef void _list(self, int r) noexcept:
@@ -979,10 +989,14 @@ cdef class CoreFluid(CoreNet):
             if mine[0][i].second == fid:
                 mine.erase(mine.begin() + i)
                 break
+        if mine.size() == 1:
+            self.crowded_routes -= 1
         cdef bint left = not mine.empty()
         if not left:  # the route's last flow: its links no longer carry the route
             for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
                 k = self.route_keys[j]
+                if self.link_live[k] == 2:
+                    self.shared_links -= 1
                 self.link_live[k] -= 1
                 if self.link_live[k]:
                     left = True
@@ -1061,6 +1075,8 @@ cdef class CoreFluid(CoreNet):
         links, in the order they were sent, into `comp` (their routes into `found`). Links hold
         routes, and each route its flows in the order sent, so the search meets each route once and
         the flows come out of a merge of sorted lists."""
+        if self.apart_search and self.shared_links == 0 and self.crowded_routes == 0 and self._marked_apart(keys):
+            return
         self.stamp += 1
         cdef int64_t st = self.stamp
         cdef vector[int]* stack = &self.stack
@@ -1172,6 +1188,40 @@ cdef class CoreFluid(CoreNet):
             if c < lst.size():
                 heads.push_back(pair[int64_t, int](-lst[0][c].first, <int>i))
                 push_heap(heads.begin(), heads.end())
+
+    cdef bint _marked_apart(self, vector[int]& keys) noexcept:
+        """`_component` while no link carries two routes and no route two flows (`apart_search`):
+        the flows of the routes marked, in the order sent, each alone on its links (False, and
+        nothing found, where a link itself or a route without flows was marked: then the search)."""
+        cdef vector[pair[int64_t, int]]* pairs = &self.heads
+        pairs.clear()
+        cdef size_t i
+        cdef int k, r
+        cdef bint ordered = True
+        for i in range(keys.size()):
+            k = keys[i]
+            if k >= 0:
+                return False
+            r = -k - 1
+            if self.rflows[r].empty():  # drained since it was marked: its links are searched
+                return False
+            if not pairs.empty() and pairs.back().first >= self.rflows[r][0].first:
+                ordered = False
+            pairs.push_back(pair[int64_t, int](self.rflows[r][0].first, r))
+        if not ordered:
+            sort(pairs.begin(), pairs.end())
+        self.found.clear()
+        self.comp.clear()
+        self.comp_route.clear()
+        for i in range(pairs.size()):
+            if i and pairs[0][i].first == pairs[0][i - 1].first:  # a route marked twice
+                continue
+            r = pairs[0][i].second
+            self.found.push_back(r)
+            self.comp.push_back(self.rflows[r][0].second)
+            self.comp_route.push_back(r)
+        self.apart = True
+        return True
 
     cdef inline void _links_of(self, int r, int64_t st) noexcept:
         """Route r's links not met yet in search `st`, onto the search's stack."""
