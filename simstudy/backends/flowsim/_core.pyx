@@ -467,10 +467,11 @@ cdef class CoreScheduler:
             self._dup(self.drains.size() - 1, moving)
             return self.seq
         cdef size_t i = self.dpos[slot]
-        # later than before (a larger insertion number, and a time that may be either side)
-        self._dup(i, moving)
-        i = self.dpos[slot]
-        self._ddown(i, self.drains[i])
+        # a larger insertion number: it moves up only where its time is earlier than before
+        if t < self.drains[i].t:
+            self._dup(i, moving)
+        else:
+            self._ddown(i, moving)
         return self.seq
 
     def at(self, int64_t t, fn, *args):
