@@ -804,9 +804,10 @@ cdef class CoreFluid(CoreNet):
     cdef vector[double] cap
     cdef vector[Flow] flows
     cdef vector[int] free_ids
-    # link -> routes on it, every one that carries flows and some that no longer do (dropped from a
-    # link's list only when a search finds the list mostly empty routes: a flow's start and drain
-    # then touch each of its links' counts, not their lists)
+    # link -> routes on it, every one that carries flows and some that no longer do: a route whose
+    # last flow drains stays on its links' lists where none of them carries another route (a ring's
+    # next step mostly takes the same route: its start and drain touch only each link's count), and
+    # a search drops routes without flows from a list it finds mostly such routes
     cdef vector[vector[int]] on_link
     cdef vector[int] link_live  # link -> the routes on it that carry flows
     cdef vector[int] listed_on  # route -> the lists of its links it is on
@@ -993,6 +994,7 @@ cdef class CoreFluid(CoreNet):
         if mine.size() == 1:
             self.crowded_routes -= 1
         cdef bint left = not mine.empty()
+        cdef vector[int]* lst
         if not left:  # the route's last flow: its links no longer carry the route
             for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
                 k = self.route_keys[j]
@@ -1001,6 +1003,15 @@ cdef class CoreFluid(CoreNet):
                 self.link_live[k] -= 1
                 if self.link_live[k]:
                     left = True
+            if left and self.listed_on[r]:  # links that others still use (and searches meet): off their lists
+                for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
+                    lst = &self.on_link[self.route_keys[j]]
+                    for i in range(lst.size()):
+                        if lst[0][i] == r:
+                            lst[0][i] = lst.back()
+                            lst.pop_back()
+                            break
+                self.listed_on[r] = 0
         cdef CoreScheduler s = self._sched
         cdef int64_t now = s.now
         if left:
