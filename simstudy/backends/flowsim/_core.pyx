@@ -923,7 +923,7 @@ cdef class CoreFluid(CoreNet):
 
     cdef void _list(self, int r) noexcept:
         """Route r onto the lists of those of its links that dropped it (or never had it)."""
-        cdef int j, k
+        cdef int j
         cdef size_t i
         cdef bint there
         cdef vector[int]* lst
@@ -1254,7 +1254,7 @@ cdef class CoreFluid(CoreNet):
         cdef vector[int]* comp = &self.comp
         cdef size_t i, n = comp.size()
         cdef int r, j
-        cdef double x, m
+        cdef double m
         if self.route_alone.size() + 1 < self.route_ptr.size():
             self.route_alone.resize(self.route_ptr.size() - 1, 0.0)
         self.alone_rate.resize(n)
@@ -1263,11 +1263,7 @@ cdef class CoreFluid(CoreNet):
             r = self.comp_route[i]
             m = self.route_alone[r]
             if m == 0.0:
-                m = INFINITY
-                for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
-                    x = self.cap[self.route_keys[j]] / <double>self.route_mult[j]
-                    if x < m:
-                        m = x
+                m = self._alone(r)
                 if not (m > 0.0 and m < INFINITY):
                     return NULL
                 self.route_alone[r] = m
@@ -1359,7 +1355,8 @@ cdef class CoreFluid(CoreNet):
             self.flow_rate[i] = self.route_rate[self.comp_route[i]]
         return &self.flow_rate
 
-    cdef vector[double] _single(self, int r) noexcept:
+    cdef double _alone(self, int r) noexcept:
+        """Route r's rate alone: the smallest of its links' capacity over its multiplicity."""
         cdef double best = INFINITY
         cdef double x
         cdef int j
@@ -1367,8 +1364,11 @@ cdef class CoreFluid(CoreNet):
             x = self.cap[self.route_keys[j]] / <double>self.route_mult[j]
             if x < best:
                 best = x
+        return best
+
+    cdef vector[double] _single(self, int r) noexcept:
         cdef vector[double] out
-        out.push_back(best)
+        out.push_back(self._alone(r))
         return out
 
     cdef int _local(self, int k, vector[int]& links) noexcept:
