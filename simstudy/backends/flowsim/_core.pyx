@@ -143,7 +143,15 @@ cdef extern from *:
         free.pop_back();
         return at;
     }
-    template <class T> void sim_up(std::vector<T>& h, size_t i, T moving, int64_t* pos) {
+    // a pair onto a vector, constructed in place (a pair built on the stack and copied is read back
+    // in one wide load from two narrower stores, which the processor does not forward)
+    static inline void sim_pair(std::vector<std::pair<int64_t, int>>& v, int64_t a, int b) { v.emplace_back(a, b); }
+    static inline void sim_pair(std::vector<std::pair<int64_t, int64_t>>& v, int64_t a, int64_t b) {
+        v.emplace_back(a, b);
+    }
+    // `moving` by reference (never an entry of `h`): a struct built field by field and passed by value
+    // is copied in wider loads than it was stored in, which the processor does not forward
+    template <class T> void sim_up(std::vector<T>& h, size_t i, const T& moving, int64_t* pos) {
         while (i > 0) {
             size_t parent = (i - 1) >> 2;
             if (!sim_before(moving, h[parent])) break;
@@ -152,7 +160,7 @@ cdef extern from *:
         }
         sim_place(h, i, moving, pos);
     }
-    template <class T> void sim_down(std::vector<T>& h, size_t i, T moving, int64_t* pos) {
+    template <class T> void sim_down(std::vector<T>& h, size_t i, const T& moving, int64_t* pos) {
         size_t n = h.size();
         for (;;) {
             size_t first = 4 * i + 1;
@@ -186,8 +194,10 @@ cdef extern from *:
         int64_t seq
         int64_t slot
     I sim_alloc[T, I](vector[T]& items, vector[I]& free) noexcept
-    void sim_up[T](vector[T]& h, size_t i, T moving, int64_t* pos) noexcept
-    void sim_down[T](vector[T]& h, size_t i, T moving, int64_t* pos) noexcept
+    void sim_pair(vector[pair[int64_t, int]]& v, int64_t a, int b) noexcept
+    void sim_pair(vector[pair[int64_t, int64_t]]& v, int64_t a, int64_t b) noexcept
+    void sim_up[T](vector[T]& h, size_t i, const T& moving, int64_t* pos) noexcept
+    void sim_down[T](vector[T]& h, size_t i, const T& moving, int64_t* pos) noexcept
 
 
 cdef enum:
@@ -330,32 +340,45 @@ cdef class CoreScheduler:
 
     cdef int64_t push(self, int64_t t, int prio, int kind, object obj, int64_t a, int64_t b, int64_t c,
                       object args) noexcept:
-        """Queue an event; its slot."""
-        cdef Payload pl
+        """Queue an event; its slot. (Its payload is written in place, field by field: a payload
+        built on the stack and copied whole is read back in wider loads than it was written in,
+        which the processor cannot forward from its stores.)"""
+        cdef int64_t slot = self._slot()
+        cdef Payload* pl = &self.slab[slot]
         pl.kind = kind
         pl.a = a
         pl.b = b
         pl.c = c
         pl.obj = _own(obj)
         pl.args = _own(args)
-        return self._push(t, prio, pl)
+        self._queued(t, prio, slot)
+        return slot
 
-    cdef int64_t _push(self, int64_t t, int64_t prio, Payload& pl) noexcept:
+    cdef int64_t _slot(self) noexcept:
+        """A free slot for an event."""
         cdef int64_t slot
         if self.free_slots.empty():
             slot = self.slab.size()
-            self.slab.push_back(pl)
+            self.slab.resize(slot + 1)
             self.dpos.push_back(-1)
         else:
             slot = self.free_slots.back()
             self.free_slots.pop_back()
-            self.slab[slot] = pl
+        return slot
+
+    cdef void _queued(self, int64_t t, int64_t prio, int64_t slot) noexcept:
+        """The event in `slot` into the queue at (t, prio), with the next insertion number."""
         self.seq += 1
         self.slab[slot].seq = self.seq
         self._enter(t, prio, self.seq, slot)
         self.live += 1
         if self.live > self.peak:
             self.peak = self.live
+
+    cdef int64_t _push(self, int64_t t, int64_t prio, Payload& pl) noexcept:
+        cdef int64_t slot = self._slot()
+        self.slab[slot] = pl
+        self._queued(t, prio, slot)
         return slot
 
     cdef void _enter(self, int64_t t, int64_t prio, int64_t seq, int64_t slot) noexcept:
@@ -370,7 +393,7 @@ cdef class CoreScheduler:
                 b = self._open(t, prio, key)
             self.last_key = key
             self.last_bucket = b
-        self.buckets[b].items.push_back(pair[int64_t, int64_t](seq, slot))
+        sim_pair(self.buckets[b].items, seq, slot)
 
     cdef int64_t _open(self, int64_t t, int64_t prio, int64_t key) noexcept:
         cdef int64_t b = sim_alloc(self.buckets, self.free_buckets)
@@ -387,16 +410,16 @@ cdef class CoreScheduler:
         self._up(self.heap.size() - 1, moving)
         return b
 
-    cdef inline void _up(self, size_t i, Item moving) noexcept:
+    cdef inline void _up(self, size_t i, const Item& moving) noexcept:
         sim_up(self.heap, i, moving, NULL)
 
-    cdef inline void _down(self, size_t i, Item moving) noexcept:
+    cdef inline void _down(self, size_t i, const Item& moving) noexcept:
         sim_down(self.heap, i, moving, NULL)
 
-    cdef inline void _dup(self, size_t i, Drain moving) noexcept:
+    cdef inline void _dup(self, size_t i, const Drain& moving) noexcept:
         sim_up(self.drains, i, moving, self.dpos.data())
 
-    cdef inline void _ddown(self, size_t i, Drain moving) noexcept:
+    cdef inline void _ddown(self, size_t i, const Drain& moving) noexcept:
         sim_down(self.drains, i, moving, self.dpos.data())
 
     cdef void _close_top(self) noexcept:
@@ -481,36 +504,48 @@ cdef class CoreScheduler:
         """Run `fn` at `t`, after every ordinary event of that time."""
         self.push(t, 1, EV_PY, fn, 0, 0, 0, args)
 
-    cdef void _dispatch(self, Payload& ev) except *:
-        cdef int kind = ev.kind
-        cdef object obj = <object>ev.obj
+    cdef void _dispatch(self, int kind, PyObject* pobj, int64_t a, int64_t b, int64_t c, PyObject* args) except *:
+        cdef object obj = <object>pobj
         if kind == EV_PY:
-            obj(*(<object>ev.args))
+            obj(*(<object>args))
         elif kind == EV_DRAIN:
-            (<CoreFluid>obj)._drain(ev.a, ev.b)
+            (<CoreFluid>obj)._drain(a, b)
         elif kind == EV_RECOMPUTE:
-            (<CoreFluid>obj)._recompute(ev.a)
+            (<CoreFluid>obj)._recompute(a)
         elif kind == EV_ARRIVE:
-            (<CoreNet>obj)._arrive(<int>ev.a)
+            (<CoreNet>obj)._arrive(<int>a)
         elif kind == EV_SEND:
-            (<CoreCollectiveRun>obj)._send(<int>ev.a, <int>ev.b)
+            (<CoreCollectiveRun>obj)._send(<int>a, <int>b)
         elif kind == EV_LEAVE:
-            (<CoreCollectiveRun>obj)._leave(<int>ev.a, <int>ev.b)
+            (<CoreCollectiveRun>obj)._leave(<int>a, <int>b)
         elif kind == EV_GENERAL:
-            (<CoreCollectiveRun>obj)._general(<int>ev.a, <int>ev.b, <int>ev.c)
+            (<CoreCollectiveRun>obj)._general(<int>a, <int>b, <int>c)
         elif kind == EV_HOP:
-            (<CoreAware>obj)._hop_done(<int>ev.a, <int>ev.b)
+            (<CoreAware>obj)._hop_done(<int>a, <int>b)
         elif kind == EV_FREE:
-            (<CoreAware>obj)._free(<int>ev.a)
+            (<CoreAware>obj)._free(<int>a)
         elif kind == EV_NODE:
-            (<CoreNodes>obj)._on_done(<int>ev.a, <int>ev.b)
+            (<CoreNodes>obj)._on_done(<int>a, <int>b)
         elif kind == EV_COMM:
-            (<CoreNodes>obj)._comm_done(<int>ev.a, ev.b)
+            (<CoreNodes>obj)._comm_done(<int>a, b)
         elif kind == EV_GATHER:
-            (<CoreNodes>obj)._instant_over(ev.a)
+            (<CoreNodes>obj)._instant_over(a)
 
     cdef Payload _take(self) noexcept:
         """The first event (`_settle` found one): out of the queue, its slot free, the time its own."""
+        cdef int64_t slot = self._take_slot()
+        cdef Payload ev = self.slab[slot]
+        self._free_slot(slot)
+        return ev
+
+    cdef inline void _free_slot(self, int64_t slot) noexcept:
+        self.slab[slot].seq = 0
+        self.free_slots.push_back(slot)
+        self.live -= 1
+
+    cdef int64_t _take_slot(self) noexcept:
+        """The first event's slot (`_settle` found one): out of the queue (the slot not free yet),
+        the time its own."""
         cdef Bucket* bk
         cdef int64_t slot
         cdef Drain d, last
@@ -528,20 +563,22 @@ cdef class CoreScheduler:
             slot = bk.items[bk.head].second
             bk.head += 1
             self.now = bk.t
-        cdef Payload ev = self.slab[slot]
-        self.slab[slot].seq = 0
-        self.free_slots.push_back(slot)
-        self.live -= 1
-        return ev
+        return slot
 
     cdef void _run_one(self) except *:
-        cdef Payload ev = self._take()
-        self.ran[ev.kind] += 1
+        cdef int64_t slot = self._take_slot()
+        cdef Payload* ev = &self.slab[slot]
+        cdef int kind = ev.kind
+        cdef PyObject* obj = ev.obj
+        cdef PyObject* args = ev.args
+        cdef int64_t a = ev.a, b = ev.b, c = ev.c
+        self._free_slot(slot)
+        self.ran[kind] += 1
         try:
-            self._dispatch(ev)
+            self._dispatch(kind, obj, a, b, c, args)
         finally:
-            Py_XDECREF(ev.obj)
-            Py_XDECREF(ev.args)
+            Py_XDECREF(obj)
+            Py_XDECREF(args)
 
     def run_before(self, t_stop, tick=None):
         """Run every event earlier than `t_stop` (`math.inf`: every event); `tick()` every `TICK`
@@ -904,19 +941,21 @@ cdef class CoreFluid(CoreNet):
         f.ev_sched = 0
         f.ev_slot = -1
         f.ev_key = -1
-        cdef int j
+        cdef int j, k, live
         if <size_t>r >= self.rflows.size():
             self.rflows.resize(self.route_ptr.size() - 1)
             self.listed_on.resize(self.route_ptr.size() - 1, 0)
         cdef vector[pair[int64_t, int]]* mine = &self.rflows[r]
         if mine.empty():  # the route's links carry it from now on
             for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
-                self.link_live[self.route_keys[j]] += 1
-                if self.link_live[self.route_keys[j]] == 2:
+                k = self.route_keys[j]
+                live = self.link_live[k] + 1
+                self.link_live[k] = live
+                if live == 2:
                     self.shared_links += 1
             if self.listed_on[r] != self.route_ptr[r + 1] - self.route_ptr[r]:
                 self._list(r)
-        mine.push_back(pair[int64_t, int](f.seq, fid))
+        sim_pair(mine[0], f.seq, fid)
         if mine.size() == 2:
             self.crowded_routes += 1
         self._mark(r, 0, now)
@@ -1185,7 +1224,7 @@ cdef class CoreFluid(CoreNet):
         for i in range(found.size()):
             lst = &self.rflows[found[0][i]]
             if not lst.empty():
-                heads.push_back(pair[int64_t, int](-lst[0][0].first, <int>i))
+                sim_pair(heads[0], -lst[0][0].first, <int>i)
         make_heap(heads.begin(), heads.end())
         while not heads.empty():
             pop_heap(heads.begin(), heads.end())
@@ -1198,7 +1237,7 @@ cdef class CoreFluid(CoreNet):
             c += 1
             self.cursor[i] = c
             if c < lst.size():
-                heads.push_back(pair[int64_t, int](-lst[0][c].first, <int>i))
+                sim_pair(heads[0], -lst[0][c].first, <int>i)
                 push_heap(heads.begin(), heads.end())
 
     cdef bint _marked_apart(self, vector[int]& keys) noexcept:
@@ -1219,7 +1258,7 @@ cdef class CoreFluid(CoreNet):
                 return False
             if not pairs.empty() and pairs.back().first >= self.rflows[r][0].first:
                 ordered = False
-            pairs.push_back(pair[int64_t, int](self.rflows[r][0].first, r))
+            sim_pair(pairs[0], self.rflows[r][0].first, r)
         if not ordered:
             sort(pairs.begin(), pairs.end())
         self.found.clear()
