@@ -878,7 +878,9 @@ cdef class CoreFluid(CoreNet):
     cdef public bint alone_rates
     cdef public int64_t apart_solved  # components given their routes' own rates (`alone_rates`)
     #: while no link carries two routes and no route two flows, a component is the flows of the
-    #: routes marked (False: always searched through the links, the path it shortens; tests run both)
+    #: routes marked; and where every route marked has its links to itself (no other route with
+    #: flows on one), it is those routes' flows (False: always searched through the links, the path
+    #: both shorten; tests run both)
     cdef public bint apart_search
     cdef int64_t shared_links  # links that carry two routes with flows or more
     cdef int64_t crowded_routes  # routes that carry two flows or more
@@ -1125,9 +1127,22 @@ cdef class CoreFluid(CoreNet):
         """The flows connected to `keys` (links, and routes as `_mark` puts them) through shared
         links, in the order they were sent, into `comp` (their routes into `found`). Links hold
         routes, and each route its flows in the order sent, so the search meets each route once and
-        the flows come out of a merge of sorted lists."""
+        the flows come out of a merge of sorted lists. Where the routes marked have their links to
+        themselves, there is nothing to search (`_marked_alone`): a ring's steps mostly are so, even
+        while other routes share links elsewhere."""
         if self.apart_search and self.shared_links == 0 and self.crowded_routes == 0 and self._marked_apart(keys):
             return
+        if self.route_stamp.size() + 1 < self.route_ptr.size():
+            self.route_stamp.resize(self.route_ptr.size() - 1, 0)
+        if not (self.apart_search and self._marked_alone(keys)):
+            self._search(keys)
+        self.comp.clear()
+        self.comp_route.clear()
+        self._merge()
+
+    cdef void _search(self, vector[int]& keys) noexcept:
+        """`_component`'s search: the routes with flows reachable from `keys` through links, into
+        `found` (and whether they may be apart, and the links met)."""
         self.stamp += 1
         cdef int64_t st = self.stamp
         cdef vector[int]* stack = &self.stack
@@ -1136,8 +1151,6 @@ cdef class CoreFluid(CoreNet):
         found.clear()
         self.apart = True
         self.met_links = 0
-        if self.route_stamp.size() + 1 < self.route_ptr.size():
-            self.route_stamp.resize(self.route_ptr.size() - 1, 0)
         cdef size_t i
         cdef int k, r
         for i in range(keys.size()):
@@ -1169,8 +1182,45 @@ cdef class CoreFluid(CoreNet):
                 self._links_of(r, st)
             if self.on_link[k].size() > 2 * <size_t>self.link_live[k] + 8:
                 self._prune(k)
-        self.comp.clear()
-        self.comp_route.clear()
+
+    cdef bint _marked_alone(self, vector[int]& keys) noexcept:
+        """`_search` where every key is a route with flows whose links carry no other route with
+        flows (`apart_search`): the routes marked, with no search through the links' lists (False,
+        and the search to do, where a link itself, a route without flows, a link another route
+        with flows uses, or a link a route takes twice is met)."""
+        self.stamp += 1
+        cdef int64_t st = self.stamp
+        cdef vector[int]* found = &self.found
+        found.clear()
+        self.met_links = 0
+        cdef size_t i
+        cdef int k, r, j, lk
+        for i in range(keys.size()):
+            k = keys[i]
+            if k >= 0:
+                return False
+            r = -k - 1
+            if self.route_stamp[r] == st:
+                continue
+            if self.rflows[r].empty():
+                return False
+            self.route_stamp[r] = st
+            for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
+                lk = self.route_keys[j]
+                if self.link_live[lk] != 1 or self.key_stamp[lk] == st:
+                    return False
+                self.key_stamp[lk] = st
+            self.met_links += self.route_ptr[r + 1] - self.route_ptr[r]
+            found.push_back(r)
+        self.apart = True
+        return True
+
+    cdef void _merge(self) noexcept:
+        """The flows of the routes `found`, merged in the order sent, into `comp` (their routes into
+        `comp_route`); whether they are apart (`apart`): each route one flow, no link met twice."""
+        cdef vector[int]* found = &self.found
+        cdef size_t i
+        cdef int r
         cdef vector[pair[int64_t, int]]* lst
         cdef int64_t entries = 0
         if self.apart:  # each link met once per route: no two routes share one, none repeats one
