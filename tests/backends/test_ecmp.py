@@ -107,3 +107,30 @@ def test_the_compiled_hash_picks_the_paths_of_networks_pick(multi: list[tuple[in
     net = Network.from_topology(topology_of(scenario("flow").topology))
     assert core_picks(multi, flow, chunks) == tuple(net.pick(s, d, flow + c, n) for s, d, n in multi
                                                    for c in range(chunks))
+
+
+@pytest.mark.skipif(CORE_MISSING is not None and not os.environ.get("CI"), reason=f"{CORE_MISSING} (CI builds it)")
+@settings(max_examples=300, deadline=None)
+@given(pairs=st.lists(st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**31 - 1), st.integers(1, 512)),
+                      min_size=1, max_size=6),
+       flows=st.lists(st.integers(0, 2**50), min_size=1, max_size=4))
+def test_the_compiled_runs_key_routes_by_the_path_networks_pick_gives(pairs: list[tuple[int, int, int]],
+                                                                      flows: list[int]) -> None:
+    """A compiled run keeps a route by the path ECMP picks for its flow (`_core.PathCounts`), which
+    must be the path `Network.pick` gives that flow, whatever the number of paths (one: always the
+    first); each pair's number of paths is asked once."""
+    from simstudy.backends.flowsim import _core
+
+    net = Network.from_topology(topology_of(scenario("flow").topology))
+    paths = {(s, d): n for s, d, n in pairs}
+    asked: list[tuple[int, int]] = []
+
+    def count(s: int, d: int) -> int:
+        asked.append((s, d))
+        return paths[(s, d)]
+
+    counts = _core.PathCounts(count)
+    for (s, d), n in paths.items():
+        for flow in flows:
+            assert counts.pick(s, d, flow) == (net.pick(s, d, flow, n) if n > 1 else 0)
+    assert sorted(asked) == sorted(paths)

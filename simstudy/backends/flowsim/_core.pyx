@@ -1692,6 +1692,64 @@ def core_plan(plan):
     return found
 
 
+cdef extern from *:
+    """
+    #include <cstdio>
+    #include <cstdint>
+    // zlib's crc32 (the reflected polynomial 0xEDB88320) of "src,dst,flow" in decimal, which
+    // `Network.pick` hashes in Python
+    static uint32_t sim_crc_table[256];
+    static void sim_crc_init() {
+        for (uint32_t n = 0; n < 256; ++n) {
+            uint32_t c = n;
+            for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            sim_crc_table[n] = c;
+        }
+    }
+    static int64_t sim_pick(int64_t src, int64_t dst, int64_t flow, int64_t n) {
+        char buf[80];
+        int len = std::snprintf(buf, sizeof buf, "%lld,%lld,%lld", (long long)src, (long long)dst, (long long)flow);
+        uint32_t c = 0xFFFFFFFFu;
+        for (int i = 0; i < len; ++i) c = sim_crc_table[(c ^ (unsigned char)buf[i]) & 0xFF] ^ (c >> 8);
+        return (int64_t)((c ^ 0xFFFFFFFFu) % (uint32_t)n);
+    }
+    """
+    void sim_crc_init()
+    int64_t sim_pick(int64_t src, int64_t dst, int64_t flow, int64_t n)
+
+
+sim_crc_init()
+
+
+cdef class PathCounts:
+    """How many equal-cost paths each (source, destination) pair has (`count(src, dst)`, asked once
+    per pair): what lets a compiled run keep its routes by the path ECMP picks for a flow, not by
+    the flow, so that a collective finds the routes earlier ones found (ECMP per flow gives every
+    collective flows of its own)."""
+
+    cdef unordered_map[int64_t, int64_t] n
+    cdef object count
+
+    def __init__(self, count):
+        self.count = count
+
+    cdef int64_t of(self, int64_t src, int64_t dst) except -1:
+        cdef int64_t key = (src << 32) | dst
+        cdef unordered_map[int64_t, int64_t].iterator at = self.n.find(key)
+        if at != self.n.end():
+            return deref(at).second
+        cdef int64_t v = int(self.count(src, dst))
+        if v <= 0:
+            raise ValueError(f"PathCounts: no path from {src} to {dst}")
+        self.n[key] = v
+        return v
+
+    def pick(self, int64_t src, int64_t dst, int64_t flow):
+        """The path `Network.pick` gives a flow of the pair (its number among the pair's paths)."""
+        cdef int64_t n = self.of(src, dst)
+        return sim_pick(src, dst, flow, n) if n > 1 else 0
+
+
 cdef class RouteEntry:
     cdef tuple keys
     cdef object mult
@@ -1704,7 +1762,7 @@ cdef class RouteEntry:
 
 cdef struct RouteHit:
     int64_t size
-    int64_t flow
+    int64_t flow  # the flow, or the path ECMP picks for it (`_route`)
     PyObject* entry  # a RouteEntry the run's `held` list keeps
 
 
@@ -1739,6 +1797,7 @@ cdef class CoreCollectiveRun(OnQueue):
     cdef vector[char] sending     # whether a rank is in `senders`
     cdef int64_t flow
     cdef bint per_flow
+    cdef PathCounts paths  # where routes depend on the flow only through the path ECMP picks
     cdef int n
     cdef public int done
     cdef vector[int] running    # n x queues
@@ -1768,7 +1827,7 @@ cdef class CoreCollectiveRun(OnQueue):
 
     def __init__(self, plan, CoreScheduler sched, CoreNet net, route, on_rank_done, on_batch=None, *,
                  on_count=None, int64_t ranks=0,
-                 int64_t flow=0, dict routes=None, bint per_flow=True):
+                 int64_t flow=0, dict routes=None, bint per_flow=True, PathCounts paths=None):
         self.cp = core_plan(plan)
         self._sched = sched
         self.net = net
@@ -1782,6 +1841,7 @@ cdef class CoreCollectiveRun(OnQueue):
             self.sending.resize(ranks, 0)
         self.flow = flow
         self.per_flow = per_flow
+        self.paths = paths
         cdef CorePlan cp = self.cp
         self.n = cp.n
         self.running.resize(cp.n * cp.queues, 0)
@@ -1878,20 +1938,27 @@ cdef class CoreCollectiveRun(OnQueue):
         self._sched.push(self._sched.now + ph.delay, 0, EV_SEND, self, i, c, 0, None)
 
     cdef RouteEntry _route(self, int64_t src, int64_t dst, int64_t size, int64_t flow):
-        """The route of a message: from this run's own table, else the caller's (`routes`), else `route`."""
+        """The route of a message: from this run's own table, else the caller's (`routes`), else `route`.
+        Both tables keep it by flow where routes depend on it (`per_flow`), by the path ECMP picks
+        for the flow where `paths` is given (as -1 - its number: never a flow), else by neither."""
+        cdef int64_t by = flow
+        cdef int64_t npaths
         if not self.per_flow:
-            flow = 0
+            flow = by = 0
+        elif self.paths is not None:
+            npaths = self.paths.of(src, dst)
+            by = -1 - (sim_pick(src, dst, flow, npaths) if npaths > 1 else 0)
         cdef vector[RouteHit]* hits = &self.hits[(src << 32) | dst]
         cdef size_t h
         cdef RouteEntry e
         for h in range(hits.size()):
-            if hits[0][h].size == size and hits[0][h].flow == flow:
+            if hits[0][h].size == size and hits[0][h].flow == by:
                 e = <RouteEntry>hits[0][h].entry
                 if e.model != self.net.serial:
                     e.model = self.net.serial
                     e.rid = self.net.route_id(e.keys, e.mult) if e.keys else -1
                 return e
-        key = (src, dst, size, flow)
+        key = (src, dst, size, by)
         e = self.routes.get(key)
         if e is None:
             keys, mult, latency, alone = self.route(src, dst, size, flow)
@@ -1909,7 +1976,7 @@ cdef class CoreCollectiveRun(OnQueue):
         self.held.append(e)  # the table's reference
         cdef RouteHit hit
         hit.size = size
-        hit.flow = flow
+        hit.flow = by
         hit.entry = <PyObject*>e
         hits = &self.hits[(src << 32) | dst]
         hits.push_back(hit)
@@ -2713,35 +2780,6 @@ cdef list _plain_nodes(const unsigned char[::1] data, const int64_t[::1] fresh, 
 
 
 # -- ECMP -----------------------------------------------------------------------------------------
-
-
-cdef extern from *:
-    """
-    #include <cstdio>
-    #include <cstdint>
-    // zlib's crc32 (the reflected polynomial 0xEDB88320) of "src,dst,flow" in decimal, which
-    // `Network.pick` hashes in Python
-    static uint32_t sim_crc_table[256];
-    static void sim_crc_init() {
-        for (uint32_t n = 0; n < 256; ++n) {
-            uint32_t c = n;
-            for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            sim_crc_table[n] = c;
-        }
-    }
-    static int64_t sim_pick(int64_t src, int64_t dst, int64_t flow, int64_t n) {
-        char buf[80];
-        int len = std::snprintf(buf, sizeof buf, "%lld,%lld,%lld", (long long)src, (long long)dst, (long long)flow);
-        uint32_t c = 0xFFFFFFFFu;
-        for (int i = 0; i < len; ++i) c = sim_crc_table[(c ^ (unsigned char)buf[i]) & 0xFF] ^ (c >> 8);
-        return (int64_t)((c ^ 0xFFFFFFFFu) % (uint32_t)n);
-    }
-    """
-    void sim_crc_init()
-    int64_t sim_pick(int64_t src, int64_t dst, int64_t flow, int64_t n)
-
-
-sim_crc_init()
 
 
 def ecmp_picks(list multi, int64_t flow, int64_t chunks):

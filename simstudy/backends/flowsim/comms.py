@@ -218,6 +218,13 @@ class Comms:
         self.model: NetModel = model or self.model_class(sched, self.routes.effective, net.latency)
         #: the compiled collectives' routes, by (src, dst, size, flow): the shared network's, and each lane set's
         self._core_routes: dict[tuple[int, int, int, int], Any] = {}
+        #: the paths of each pair, for the compiled runs to keep routes by the path ECMP picks (not by
+        #: flow: a collective then finds the routes of earlier ones); none where pairs are pinned
+        self._core_paths: Any = None
+        if self.compiled and not net.pinned:
+            from simstudy.backends.flowsim import _core
+
+            self._core_paths = _core.PathCounts(lambda s, d: len(net.paths(s, d)))
         self.emit = emit
         #: when given, isolated collectives only report (transfers, bytes, bytes sent per rank)
         self.count = count
@@ -494,7 +501,7 @@ class Comms:
             cache.clear()
         return _core.CoreCollectiveRun(plan, sched, model, route, done, batch,  # type: ignore[arg-type]
                                        flow=flow, routes=cache, per_flow=per_flow, on_count=count,
-                                       ranks=self.routes.net.hosts)
+                                       ranks=self.routes.net.hosts, paths=self._core_paths if per_flow else None)
 
     def _replay(self, act: Activity) -> None:
         """Turn an isolated collective into a message-by-message one: replay it alone from its
