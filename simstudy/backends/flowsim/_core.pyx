@@ -28,7 +28,7 @@ and solver property test, which run on this engine by default).
 import numpy as np
 
 from libc.math cimport floor, INFINITY
-from libc.stdint cimport int32_t, int64_t, INT64_MAX
+from libc.stdint cimport int32_t, int64_t, uint64_t, INT64_MAX
 from libc.string cimport memcpy
 from libcpp.vector cimport vector
 from libcpp.deque cimport deque
@@ -63,63 +63,10 @@ cdef extern from *:
         void clear() { map.clear(); }
     };
 
-    // an int64 -> int64 map of keys >= 0 (the open buckets by time and priority): open addressing,
-    // linear probing, deletion by backward shift (no tombstones); one probe of one array mostly,
-    // where std::unordered_map follows a node pointer per lookup
-    struct SimKeyMap {
-        std::vector<int64_t> keys, vals;
-        size_t mask = 15, n = 0;
-        SimKeyMap() : keys(16, -1), vals(16, 0) {}
-        static inline size_t slot_of(int64_t k, size_t mask) {
-            uint64_t x = (uint64_t)k * 0x9E3779B97F4A7C15ULL;
-            return (size_t)(x ^ (x >> 29)) & mask;
-        }
-        int64_t find(int64_t k) const {
-            for (size_t i = slot_of(k, mask);; i = (i + 1) & mask) {
-                if (keys[i] == k) return vals[i];
-                if (keys[i] < 0) return -1;
-            }
-        }
-        void put(int64_t k, int64_t v) {
-            if (2 * (n + 1) > keys.size()) grow();
-            size_t i = slot_of(k, mask);
-            while (keys[i] >= 0 && keys[i] != k) i = (i + 1) & mask;
-            if (keys[i] < 0) ++n;
-            keys[i] = k;
-            vals[i] = v;
-        }
-        void erase(int64_t k) {
-            size_t i = slot_of(k, mask);
-            while (keys[i] != k) {
-                if (keys[i] < 0) return;
-                i = (i + 1) & mask;
-            }
-            // shift back every later entry of the run that may move into the hole
-            for (size_t j = (i + 1) & mask; keys[j] >= 0; j = (j + 1) & mask) {
-                size_t h = slot_of(keys[j], mask);
-                bool stays = i <= j ? (i < h && h <= j) : (i < h || h <= j);
-                if (stays) continue;
-                keys[i] = keys[j];
-                vals[i] = vals[j];
-                i = j;
-            }
-            keys[i] = -1;
-            --n;
-        }
-        void grow() {
-            std::vector<int64_t> ok(keys.size() * 2, -1), ov(keys.size() * 2, 0);
-            ok.swap(keys);
-            ov.swap(vals);
-            mask = keys.size() - 1;
-            n = 0;
-            for (size_t i = 0; i < ok.size(); ++i)
-                if (ok[i] >= 0) put(ok[i], ov[i]);
-        }
-    };
-
     // the queue's two 4-ary heaps (four children side by side in memory): buckets by (time,
-    // priority), moved drains by (time, insertion); a drain's place is kept in `pos` by slot
-    struct SimItem { int64_t t; int64_t key; };
+    // priority, first insertion), moved drains by (time, insertion); a drain's place is kept in
+    // `pos` by slot
+    struct SimItem { int64_t t; int64_t key; int64_t b; };
     struct SimDrain { int64_t t; int64_t seq; int64_t slot; };
     // without branches: which of two events comes first is as good as a coin toss to a predictor
     static inline bool sim_before(const SimItem& x, const SimItem& y) {
@@ -175,19 +122,16 @@ cdef extern from *:
         sim_place(h, i, moving, pos);
     }
     """
-    cdef cppclass SimKeyMap:
-        int64_t find(int64_t k)
-        void put(int64_t k, int64_t v)
-        void erase(int64_t k)
     cdef cppclass SimSolved:
         const vector[double]* get(const vector[int]& k)
         void put(const vector[int]& k, const vector[double]& v)
         void clear()
-    # a bucket's place in the heap of buckets: its time, and its priority (bits 62-63) and number
-    # (below; only one bucket of a time and priority is queued at once, so the number never orders)
+    # a bucket's place in the heap of buckets: its time, its priority (bits 62-63) and first event's
+    # insertion number (below), and its number
     cdef struct SimItem:
         int64_t t
         int64_t key
+        int64_t b
     # a moved drain event: its time, insertion number and slot
     cdef struct SimDrain:
         int64_t t
@@ -213,6 +157,9 @@ cdef enum:
     #: Entries of a collective's plan (chunks x phases x messages stored) up to which a run keeps
     #: each entry's route by place, not only by (source, destination, size, flow)
     ROUTE_CACHE = 1 << 20
+    #: The queue's cache of buckets by time and priority: 2 ** CACHE_BITS of them
+    CACHE_BITS = 3
+    CACHED = 1 << CACHE_BITS
 
 cdef class OnQueue
 cdef class CoreNet(OnQueue)
@@ -278,6 +225,10 @@ cdef inline int64_t _bucket_key(int64_t t, int64_t prio) noexcept nogil:
     return (t << 1) | prio
 
 
+cdef inline int _cache_slot(int64_t key) noexcept nogil:
+    return <int>((<uint64_t>key * <uint64_t>0x9E3779B97F4A7C15ULL) >> (64 - CACHE_BITS))
+
+
 cdef class CoreScheduler:
     """`sched.Scheduler` in C++: the events in (time, priority, insertion) order, and the current time (ns).
 
@@ -297,8 +248,13 @@ cdef class CoreScheduler:
     cdef vector[Item] heap          # buckets by (time, priority)
     cdef vector[Bucket] buckets
     cdef vector[int64_t] free_buckets
-    cdef SimKeyMap open_buckets  # (time, priority) -> bucket queued
-    cdef int64_t last_key           # the bucket the last event went to
+    # (time, priority) -> the bucket its events go to, for a few: direct-mapped by key, and the one
+    # the last event went to. Several buckets of one time and priority may be queued: one whose key
+    # left the cache takes no more events, so each bucket's insertion numbers all come before those of
+    # a later bucket of its time and priority, and the heap orders buckets by their first one
+    cdef int64_t cache_key[CACHED]
+    cdef int64_t cache_bucket[CACHED]
+    cdef int64_t last_key
     cdef int64_t last_bucket
     cdef vector[Drain] drains       # a 4-ary heap of drain events, their places by slot in `dpos`
     # events after every ordinary one of the current instant (priority 1 at `late_t`, the time it was
@@ -324,6 +280,8 @@ cdef class CoreScheduler:
         self.seq = 0
         self.last_key = -1
         self.last_bucket = -1
+        for k in range(CACHED):
+            self.cache_key[k] = -1
 
     def __dealloc__(self):
         cdef size_t i
@@ -393,11 +351,14 @@ cdef class CoreScheduler:
         the heap of buckets, was a quarter of the buckets of ResNet-50 DP 256 fluid)."""
         cdef int64_t key = _bucket_key(t, prio)
         cdef int64_t b
+        cdef int c
         if key == self.last_key:
             b = self.last_bucket
         else:
-            b = self.open_buckets.find(key)
-            if b < 0:
+            c = _cache_slot(key)
+            if self.cache_key[c] == key:
+                b = self.cache_bucket[c]
+            else:
                 if prio == 1 and t == self.now:
                     if self.late_head == self.late.size():
                         self.late.clear()
@@ -405,22 +366,25 @@ cdef class CoreScheduler:
                         self.late_t = t
                     sim_pair(self.late, seq, slot)
                     return
-                b = self._open(t, prio, key)
+                b = self._open(t, prio, seq)
+                self.cache_key[c] = key
+                self.cache_bucket[c] = b
             self.last_key = key
             self.last_bucket = b
         sim_pair(self.buckets[b].items, seq, slot)
 
-    cdef int64_t _open(self, int64_t t, int64_t prio, int64_t key) noexcept:
+    cdef int64_t _open(self, int64_t t, int64_t prio, int64_t seq) noexcept:
+        """A bucket of (t, prio) whose first event has insertion number `seq`, into the heap."""
         cdef int64_t b = sim_alloc(self.buckets, self.free_buckets)
         cdef Bucket* bk = &self.buckets[b]
         bk.t = t
         bk.prio = prio
         bk.items.clear()
         bk.head = 0
-        self.open_buckets.put(key, b)
         cdef Item moving
         moving.t = t
-        moving.key = (prio << 62) | b
+        moving.key = (prio << 62) | seq
+        moving.b = b
         self.heap.push_back(moving)
         self._up(self.heap.size() - 1, moving)
         return b
@@ -439,11 +403,13 @@ cdef class CoreScheduler:
 
     cdef void _close_top(self) noexcept:
         """The first bucket is used up: out of the heap, free for another instant."""
-        cdef int64_t b = self.heap[0].key & ((<int64_t>1 << 62) - 1)
+        cdef int64_t b = self.heap[0].b
         cdef Bucket* bk = &self.buckets[b]
         cdef int64_t key = _bucket_key(bk.t, bk.prio)
-        self.open_buckets.erase(key)
-        if self.last_key == key:
+        cdef int c = _cache_slot(key)
+        if self.cache_key[c] == key and self.cache_bucket[c] == b:
+            self.cache_key[c] = -1
+        if self.last_key == key and self.last_bucket == b:
             self.last_key = -1
         bk.items.clear()
         bk.head = 0
@@ -462,7 +428,7 @@ cdef class CoreScheduler:
                 self.late[self.late_head].first:
             self.late_head += 1
         while self.heap.size():
-            bk = &self.buckets[self.heap[0].key & ((<int64_t>1 << 62) - 1)]
+            bk = &self.buckets[self.heap[0].b]
             while bk.head < bk.items.size():
                 e = &bk.items[bk.head]
                 if self.slab[e.second].seq == e.first:
@@ -473,8 +439,7 @@ cdef class CoreScheduler:
 
     cdef int _source(self) noexcept:
         """Where the first event waits (`_settle` found one): 0 the first bucket, 1 the drains' heap,
-        2 the late list (after every event of its instant but those of priority 1, none of which
-        waits in a bucket while it has any, and before every later one)."""
+        2 the late list (after every ordinary event of its instant, and before every later one)."""
         cdef bint drain = self._drain_first()
         cdef Bucket* bk
         if self.late_head < self.late.size():
@@ -482,8 +447,10 @@ cdef class CoreScheduler:
                 return 1 if self.drains[0].t == self.late_t else 2
             if self.heap.empty():
                 return 2
-            bk = &self.buckets[self.heap[0].key & ((<int64_t>1 << 62) - 1)]
-            return 0 if bk.t == self.late_t and bk.prio == 0 else 2
+            bk = &self.buckets[self.heap[0].b]
+            if bk.t == self.late_t and (bk.prio == 0 or bk.items[bk.head].first < self.late[self.late_head].first):
+                return 0
+            return 2
         return 1 if drain else 0
 
     cdef bint _drain_first(self) noexcept:
@@ -493,7 +460,7 @@ cdef class CoreScheduler:
             return False
         if self.heap.empty():
             return True
-        cdef Bucket* bk = &self.buckets[self.heap[0].key & ((<int64_t>1 << 62) - 1)]
+        cdef Bucket* bk = &self.buckets[self.heap[0].b]
         cdef Drain* d = &self.drains[0]
         if d.t != bk.t:
             return d.t < bk.t
@@ -599,7 +566,7 @@ cdef class CoreScheduler:
             if self.drains.size():
                 self._ddown(0, last)
         else:
-            bk = &self.buckets[self.heap[0].key & ((<int64_t>1 << 62) - 1)]
+            bk = &self.buckets[self.heap[0].b]
             slot = bk.items[bk.head].second
             bk.head += 1
             self.now = bk.t
