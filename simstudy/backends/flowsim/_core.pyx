@@ -1277,7 +1277,7 @@ cdef class CoreFluid(CoreNet):
         cdef size_t e
         self.cursor.assign(found.size(), 0)
         cdef size_t c
-        if self.dense_merge and span <= 4 * <int64_t>n + 64:
+        if self.dense_merge and span <= 64 * <int64_t>n + 256:
             self.placed.assign(span, -1)  # seq - lo -> the index of its route in `found`
             for i in range(found.size()):
                 lst = &self.rflows[found[0][i]]
