@@ -135,6 +135,16 @@ def test_compiled_fluid_model_equals_python_on_flows_apart(data: tuple[list[floa
     assert_solvers_agree(*data, latency)
 
 
+@needs_core
+def test_flows_of_a_route_alone_take_the_fills_share() -> None:
+    """Three flows on one route alone (multiplicity 3 on its link), beside a route of one flow: each
+    takes the fill's share, the link's capacity over 3 x 3, not its route's rate alone over 3, a
+    different double (12.5 / 9 = 1.3888888888888888, 12.5 / 3 / 3 = 1.388888888888889: a 1,000-byte
+    flow drains at 720 or at 719 ns)."""
+    msgs: list[Message] = [(0, (0,), (3,), 1000)] * 3 + [(0, (1,), None, 1000)]
+    assert_solvers_agree([12.5, 12.5], msgs, 0.0)
+
+
 @st.composite
 def crowds(draw: st.DrawFn) -> tuple[list[float], list[Message]]:
     """Many messages on a few routes, started in waves: components of more than 12 flows that come

@@ -885,9 +885,9 @@ cdef class CoreFluid(CoreNet):
     #: in the order sent, or else by placing their flows by seq where the seqs are dense (False: always
     #: through the heap of the lists' heads, the path both shorten; the property tests run both)
     cdef public bint dense_merge
-    #: give the flows of a component that share no link with one another each its route's own rate
-    #: (what the max-min fill gives them, where no two of those rates are within its tolerance), not
-    #: through the fill of the whole (False: always the fill, the path it shortens; tests run both)
+    #: give the flows of a component whose routes share no link with one another each its route's own
+    #: share (what the max-min fill gives them, where no two of those shares are within its tolerance),
+    #: not through the fill of the whole (False: always the fill, the path it shortens; tests run both)
     cdef public bint alone_rates
     cdef public int64_t apart_solved  # components given their routes' own rates (`alone_rates`)
     #: while no link carries two routes and no route two flows, a component is the flows of the
@@ -897,9 +897,11 @@ cdef class CoreFluid(CoreNet):
     cdef public bint apart_search
     cdef int64_t shared_links  # links that carry two routes with flows or more
     cdef int64_t crowded_routes  # routes that carry two flows or more
-    cdef bint apart  # the component `_component` found last: flows alone on links of their own
+    cdef bint apart  # the component `_component` found last: routes alone on links of their own
     cdef int64_t met_links  # links its search met through routes
     cdef vector[double] route_alone  # route -> its rate alone (0: not known yet)
+    cdef vector[double] route_shared  # route -> each flow's rate where `route_by` flows take it alone
+    cdef vector[int] route_by
     cdef vector[double] alone_rate  # the last component's rates by flow, `alone_rates`' way
     cdef vector[double] distinct
     cdef vector[int] expanded  # a large component's routes as a multiset: each route its flows' times
@@ -1236,18 +1238,18 @@ cdef class CoreFluid(CoreNet):
         cdef int r
         cdef vector[pair[int64_t, int]]* lst
         cdef int64_t entries = 0, last = -1
-        cdef bint single = True, ordered = self.dense_merge
-        for i in range(found.size()):  # each route one flow? in the order sent already?
+        cdef bint ordered = self.dense_merge
+        for i in range(found.size()):  # each route one flow, in the order sent already?
             lst = &self.rflows[found[0][i]]
             if lst.size() != 1:
-                single = ordered = False
-                break
-            if lst[0][0].first < last:
                 ordered = False
-            last = lst[0][0].first
+            elif lst[0][0].first < last:
+                ordered = False
+            else:
+                last = lst[0][0].first
             entries += self.route_ptr[found[0][i] + 1] - self.route_ptr[found[0][i]]
         # apart: each link met once per route, so no two routes share one and none repeats one
-        self.apart = self.apart and single and entries == self.met_links
+        self.apart = self.apart and entries == self.met_links
         if ordered:  # routes of one flow each, found in the order sent (a ring's step mostly): no merge
             for i in range(found.size()):
                 r = found[0][i]
@@ -1358,27 +1360,36 @@ cdef class CoreFluid(CoreNet):
                 self.met_links += 1
 
     cdef const vector[double]* _apart_rates(self) noexcept:
-        """The rates of a component of flows that share no link (`apart`): each flow its route's
-        rate alone, the smallest of its links' capacity over its multiplicity. The fill of the
-        whole gives each flow the smallest share of the round that freezes it, and a round freezes
-        every flow whose share is within 1e-12 of that smallest share: so each flow gets its own
-        rate exactly where no two of the rates are that close (else NULL: the fill decides)."""
+        """The rates of a component of routes that share no link (`apart`): each of a route's k
+        flows the smallest of its links' capacity over k times its multiplicity, the share the fill
+        gives the link (its multiplicities summed over the route's flows: whole numbers, exact). The
+        fill of the whole gives each flow the smallest share of the round that freezes it, and a
+        round freezes every flow whose share is within 1e-12 of that smallest share: so each flow
+        gets its route's share exactly where no two of the shares are that close (else NULL: the
+        fill decides)."""
         cdef vector[int]* comp = &self.comp
         cdef size_t i, n = comp.size()
-        cdef int r, j
+        cdef int r, j, k
         cdef double m
         if self.route_alone.size() + 1 < self.route_ptr.size():
             self.route_alone.resize(self.route_ptr.size() - 1, 0.0)
+            self.route_shared.resize(self.route_ptr.size() - 1, 0.0)
+            self.route_by.resize(self.route_ptr.size() - 1, 0)
         self.alone_rate.resize(n)
         self.distinct.clear()
         for i in range(n):
             r = self.comp_route[i]
-            m = self.route_alone[r]
+            k = <int>self.rflows[r].size()
+            m = self.route_alone[r] if k == 1 else self.route_shared[r] if self.route_by[r] == k else 0.0
             if m == 0.0:
-                m = self._alone(r)
+                m = self._alone(r, k)
                 if not (m > 0.0 and m < INFINITY):
                     return NULL
-                self.route_alone[r] = m
+                if k == 1:
+                    self.route_alone[r] = m
+                else:
+                    self.route_shared[r] = m
+                    self.route_by[r] = k
             self.alone_rate[i] = m
             if self.distinct.empty() or self.distinct.back() != m:
                 for j in range(<int>self.distinct.size()):
@@ -1467,13 +1478,14 @@ cdef class CoreFluid(CoreNet):
             self.flow_rate[i] = self.route_rate[self.comp_route[i]]
         return &self.flow_rate
 
-    cdef double _alone(self, int r) noexcept:
-        """Route r's rate alone: the smallest of its links' capacity over its multiplicity."""
+    cdef double _alone(self, int r, int64_t k=1) noexcept:
+        """The rate of each of k flows of route r alone on its links: the smallest of its links'
+        capacity over k times its multiplicity."""
         cdef double best = INFINITY
         cdef double x
         cdef int j
         for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
-            x = self.cap[self.route_keys[j]] / <double>self.route_mult[j]
+            x = self.cap[self.route_keys[j]] / <double>(k * self.route_mult[j])
             if x < best:
                 best = x
         return best
