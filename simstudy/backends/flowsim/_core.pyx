@@ -914,6 +914,7 @@ cdef class CoreFluid(CoreNet):
     cdef vector[int] local_of  # link -> its index in the component being filled (valid where link_stamp is)
     cdef vector[int64_t] link_stamp
     cdef vector[int64_t] route_stamp  # route -> the search that met its links last
+    cdef vector[char] route_repeats  # route -> 2 where it takes a link twice, 1 where not, 0 not known yet
 
     name = "fluid"
 
@@ -1106,12 +1107,7 @@ cdef class CoreFluid(CoreNet):
         cdef int64_t now = s.now
         cdef size_t i
         cdef Flow* f
-        for i in range(comp.size()):
-            f = &self.flows[comp[0][i]]
-            if f.t_upd != now:
-                f.remaining -= f.rate * <double>(now - f.t_upd)
-                f.t_upd = now
-        cdef const vector[double]* rates = NULL
+        cdef const vector[double]* rates = NULL  # (they depend on routes only, not on what is left)
         if self.apart and self.alone_rates:
             rates = self._apart_rates()
             if rates != NULL:
@@ -1122,6 +1118,9 @@ cdef class CoreFluid(CoreNet):
         cdef int64_t wait, key
         for i in range(comp.size()):
             f = &self.flows[comp[0][i]]
+            if f.t_upd != now:  # what is left now, at the rate it had
+                f.remaining -= f.rate * <double>(now - f.t_upd)
+                f.t_upd = now
             r = deref(rates)[i]
             if r <= 0.0:
                 f.const_ = False
@@ -1205,7 +1204,9 @@ cdef class CoreFluid(CoreNet):
         """`_search` where every key is a route with flows whose links carry no other route with
         flows (`apart_search`): the routes marked, with no search through the links' lists (False,
         and the search to do, where a link itself, a route without flows, a link another route
-        with flows uses, or a link a route takes twice is met)."""
+        with flows uses, or a link a route takes twice is met). While no link carries two routes
+        with flows (`shared_links`, ResNet-50 DP 256 fluid: 91,177 of 91,394 components), no link of
+        a route with flows does: then only the routes are looked at, not their links."""
         self.stamp += 1
         cdef int64_t st = self.stamp
         cdef vector[int]* found = &self.found
@@ -1213,6 +1214,7 @@ cdef class CoreFluid(CoreNet):
         self.met_links = 0
         cdef size_t i
         cdef int k, r, j, lk
+        cdef bint unshared = self.shared_links == 0
         for i in range(keys.size()):
             k = keys[i]
             if k >= 0:
@@ -1223,15 +1225,34 @@ cdef class CoreFluid(CoreNet):
             if self.rflows[r].empty():
                 return False
             self.route_stamp[r] = st
-            for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
-                lk = self.route_keys[j]
-                if self.link_live[lk] != 1 or self.key_stamp[lk] == st:
+            if unshared:
+                if self._repeats(r):
                     return False
-                self.key_stamp[lk] = st
+            else:
+                for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
+                    lk = self.route_keys[j]
+                    if self.link_live[lk] != 1 or self.key_stamp[lk] == st:
+                        return False
+                    self.key_stamp[lk] = st
             self.met_links += self.route_ptr[r + 1] - self.route_ptr[r]
             found.push_back(r)
         self.apart = True
         return True
+
+    cdef inline bint _repeats(self, int r) noexcept:
+        """Whether route r takes a link twice (found once per route)."""
+        if self.route_repeats.size() <= <size_t>r:
+            self.route_repeats.resize(self.route_ptr.size() - 1, 0)
+        cdef char known = self.route_repeats[r]
+        cdef int j, i
+        if known == 0:
+            known = 1
+            for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
+                for i in range(self.route_ptr[r], j):
+                    if self.route_keys[i] == self.route_keys[j]:
+                        known = 2
+            self.route_repeats[r] = known
+        return known == 2
 
     cdef void _merge(self) noexcept:
         """The flows of the routes `found`, merged in the order sent, into `comp` (their routes into
