@@ -62,6 +62,7 @@ def test_one_flow_per_link_agrees_with_fluid(ns3: None, tmp_path: Path) -> None:
     assert packets.output.total_bytes == fluid.output.total_bytes
     assert packets.details["ns3"]["packets_lost"] == 0 and packets.details["ns3"]["timeouts"] == 0
     assert packets.details["congestion"] == "ns3"  # one name from the CLI to run.json
+    assert 0 < packets.details["ns3"]["ns3_s"] < packets.wall_time_s  # time inside ns-3, within the run's
 
 
 @pytest.mark.parametrize("framework", ["pytorch_ddp", "tensorflow_mwms"])

@@ -13,6 +13,7 @@ import importlib.util
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,9 @@ class Fabric:
             self.link_of[i] = ab
             self.link_of[j] = ab + 1
             done.update((i, j))
+        #: wall seconds spent inside ns-3 running the simulation (`run_until`), the rest of a packet
+        #: run's wall time being the engine's and the backend's
+        self.ns3_s = 0.0
         self.routed: set[tuple[int, int]] = set()
         self.conns: dict[tuple[int, int], int] = {}
         self.pcaps: list[Path] = []
@@ -236,7 +240,9 @@ class Fabric:
         messages as (id, time ns) by time, then id (the order of events of one instant is not
         ns-3's to keep: it depends on where its objects sit in memory)."""
         cpp = self.cpp
+        t0 = time.perf_counter()
         n = int(cpp.RunUntil(t_ns))
+        self.ns3_s += time.perf_counter() - t0
         if not n:
             return []
         ids, ts = cpp.done_id, cpp.done_t
@@ -248,15 +254,16 @@ class Fabric:
     def now_ns(self) -> int:
         return int(self.cpp.Now())
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, int | float]:
         """Packets put on links (each hop counts), lost on links (loss), dropped by full queues,
-        retransmission timeouts and fast recoveries (every connection, both ends)."""
+        retransmission timeouts and fast recoveries (every connection, both ends); `ns3_s`: the
+        wall seconds spent inside ns-3 after the connections were up."""
         cpp = self.cpp
         return {"connections": len(self.conns), "packets_on_links": int(cpp.packets_sent),
                 "packets_lost": int(cpp.drops), "queue_drops": int(cpp.queue_drops), "timeouts": int(cpp.timeouts),
                 "fast_recoveries": int(cpp.fast_recoveries), "loss_probes": int(cpp.probes),
                 "rack_resends": int(cpp.rack_resends), "setup_ns": self.t0_ns,
-                "late_sends": int(cpp.late_sends)}
+                "late_sends": int(cpp.late_sends), "ns3_s": round(self.ns3_s, 3)}
 
     def close(self) -> None:
         """Flush the pcaps and destroy the simulator."""

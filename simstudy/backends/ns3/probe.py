@@ -14,7 +14,7 @@ from simstudy.compiler.topology_file import NetworkTopology
 
 
 def message_times(topology: NetworkTopology, src: int, dst: int, size: int, count: int,
-                  *, gap_ns: int = 0) -> tuple[list[int], dict[str, int]]:
+                  *, gap_ns: int = 0) -> tuple[list[int], dict[str, int | float]]:
     """Each message's time (ns, from its send until the receiver has its last byte) and the
     network's counters (`Fabric.stats`). `gap_ns` waits between an arrival and the next send."""
     fab = Fabric(Network.from_topology(topology))
