@@ -3,7 +3,12 @@
 Runs one spec on the packet network (`--backend ns3`, no pcaps) and prints its simulation's wall
 time, the part of it spent inside ns-3 (`run.json`'s `details.ns3.ns3_s`: every call that runs
 ns-3 up to the engine's next event), the rest (flowsim's engine, the messages handed to ns-3,
-reading and writing), the packets ns-3 put on links and packets per second. With `--send-buffers`,
+reading and writing), the packets ns-3 put on links and packets per second. Then the C++-only
+reference: the same messages (streams, sizes, ns-3 send times, as the run recorded them) queued in
+a fresh fabric of the same network all at once and run to the last one's end with no engine in
+between (specs of at most 32 ranks, whose connections all open at the start); the backend's speed
+as a share of the reference's is the reference's wall time over the run's simulation phase's.
+With `--send-buffers`,
 the same spec again with each host's socket buffers set to that many KiB (receive buffers 1.5
 times as large), which changes the traffic: it shows how the run's cost grows with the segments
 a connection keeps in flight (ns-3 3.44's TCP walks its list of sent segments for every segment it
@@ -25,9 +30,11 @@ from pathlib import Path
 # this directory's ns3.py (benchmarks/ns3.py) would shadow the ns3 wheel: off the import path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from simstudy.backends import simulate  # noqa: E402
-from simstudy.backends.ns3 import available  # noqa: E402
-from simstudy.spec import BackendSpec, Scenario, load_runnable  # noqa: E402
+from simstudy.backends.ns3 import Ns3Backend, available  # noqa: E402
+from simstudy.backends.ns3.fabric import FULL_MESH_RANKS, Fabric  # noqa: E402
+from simstudy.backends.ns3.probe import replay  # noqa: E402
+from simstudy.compiler import compile_any  # noqa: E402
+from simstudy.spec import Scenario, load_runnable  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,18 +55,29 @@ def main() -> None:
                                                                "receive_buffer_kib": kib * 3 // 2})
         topology = base.topology.model_copy(update={"transport": transport})
         cases.append((f"send buffer {kib} KiB", base.model_copy(update={"topology": topology})))
-    print(f"{'case':<22} {'wall s':>8} {'in ns-3 s':>10} {'share':>6} {'rest s':>7} {'packets':>11} "
-          f"{'packets/s':>10} {'iteration ms':>13}")
+    print(f"{'case':<22} {'wall s':>8} {'sim s':>7} {'in ns-3 s':>10} {'share':>6} {'packets':>11} "
+          f"{'packets/s':>10} {'iteration ms':>13}  C++-only reference")
+    Fabric.record_sends = True
     with tempfile.TemporaryDirectory() as tmp:
         for i, (label, spec) in enumerate(cases):
+            bundle = compile_any(spec, Path(tmp) / f"b{i}").bundle
+            backend = Ns3Backend(traffic="none")
             t0 = time.perf_counter()
-            result = simulate(spec, Path(tmp) / str(i), BackendSpec(name="ns3"))
+            result = backend.run(bundle, Path(tmp) / str(i))
             wall = time.perf_counter() - t0
+            sim = result.details["phases_s"]["simulate"]
             ns3 = result.details["ns3"]
             inside, packets = ns3["ns3_s"], ns3["packets_on_links"]
             iters = spec.training.iterations
-            print(f"{label:<22} {wall:>8.1f} {inside:>10.1f} {inside / wall:>6.0%} {wall - inside:>7.1f} "
-                  f"{packets:>11,} {packets / wall:>10,.0f} {result.finish_ns / iters / 1e6:>13.3f}", flush=True)
+            assert backend.info is not None and backend.sends is not None
+            against = "(connections open on demand: none)"
+            if backend.info.topology.hosts <= FULL_MESH_RANKS:
+                ref_s, stats = replay(backend.info.topology, backend.sends)
+                ref_packets = int(stats["packets_on_links"])
+                against = (f"{ref_s:.1f} s, {ref_packets:,} packets, {ref_packets / ref_s:,.0f}/s; the backend at "
+                           f"{ref_s / sim:.0%} of its speed")
+            print(f"{label:<22} {wall:>8.1f} {sim:>7.1f} {inside:>10.1f} {inside / sim:>6.0%} {packets:>11,} "
+                  f"{packets / sim:>10,.0f} {result.finish_ns / iters / 1e6:>13.3f}  {against}", flush=True)
 
 
 if __name__ == "__main__":

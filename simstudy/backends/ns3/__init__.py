@@ -48,6 +48,8 @@ class Ns3Backend(FlowsimBackend):
         self.pcap_dir: Path | None = None
         self.info: WorkloadInfo | None = None
         self.t0_ns = 0
+        #: the messages the last run sent, where its fabric kept them (`Fabric.record_sends`)
+        self.sends: list[tuple[int, int, int, int]] | None = None
 
     def run(self, bundle: Any, workdir: Path, *, timeout_s: float | None = None) -> RunResult:
         refusal = astra_sim_refusal(bundle)  # ns-3's switches forward packets; they do not add chunks either
@@ -71,6 +73,7 @@ class Ns3Backend(FlowsimBackend):
             return {}
         stats = fabric.stats()
         self.t0_ns = fabric.t0_ns
+        self.sends = fabric.sends
         fabric.close()
         self.fabric = None
         messages = model.messages if isinstance(model, Ns3Net) else 0

@@ -133,8 +133,13 @@ class Fabric:
     ns-3 to a time or to the next completed message. Times are ns-3's (ns); `t0_ns` is when the
     job starts (after the connections at the start are up)."""
 
+    #: keep every message sent, as (stream, bytes, id, ns-3 time ns), in `sends` (the C++-only
+    #: reference of `benchmarks/ns3_profile.py` sends them again, all at once, with no engine between)
+    record_sends = False
+
     def __init__(self, net: Network, *, pcap_dir: Path | None = None) -> None:
         self.ns = ns = load()
+        self.sends: list[tuple[int, int, int, int]] | None = [] if self.record_sends else None
         self.net = net
         topo = net.topology
         self.transport = topo.transport
@@ -233,6 +238,8 @@ class Fabric:
 
     def send(self, stream: int, nbytes: int, msg_id: int, t_ns: int) -> None:
         """Queue a message on `stream` at ns-3 time t_ns (not before ns-3's now)."""
+        if self.sends is not None:
+            self.sends.append((stream, nbytes, msg_id, t_ns))
         self.cpp.Send(stream, nbytes, msg_id, t_ns)
 
     def run_until(self, t_ns: int) -> list[tuple[int, int]]:

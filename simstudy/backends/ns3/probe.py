@@ -1,15 +1,22 @@
-"""Messages on the packet network without a workload: one connection, one message after another.
+"""Messages on the packet network without a workload.
 
-What `benchmarks/tcp_model.py` measures to calibrate flowsim's TCP model under loss, and what a
-test checks the packet network with: how long each of `count` messages of `size` bytes takes from
-rank `src` to rank `dst`, each sent when the one before has arrived (as a ring step's messages go).
+`message_times`: one connection, one message after another. What `benchmarks/tcp_model.py`
+measures to calibrate flowsim's TCP model under loss, and what a test checks the packet network
+with: how long each of `count` messages of `size` bytes takes from rank `src` to rank `dst`, each
+sent when the one before has arrived (as a ring step's messages go).
+
+`replay`: the messages a run sent (`Fabric.record_sends`), all queued at once in a fresh fabric of
+the same network and run to the end with no engine between them: the C++-only reference of
+`benchmarks/ns3_profile.py`.
 """
 
 from __future__ import annotations
 
+import time
+
 from simstudy.backends.base import BackendError
 from simstudy.backends.network import Network
-from simstudy.backends.ns3.fabric import Fabric
+from simstudy.backends.ns3.fabric import FULL_MESH_RANKS, Fabric
 from simstudy.compiler.topology_file import NetworkTopology
 
 
@@ -34,3 +41,29 @@ def message_times(topology: NetworkTopology, src: int, dst: int, size: int, coun
     finally:
         fab.close()
     return out, stats
+
+
+def replay(topology: NetworkTopology, sends: list[tuple[int, int, int, int]]) -> tuple[float, dict[str, int | float]]:
+    """The wall seconds ns-3 takes to carry `sends` ((stream, bytes, id, ns-3 time ns), as a run's
+    fabric recorded them) to their ends, queued all at once, and the network's counters. Only for
+    networks whose connections all open at the start (`FULL_MESH_RANKS` ranks or fewer): elsewhere
+    a run opens them when first needed, at times a replay does not know."""
+    if topology.hosts > FULL_MESH_RANKS:
+        raise BackendError(f"a replay needs every connection open at the start: at most {FULL_MESH_RANKS} ranks, "
+                           f"not {topology.hosts}")
+    fab = Fabric(Network.from_topology(topology))
+    try:
+        for stream, nbytes, msg_id, t_ns in sends:
+            fab.send(stream, nbytes, msg_id, t_ns)
+        left = len(sends)
+        t0 = time.perf_counter()
+        while left:
+            done = fab.run_until(-1)
+            if not done:
+                raise BackendError(f"ns-3: {left} messages of the replay never arrived")
+            left -= len(done)
+        wall = time.perf_counter() - t0
+        stats = fab.stats()
+    finally:
+        fab.close()
+    return wall, stats
