@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from simstudy.backends.ns3 import Ns3Backend, available  # noqa: E402
-from simstudy.backends.ns3.fabric import FULL_MESH_RANKS, Fabric  # noqa: E402
+from simstudy.backends.ns3.fabric import FULL_MESH_RANKS  # noqa: E402
 from simstudy.backends.ns3.probe import replay  # noqa: E402
 from simstudy.compiler import compile_any  # noqa: E402
 from simstudy.spec import Scenario, load_runnable  # noqa: E402
@@ -57,11 +57,10 @@ def main() -> None:
         cases.append((f"send buffer {kib} KiB", base.model_copy(update={"topology": topology})))
     print(f"{'case':<22} {'wall s':>8} {'sim s':>7} {'in ns-3 s':>10} {'share':>6} {'packets':>11} "
           f"{'packets/s':>10} {'iteration ms':>13}  C++-only reference")
-    Fabric.record_sends = True
     with tempfile.TemporaryDirectory() as tmp:
         for i, (label, spec) in enumerate(cases):
             bundle = compile_any(spec, Path(tmp) / f"b{i}").bundle
-            backend = Ns3Backend(traffic="none")
+            backend = Ns3Backend(traffic="none", record_sends=True)
             t0 = time.perf_counter()
             result = backend.run(bundle, Path(tmp) / str(i))
             wall = time.perf_counter() - t0

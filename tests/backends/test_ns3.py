@@ -111,23 +111,19 @@ def test_runs_are_reproducible(ns3: None, tmp_path: Path) -> None:
 
 
 def test_a_replay_of_a_runs_messages_puts_the_same_packets_on_the_links(ns3: None, tmp_path: Path) -> None:
-    """The messages a run sent (`Fabric.record_sends`), queued at once in a fresh fabric with no
+    """The messages a run sent (`record_sends`), queued at once in a fresh fabric with no
     engine between them (the C++-only reference of benchmarks/ns3_profile.py): the same packets."""
     from simstudy.backends.ns3 import Ns3Backend
-    from simstudy.backends.ns3.fabric import Fabric
     from simstudy.compiler import compile_any
 
     sc = scenario(topology={"kind": "star", "npus": 4, "bandwidth_gbps": 1, "latency_ns": 5000})
-    backend = Ns3Backend(traffic="none")
-    Fabric.record_sends = True
-    try:
-        run = backend.run(compile_any(sc, tmp_path / "b").bundle, tmp_path / "r")
-    finally:
-        Fabric.record_sends = False
+    backend = Ns3Backend(traffic="none", record_sends=True)
+    run = backend.run(compile_any(sc, tmp_path / "b").bundle, tmp_path / "r")
     assert backend.info is not None and backend.sends is not None
     assert len(backend.sends) == run.details["ns3"]["messages"]
     wall, stats = probe.replay(backend.info.topology, backend.sends)
     assert wall > 0 and stats["packets_on_links"] == run.details["ns3"]["packets_on_links"] > 0
+    backend = Ns3Backend(traffic="none")
     backend.run(compile_any(sc, tmp_path / "b2").bundle, tmp_path / "r2")
     assert backend.sends is None  # nothing kept unless asked
 

@@ -1258,7 +1258,7 @@ cdef class CoreFluid(CoreNet):
 
     cdef void _merge(self) noexcept:
         """The flows of the routes `found`, merged in the order sent, into `comp` (their routes into
-        `comp_route`); whether they are apart (`apart`): each route one flow, no link met twice."""
+        `comp_route`); whether their routes are apart (`apart`): no link met twice."""
         cdef vector[int]* found = &self.found
         cdef size_t i
         cdef int r

@@ -32,12 +32,13 @@ __all__ = ["MISSING", "Ns3Backend", "available", "iteration_spans"]
 
 class Ns3Backend(FlowsimBackend):
     """flowsim's engine on ns-3's packet network. `traffic`: rows, links or none as flowsim, or
-    pcap: rows and ns-3's pcaps (one per rank interface, raw IP, in the run's `pcap/`)."""
+    pcap: rows and ns-3's pcaps (one per rank interface, raw IP, in the run's `pcap/`).
+    `record_sends`: keep the messages each run sends (`sends`), for `probe.replay`."""
 
     name = "ns3"
 
     def __init__(self, *, traffic: str = "rows", traffic_bin_s: float = 1e-3,
-                 progress: Callable[[Progress], None] | None = None) -> None:
+                 progress: Callable[[Progress], None] | None = None, record_sends: bool = False) -> None:
         if not available():
             raise BackendError(MISSING)
         super().__init__(traffic="rows" if traffic == "pcap" else traffic, traffic_bin_s=traffic_bin_s,
@@ -48,7 +49,8 @@ class Ns3Backend(FlowsimBackend):
         self.pcap_dir: Path | None = None
         self.info: WorkloadInfo | None = None
         self.t0_ns = 0
-        #: the messages the last run sent, where its fabric kept them (`Fabric.record_sends`)
+        self.record_sends = record_sends
+        #: the messages the last run sent, where they were kept (`record_sends`)
         self.sends: list[tuple[int, int, int, int]] | None = None
 
     def run(self, bundle: Any, workdir: Path, *, timeout_s: float | None = None) -> RunResult:
@@ -64,7 +66,7 @@ class Ns3Backend(FlowsimBackend):
     def network_model(self, info: WorkloadInfo, net: Network, workdir: Path) -> Callable[[Scheduler], NetModel]:
         self.info = info
         self.pcap_dir = workdir / layout.PCAP_DIR if self.pcap else None
-        fabric = self.fabric = Fabric(net, pcap_dir=self.pcap_dir)
+        fabric = self.fabric = Fabric(net, pcap_dir=self.pcap_dir, record_sends=self.record_sends)
         return lambda sched: Ns3Net(sched, fabric)
 
     def network_done(self, model: NetModel) -> dict[str, Any]:

@@ -133,13 +133,11 @@ class Fabric:
     ns-3 to a time or to the next completed message. Times are ns-3's (ns); `t0_ns` is when the
     job starts (after the connections at the start are up)."""
 
-    #: keep every message sent, as (stream, bytes, id, ns-3 time ns), in `sends` (the C++-only
-    #: reference of `benchmarks/ns3_profile.py` sends them again, all at once, with no engine between)
-    record_sends = False
-
-    def __init__(self, net: Network, *, pcap_dir: Path | None = None) -> None:
+    def __init__(self, net: Network, *, pcap_dir: Path | None = None, record_sends: bool = False) -> None:
         self.ns = ns = load()
-        self.sends: list[tuple[int, int, int, int]] | None = [] if self.record_sends else None
+        #: `record_sends`: every message sent, as (stream, bytes, id, ns-3 time ns) (the C++-only
+        #: reference of `benchmarks/ns3_profile.py` sends them again, all at once, no engine between)
+        self.sends: list[tuple[int, int, int, int]] | None = [] if record_sends else None
         self.net = net
         topo = net.topology
         self.transport = topo.transport

@@ -5,9 +5,9 @@ measures to calibrate flowsim's TCP model under loss, and what a test checks the
 with: how long each of `count` messages of `size` bytes takes from rank `src` to rank `dst`, each
 sent when the one before has arrived (as a ring step's messages go).
 
-`replay`: the messages a run sent (`Fabric.record_sends`), all queued at once in a fresh fabric of
-the same network and run to the end with no engine between them: the C++-only reference of
-`benchmarks/ns3_profile.py`.
+`replay`: the messages a run sent (`Ns3Backend(record_sends=True)`), all queued at once in a fresh
+fabric of the same network and run to the end with no engine between them: the C++-only reference
+of `benchmarks/ns3_profile.py`.
 """
 
 from __future__ import annotations
