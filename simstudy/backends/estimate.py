@@ -14,9 +14,11 @@ on this project's 2-core reference machine (the measurements are listed beside t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from simstudy.backends.flowsim import CORE_MISSING
 from simstudy.backends.patterns import CollectiveConfig, first_member_messages
@@ -28,6 +30,7 @@ from simstudy.compiler.collectives import algorithm
 from simstudy.compiler.graph import Collective, RankGraph, TaskKind
 from simstudy.spec import BackendSpec, Cluster, Scenario, SpecError, is_graph, topology_dims
 from simstudy.spec.collectives import FALLBACK
+from simstudy.spec.topology import Tiered
 
 __all__ = ["COSTS", "Cost", "Estimate", "EstimateError", "Model", "Workload", "check_memory", "estimate",
            "machine_memory"]
@@ -48,7 +51,9 @@ class Workload:
     `nodes` are ET nodes over every rank, `messages` the transfers the engine simulates (a send is
     one, a collective what its members send, chunk by chunk, as `patterns` cuts it), `flows_at_peak`
     an upper bound of the transfers in flight at once (every rank with its widest communication
-    node running: a rank issues one at a time), `distinct_nodes` the nodes of the distinct graphs."""
+    node running: a rank issues one at a time), `distinct_nodes` the nodes of the distinct graphs.
+    `crossing` weighs each message by how many flows it meets at its host's links, on a graph
+    network (`_crossing`): what a fluid run's shared links grow with."""
 
     ranks: int
     distinct: int
@@ -65,6 +70,9 @@ class Workload:
     #: data-parallel replicas that run alike: flowsim `unaware` simulates one for all of them (its
     #: `replicas` shortcut; the run checks the graph and the network, this counts what it likely finds)
     replicas: int = 1
+    #: on a graph network: the messages that leave their host, each weighed by the flows of other
+    #: groups that leave that host with it (`_crossing`)
+    crossing: float = 0.0
 
     @property
     def held_nodes(self) -> int:
@@ -88,16 +96,20 @@ def memory_terms(w: Workload, *, compile: bool = False, every_rank: bool = False
 def time_terms(w: Workload, *, compile: bool = False, every_rank: bool = False, replicas: bool = False
                ) -> tuple[float, ...]:
     """What wall time grows with: 1, the nodes held (the compiler: every rank's, written to its ET
-    file), the messages simulated and, on a graph network, those times the flows at peak (the links
-    a message shares with other flows are many there: fluid rates are solved over all of them).
+    file), the messages simulated, and what they share: on a graph network, the messages that
+    leave their host weighed by the flows they leave it with (`Workload.crossing`: the flows whose
+    rates a fluid run solves together, which a ring's neighbours on one host do not add to, and each
+    group of a tensor-parallel host does); on ASTRA-SIM's dimensions, the messages again (each
+    meets the flows of its NPU's links there), for the modes whose links are shared.
     `replicas`: a model whose runs simulate one of `w.replicas` (nodes and messages: one replica's)."""
     if compile:
-        return (1.0, float(w.nodes), 0.0, 0.0)
+        return (1.0, float(w.nodes), 0.0, 0.0, 0.0)
     if every_rank:
-        return (1.0, float(w.nodes), float(w.messages), 0.0)
-    shared = float(w.simulated) * w.flows_at_peak if w.graph else 0.0
+        return (1.0, float(w.nodes), float(w.messages), 0.0, 0.0)
     one = w.replicas if replicas else 1
-    return (1.0, float(w.held_nodes) / one, float(w.simulated) / one, shared)
+    simulated = float(w.simulated) / one
+    return (1.0, float(w.held_nodes) / one, simulated, w.crossing if w.graph else 0.0,
+            0.0 if w.graph else simulated)
 
 
 @dataclass(frozen=True)
@@ -106,7 +118,7 @@ class Model:
     `source` says which measurements it was fitted to."""
 
     memory: tuple[float, float, float]
-    seconds: tuple[float, float, float, float]
+    seconds: tuple[float, float, float, float, float]
     source: str
     compile: bool = False
     every_rank: bool = False
@@ -138,49 +150,51 @@ _FIT = ("`python benchmarks/estimate.py --save rows.jsonl` (7 cases, 128-1,024 G
         "process on this project's 2-core, 24 GiB machine, shared) then `--load rows.jsonl --published --fit`, "
         "which adds benchmarks/scale.py's published LLaMA-3 70B runs at 4,096 and 16,384 GPUs")
 
-_FIT_CORE = ("`python benchmarks/estimate.py --backends flowsim --save rows.jsonl` (the same 7 cases and "
-             "rn1024ls on the compiled core) then `--load rows.jsonl --published --fit`, which adds "
-             "benchmarks/scale.py's LLaMA-3 70B and LLaMA-3.1 405B runs at 16,384 GPUs on the compiled core")
+_FIT_CORE = ("`python benchmarks/estimate.py --backends flowsim,flowsim-python --save rows.jsonl` (the 8 cases, "
+             "each engine's run timed after its process compiled the spec in memory, as `simstudy run` does) then "
+             "`--load rows.jsonl --published --fit`, which adds benchmarks/fluid_scale.py's and "
+             "benchmarks/scale.py's runs on the compiled core, 4,096 to 55,296 GPUs (docs/results.md)")
 
 #: (backend, congestion mode) -> its model; ("compile", "") is the compile before every ASTRA-SIM run
 #: of a spec (writing every rank's ET file: its time adds to the run's, its memory is freed before the
 #: run), ("compile-memory", "") the compile before a flowsim run (every rank's nodes kept in memory).
 #: Coefficients: memory (bytes: 1, per node held, per rank), seconds (1, per node, per message simulated,
-#: per message x flow at peak on a graph network), each the output of `_FIT` (fit within 10% in memory
-#: on every run; wall time within 2x on all but fluid on a 3-tier Clos, 0.35x, and the 16,384-GPU run
-#: measured under the heaviest load, 0.37x).
+#: per message leaving its host weighed as `Workload.crossing` weighs it on a graph network, per message
+#: simulated on ASTRA-SIM's dimensions), each the output of the fit named beside it.
 COSTS: dict[tuple[str, str], Model] = {
-    ("compile", ""): Model((5.102e7, 1756.0, 7880.0), (0.4437, 3.981e-6, 0.0, 0.0), _FIT, compile=True),
+    ("compile", ""): Model((5.102e7, 1756.0, 7880.0), (0.4437, 3.981e-6, 0.0, 0.0, 0.0), _FIT, compile=True),
     # the compile before a flowsim run, which keeps every rank's nodes in memory and writes no ET file:
     # its time per node from benchmarks/scale.py's 16,384-GPU LLaMA-3.1 405B (30,341,120 nodes, 20.5 s)
-    ("compile-memory", ""): Model((5.102e7, 1756.0, 7880.0), (0.4437, 6.6e-7, 0.0, 0.0), _FIT, compile=True),
-    # flowsim's compiled core (`engine: compiled`, the default where built), fitted to the same 7 cases,
-    # ResNet-50 DP 1,024 on a leaf-spine and (unaware) the two 16,384-GPU runs (`_FIT_CORE`: memory
-    # within 0.83-1.08x on every run; wall time within 0.65-1.18x on all but fluid on the 3-tier Clos:
-    # 0.28x at 512 GPUs, 0.72x at 256). The fluid term (messages x flows at peak) cannot tell a ring over a
-    # leaf-spine, whose flows seldom meet (ResNet-50 DP 4,096: 3.3x the measured time), from LLaMA-3's
-    # groups on a Clos, whose flows meet in large components (on 4,096 GPUs: 0.34x)
-    ("flowsim", "unaware"): Model((1.59e8, 238.4, 1994.0), (0.5261, 4.398e-6, 8.584e-8, 0.0), _FIT_CORE,
-                                  replicas=True),
-    ("flowsim", "aware"): Model((1.596e8, 281.2, 0.0), (0.594, 7.112e-6, 0.0, 2.493e-10), _FIT_CORE),
-    ("flowsim", "fluid"): Model((1.609e8, 274.7, 3490.0), (0.6403, 4.754e-6, 0.0, 2.413e-10), _FIT_CORE),
-    # flowsim's Python engine (`engine: python`, or where the compiled core is not built)
-    ("flowsim-python", "unaware"): Model((1.544e8, 540.4, 1.614e4), (0.8146, 0.0, 4.324e-6, 7.056e-9), _FIT,
+    ("compile-memory", ""): Model((5.102e7, 1756.0, 7880.0), (0.4437, 6.6e-7, 0.0, 0.0, 0.0), _FIT, compile=True),
+    # flowsim's compiled core (`engine: compiled`, the default where built), `_FIT_CORE`: memory within
+    # 0.72-1.14x on every run; wall time within 0.52-1.27x on every run but fluid on the two small 3-tier
+    # Clos cases, GPT-2 medium on 512 GPUs (0.10x) and LLaMA-3 70B on 256 (0.43x), whose flows meet more
+    # than the messages leaving their hosts say
+    ("flowsim", "unaware"): Model((1.563e8, 244.7, 1.382e4), (0.01784, 2.21e-6, 6.638e-8, 2.22e-7, 5.414e-7),
+                                  _FIT_CORE, replicas=True),
+    ("flowsim", "aware"): Model((1.547e8, 255.4, 1.425e4), (0.01665, 4.482e-6, 0.0, 5.066e-6, 9.456e-7), _FIT_CORE),
+    ("flowsim", "fluid"): Model((1.496e8, 197.3, 3.434e4), (0.0176, 2.668e-6, 0.0, 1.627e-6, 5.205e-7), _FIT_CORE),
+    # flowsim's Python engine (`engine: python`, or where the compiled core is not built), `_FIT_CORE`:
+    # memory within 0.74-1.12x; wall time within 0.67-1.28x but unaware on the leaf-spines (0.36-0.40x)
+    # and fluid on GPT-2 medium's 512-GPU Clos (0.23x) and the 1,024-GPU ring (0.42x, 0.2 s)
+    ("flowsim-python", "unaware"): Model((1.69e8, 408.2, 0.0), (0.0603, 0.0, 2.242e-6, 0.0, 3.582e-7), _FIT_CORE,
                                          replicas=True),
-    ("flowsim-python", "aware"): Model((1.595e8, 530.9, 1.075e4), (1.199, 1.317e-4, 0.0, 2.224e-8), _FIT),
-    ("flowsim-python", "fluid"): Model((1.669e8, 552.2, 1905.0), (1.294, 3.832e-5, 0.0, 6.489e-8), _FIT),
+    ("flowsim-python", "aware"): Model((1.523e8, 457.9, 1.199e4), (0.006522, 9.96e-6, 9.633e-6, 1.795e-5, 1.278e-6),
+                                       _FIT_CORE),
+    ("flowsim-python", "fluid"): Model((1.725e8, 425.7, 0.0), (0.05168, 0.0, 0.0, 1.413e-4, 2.242e-6), _FIT_CORE),
     # the binaries' memory per ET node of every rank and time per message, from their two published
     # 4,096-GPU runs (measured since: llama512 unaware 1.08x in memory, 0.73x in time; rn256ring and
     # rn1024ring unaware 0.5x in memory, 4.4x and 6.1x in time: collectives of every rank cost it less)
-    ("astrasim", "unaware"): Model((0.0, 2421.0, 0.0), (0.0, 0.0, 8.75e-6, 0.0), _FIT, every_rank=True),
-    ("astrasim", "aware"): Model((0.0, 3440.0, 0.0), (0.0, 0.0, 2.231e-5, 0.0), _FIT, every_rank=True),
+    ("astrasim", "unaware"): Model((0.0, 2421.0, 0.0), (0.0, 0.0, 8.75e-6, 0.0, 0.0), _FIT, every_rank=True),
+    ("astrasim", "aware"): Model((0.0, 3440.0, 0.0), (0.0, 0.0, 2.231e-5, 0.0, 0.0), _FIT, every_rank=True),
 }
 
 #: Keeping the traffic rows (`traffic: rows`, streamed to Parquet): seconds and buffer bytes per row
-#: written, from one pair of runs: ResNet-50 DP 1,024 on a ring, 10,475,520 rows, 8.6 s and 490 MB
-#: with rows (benchmarks/scale.py's rows case) against 0.7 s and 0.16 GiB without (benchmarks/estimate.py's
-#: rn1024ring); the buffers are taken not to grow beyond that many rows (they are written in batches).
-ROW_S, ROW_BYTES, ROW_BUFFERED = 7.5e-7, 33.0, 10_475_520
+#: written, from one pair of runs on the compiled core: ResNet-50 DP 1,024 on a ring, 10,475,520 rows,
+#: 1.9 s and 0.48 GiB with rows (benchmarks/fluid_scale.py's rn1024ring) against 0.2 s and 0.15 GiB
+#: without (benchmarks/estimate.py's rn1024ring); the buffers are taken not to grow beyond that many rows
+#: (they are written in batches).
+ROW_S, ROW_BYTES, ROW_BUFFERED = 1.6e-7, 34.0, 10_475_520
 
 
 @dataclass(frozen=True)
@@ -263,11 +277,52 @@ def _collectives(topology_npus: int, dim_sizes: list[int], system: dict[str, obj
     return cfg
 
 
+class _Hosts:
+    """Which host each NPU of a graph network is on (a tiered cluster's NPUs numbered host by host,
+    `gpus_per_host` each; elsewhere every NPU a host of its own) and how a message that leaves its
+    host counts (`crossing`). Nothing per rank: a group of every rank is counted in closed form."""
+
+    def __init__(self, topology: object) -> None:
+        self.per_host = topology.gpus_per_host if isinstance(topology, Tiered) else 1
+        self._groups: dict[int, float] = {}
+
+    def of(self, rank: int) -> int:
+        return rank // self.per_host
+
+    def group(self, group: int, members: Sequence[int]) -> float:
+        """The weight of one message of a collective on `members`: the share of ring neighbours on
+        other hosts, times the groups that leave a host at once (its NPUs over the members it holds:
+        a ring of every rank leaves each host once, the data-parallel groups of a host with eight
+        tensor-parallel ranks eight times)."""
+        found = self._groups.get(group)
+        if found is None:
+            n, g = len(members), self.per_host
+            if n < 2:
+                found = 0.0
+            elif isinstance(members, range) and members.step == 1 and members.start % g == 0:
+                hosts = -(-n // g)  # every rank from a host's first: each host left once, around the ring
+                found = (hosts / n if hosts > 1 else 0.0) * g / min(g, n)
+            else:
+                h = np.asarray(members, dtype=np.int64) // g
+                cross = float(np.count_nonzero(h != np.roll(h, -1))) / n
+                found = cross * g / max(int(np.count_nonzero(h == h[0])), 1)
+            self._groups[group] = found
+        return found
+
+    def send(self, src: int, dst: int) -> float:
+        """The weight of a send: every NPU of the host sends with it when it leaves the host (a
+        pipeline stage's ranks send to the next stage at once)."""
+        return float(self.per_host) if self.of(src) != self.of(dst) else 0.0
+
+
 def _count_graph(g: RankGraph, groups: dict[int, tuple[int, ...]], npus: int, cfg: CollectiveConfig,
-                 active: int, seen: dict[tuple[str, int, int], tuple[int, int]]) -> tuple[int, int, bool]:
-    """(messages, widest node, only collectives of every rank) of one rank running `g`: a send is one
-    message; a collective what its first member sends (`seen` keeps them by kind, group and size)."""
+                 active: int, seen: dict[tuple[str, int, int], tuple[int, int]],
+                 hosts: _Hosts | None = None) -> tuple[int, int, bool, float]:
+    """(messages, widest node, only collectives of every rank, messages crossing hosts weighed as
+    `_Hosts` weighs them) of one rank running `g`: a send is one message; a collective what its
+    first member sends (`seen` keeps them by kind, group and size)."""
     messages = widest = 0
+    crossing = 0.0
     everyone = True
     for t in g.tasks:
         if t.kind in (TaskKind.SEND, TaskKind.RECV):
@@ -275,6 +330,8 @@ def _count_graph(g: RankGraph, groups: dict[int, tuple[int, ...]], npus: int, cf
         if t.kind is TaskKind.SEND:
             messages += 1
             widest = max(widest, 1)
+            if hosts is not None:
+                crossing += hosts.send(g.rank, g.peer_of(t))
             continue
         if t.kind is not TaskKind.COLLECTIVE or t.collective is None:
             continue
@@ -290,12 +347,14 @@ def _count_graph(g: RankGraph, groups: dict[int, tuple[int, ...]], npus: int, cf
             found = seen[key] = (chunks * sum(len(p.src) for p in phases), min(chunks, active) * per_step)
         messages += found[0]
         widest = max(widest, found[1])
-    return messages, widest, everyone and npus == cfg.npus
+        if hosts is not None:
+            members = groups.get(t.group) if t.group else None
+            crossing += found[0] * hosts.group(t.group, members if members is not None else range(npus))
+    return messages, widest, everyone and npus == cfg.npus, crossing
 
 
 def _steps(step: object) -> list[int]:
     """How many messages each step of a pattern holds."""
-    import numpy as np
 
     return np.bincount(np.asarray(step, dtype=np.int64)).tolist() or [0]
 
@@ -305,16 +364,20 @@ def _job_workload(scenario: Scenario, cfg: CollectiveConfig, active: int) -> Wor
     npus = found.ranks
     seen: dict[tuple[str, int, int], tuple[int, int]] = {}
     messages = nodes = flows = distinct_nodes = 0
-    identical = len(found.graphs) == 1 and not is_graph(scenario.topology)
+    crossing = 0.0
+    graph = is_graph(scenario.topology)
+    hosts = _Hosts(scenario.topology) if graph else None
+    identical = len(found.graphs) == 1 and not graph
     for g, ranks in found.graphs:
-        m, widest, everyone = _count_graph(g, found.groups, npus, cfg, active, seen)
+        m, widest, everyone, cross = _count_graph(g, found.groups, npus, cfg, active, seen, hosts)
         messages += m * ranks
         nodes += len(g.tasks) * ranks
         flows += widest * ranks
+        crossing += cross * ranks
         distinct_nodes += len(g.tasks)
         identical = identical and everyone
     return Workload(found.ranks, len(found.graphs), distinct_nodes, nodes, messages, flows, found.method, identical,
-                    is_graph(scenario.topology), 1 if identical else _replicas(scenario, npus))
+                    graph, 1 if identical else _replicas(scenario, npus), crossing)
 
 
 def _replicas(scenario: Scenario, npus: int) -> int:
@@ -357,7 +420,8 @@ def count(spec: Scenario | Cluster, source: str | Path | None = None) -> Workloa
     methods = list(dict.fromkeys(p.method for p in parts))
     return Workload(npus, sum(p.distinct for p in parts), sum(p.distinct_nodes for p in parts),
                     sum(p.nodes for p in parts), sum(p.messages for p in parts),
-                    sum(p.flows_at_peak for p in parts), "; ".join(methods), graph=is_graph(spec.topology))
+                    sum(p.flows_at_peak for p in parts), "; ".join(methods), graph=is_graph(spec.topology),
+                    crossing=sum(p.crossing for p in parts))
 
 
 # -- the estimate and the refusal ----------------------------------------------------------------

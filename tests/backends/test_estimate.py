@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simstudy.backends.estimate import EstimateError, check_memory, count, estimate
 from simstudy.backends.flowsim.engine import Engine
@@ -66,6 +68,42 @@ def test_counts_are_the_compiled_bundles_and_the_engines(name: str, tmp_path: Pa
     assert cluster_extra == 0 or isinstance(spec, Cluster)
     assert w.distinct <= w.ranks
     assert w.flows_at_peak >= w.ranks // 2
+
+
+def _on_hosts(model: str, parallelism: dict[str, Any], hosts: int) -> Scenario:
+    """A job on `hosts` hosts of 4 GPUs, one host per leaf."""
+    return Scenario.model_validate({
+        "name": "hosts", "model": model, "parallelism": parallelism,
+        "topology": {"kind": "leaf_spine", "leaves": hosts, "spines": 1, "hosts_per_leaf": 1, "gpus_per_host": 4,
+                     "bandwidth_gbps": 100},
+        "training": {"batch_size_per_worker": 2, "iterations": 1}})
+
+
+def test_crossing_weighs_the_messages_that_leave_a_host_by_the_groups_beside_them() -> None:
+    """What a fluid run's shared links grow with, by hand: a ring of all 8 ranks on 2 hosts of 4
+    leaves a host at 2 of its 8 neighbours, alone (one group per host): a quarter of its messages.
+    Tensor parallelism on one host leaves it never. With DP 2 beside TP 4, every data-parallel
+    message leaves its host, beside the 3 other groups of that host: 4 each."""
+    ring = count(_on_hosts("resnet50", {"dp": 8}, 2))
+    assert ring.crossing == ring.messages / 4 > 0
+    tp = count(_on_hosts("gpt2_medium", {"tp": 4}, 1))
+    assert tp.crossing == 0 and tp.messages > 0
+    both = count(_on_hosts("gpt2_medium", {"tp": 4, "dp": 2}, 2))
+    data_parallel = both.messages - 2 * tp.messages  # the two replicas' tensor-parallel messages are tp's
+    assert data_parallel > 0 and both.crossing == 4 * data_parallel
+
+
+@given(st.integers(1, 9), st.integers(0, 4), st.integers(2, 200))
+def test_crossing_of_a_range_in_closed_form_is_the_member_by_member_count(per_host: int, first_host: int,
+                                                                          n: int) -> None:
+    """A group of consecutive ranks from a host's first (every rank of a job) is weighed without an
+    array per rank; member by member gives the same weight."""
+    from simstudy.backends.estimate import _Hosts
+    from simstudy.spec.topology import LeafSpine
+
+    topo = LeafSpine(leaves=2, spines=1, hosts_per_leaf=1, gpus_per_host=per_host, bandwidth_gbps=100)
+    members = range(first_host * per_host, first_host * per_host + n)
+    assert _Hosts(topo).group(0, members) == pytest.approx(_Hosts(topo).group(0, list(members)))
 
 
 @pytest.mark.parametrize("name", ["tp2_pp2_dp2", "tp2_pp2_dp2_interleaved", "resnet_tp2_pp2"])
