@@ -177,9 +177,12 @@ PUBLISHED = [
     {"case": "rn4096ls", "backend": "flowsim", "mode": "unaware", "wall": 17.2, "peak": 440 << 20},
     {"case": "llama4096clos", "backend": "flowsim", "mode": "fluid", "wall": 182.1, "peak": 1372 << 20},
     {"case": "llama4096clos", "backend": "flowsim", "mode": "unaware", "wall": 27.9, "peak": 1362 << 20},
+    {"case": "llama16k", "backend": "flowsim", "mode": "unaware", "wall": 12.1, "peak": 2309 << 20},
+    {"case": "llama16k", "backend": "flowsim", "mode": "fluid", "wall": 344.3, "peak": 3959 << 20},
     {"case": "llama405_16k", "backend": "flowsim", "mode": "unaware", "wall": 17.0, "peak": 3308 << 20},
     {"case": "llama405_16k", "backend": "flowsim", "mode": "fluid", "wall": 290.1, "peak": 5774 << 20},
     {"case": "llama405_16kclos", "backend": "flowsim", "mode": "unaware", "wall": 238.5, "peak": 6897 << 20},
+    {"case": "llama405_16kclos", "backend": "flowsim", "mode": "fluid", "wall": 3526.8, "peak": 7143 << 20},
     {"case": "llama405_55k", "backend": "flowsim", "mode": "unaware", "wall": 92.8, "peak": 10680 << 20},
     {"case": "llama405_55k", "backend": "flowsim", "mode": "fluid", "wall": 1113.1, "peak": 19990 << 20},
 ]
