@@ -144,6 +144,22 @@ def test_token_bucket_sends_its_burst_then_its_rate(ns3: None) -> None:
     assert stats["queue_drops"] == 0
 
 
+def test_a_message_each_way_shares_its_links_with_the_other_ways_acks(ns3: None) -> None:
+    """Without loss, one way, a warm connection's message takes its bytes with every segment's 54
+    bytes of headers (IP, TCP with timestamps, point-to-point) at the link rate, plus the path's
+    latency; a message each way at once (a two-rank ring step) takes longer: each direction's data
+    shares its links with the other direction's ACKs (benchmarks/tcp_lossless.py, the cells a TCP
+    model without loss must meet)."""
+    size = 1 << 20
+    topo = topology_of(Star(npus=2, bandwidth_gbps=1, latency_ns=50_000))
+    one, _ = probe.message_times(topo, 0, 1, size, 3)
+    both, stats = probe.message_times(topo, 0, 1, size, 3, both_ways=True)
+    headers_ns = 100_000 + size * (1448 + 52 + 2) / 1448 / (1e9 / 8 / 1e9)
+    assert one[-1] == pytest.approx(headers_ns, rel=0.01)
+    assert both[-1] > 1.01 * one[-1]
+    assert stats["packets_lost"] == 0
+
+
 def test_pcap_meta_names_ranks_and_iterations(ns3: None, tmp_path: Path) -> None:
     sc = scenario(topology={"kind": "star", "npus": 4, "bandwidth_gbps": 1, "latency_ns": 5000})
     simulate(sc, tmp_path / "run", BackendSpec(name="ns3", traffic="pcap"))

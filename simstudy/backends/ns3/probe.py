@@ -1,9 +1,10 @@
 """Messages on the packet network without a workload.
 
-`message_times`: one connection, one message after another. What `benchmarks/tcp_model.py`
-measures to calibrate flowsim's TCP model under loss, and what a test checks the packet network
-with: how long each of `count` messages of `size` bytes takes from rank `src` to rank `dst`, each
-sent when the one before has arrived (as a ring step's messages go).
+`message_times`: one connection, one message after another (or one each way at once). What
+`benchmarks/tcp_model.py` measures to calibrate flowsim's TCP model under loss, what
+`benchmarks/tcp_lossless.py` measures without loss, and what a test checks the packet network with:
+how long each of `count` messages of `size` bytes takes from rank `src` to rank `dst`, each sent
+when the one before has arrived (as a ring step's messages go).
 
 `replay`: the messages a run sent (`Ns3Backend(record_sends=True)`), all queued at once in a fresh
 fabric of the same network and run to the end with no engine between them: the C++-only reference
@@ -21,20 +22,26 @@ from simstudy.compiler.topology_file import NetworkTopology
 
 
 def message_times(topology: NetworkTopology, src: int, dst: int, size: int, count: int,
-                  *, gap_ns: int = 0) -> tuple[list[int], dict[str, int | float]]:
+                  *, gap_ns: int = 0, both_ways: bool = False) -> tuple[list[int], dict[str, int | float]]:
     """Each message's time (ns, from its send until the receiver has its last byte) and the
-    network's counters (`Fabric.stats`). `gap_ns` waits between an arrival and the next send."""
+    network's counters (`Fabric.stats`). `gap_ns` waits between an arrival and the next send.
+    `both_ways`: each time a message goes each way at once (a ring step of two ranks: each
+    direction's data shares its links with the other's ACKs), timed until both have arrived."""
     fab = Fabric(Network.from_topology(topology))
     try:
-        stream = fab.stream(src, dst)
+        streams = [fab.stream(src, dst)] + ([fab.stream(dst, src)] if both_ways else [])
         t = fab.t0_ns
         out: list[int] = []
         for i in range(count):
-            fab.send(stream, size, i, t)
-            done = fab.run_until(-1)
-            if not done:
-                raise BackendError(f"ns-3: message {i} of {size} bytes never arrived")
-            (_, t_done), = done
+            for k, stream in enumerate(streams):
+                fab.send(stream, size, i * len(streams) + k, t)
+            done: list[tuple[int, int]] = []
+            while len(done) < len(streams):
+                got = fab.run_until(-1)
+                if not got:
+                    raise BackendError(f"ns-3: message {i} of {size} bytes never arrived")
+                done += got
+            t_done = max(t_end for _, t_end in done)
             out.append(t_done - t)
             t = t_done + gap_ns
         stats = fab.stats()
