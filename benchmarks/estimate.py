@@ -171,8 +171,9 @@ PUBLISHED = [
     {"case": "llama4096", "backend": "compile", "mode": "", "wall": 17.6, "peak": 0},
     {"case": "llama16k", "backend": "compile", "mode": "", "wall": 173.0, "peak": 0},
     # the compiled core on this machine, as docs/results.md prints them: benchmarks/fluid_scale.py
-    # ("Ninth pass"), benchmarks/scale.py --model llama3_405b ("16,384 GPUs on a 3-tier Clos: Python once
-    # per collective"; "55,296 GPUs: one replica stands for the others"); flowsim's run without its compile
+    # ("Ninth pass"), benchmarks/scale.py ("16,384 GPUs on a 3-tier Clos: Python once per collective";
+    # "55,296 GPUs: one replica stands for the others"; "`--estimate` refitted": LLaMA-3 70B at 16,384
+    # GPUs and the Clos's fluid run); flowsim's run without its compile
     {"case": "rn4096ls", "backend": "flowsim", "mode": "fluid", "wall": 30.8, "peak": 430 << 20},
     {"case": "rn4096ls", "backend": "flowsim", "mode": "unaware", "wall": 17.2, "peak": 440 << 20},
     {"case": "llama4096clos", "backend": "flowsim", "mode": "fluid", "wall": 182.1, "peak": 1372 << 20},
