@@ -164,8 +164,11 @@ _FIT_CORE = ("`python benchmarks/estimate.py --backends flowsim,flowsim-python -
 COSTS: dict[tuple[str, str], Model] = {
     ("compile", ""): Model((5.102e7, 1756.0, 7880.0), (0.4437, 3.981e-6, 0.0, 0.0, 0.0), _FIT, compile=True),
     # the compile before a flowsim run, which keeps every rank's nodes in memory and writes no ET file:
-    # its time per node from benchmarks/scale.py's 16,384-GPU LLaMA-3.1 405B (30,341,120 nodes, 20.5 s)
-    ("compile-memory", ""): Model((5.102e7, 1756.0, 7880.0), (0.4437, 6.6e-7, 0.0, 0.0, 0.0), _FIT, compile=True),
+    # its time per node from benchmarks/scale.py's runs on this machine (LLaMA-3 70B at 16,384 GPUs,
+    # 19,695,616 nodes in 13.9 s; LLaMA-3.1 405B at 16,384, 30,341,120 nodes in 19.1 s, and at 55,296,
+    # 102,401,280 nodes in 93.1-96.5 s), and a constant from the small cases of benchmarks/estimate.py
+    # (0.0-0.1 s)
+    ("compile-memory", ""): Model((5.102e7, 1756.0, 7880.0), (0.05, 7.5e-7, 0.0, 0.0, 0.0), _FIT, compile=True),
     # flowsim's compiled core (`engine: compiled`, the default where built), `_FIT_CORE`: memory within
     # 0.72-1.14x on every run; wall time within 0.52-1.32x on every run but four in fluid: three 3-tier
     # Clos cases, GPT-2 medium on 512 GPUs (0.10x), LLaMA-3 70B on 256 (0.42x) and LLaMA-3.1 405B on
@@ -281,7 +284,9 @@ def _collectives(topology_npus: int, dim_sizes: list[int], system: dict[str, obj
 class _Hosts:
     """Which host each NPU of a graph network is on (a tiered cluster's NPUs numbered host by host,
     `gpus_per_host` each; elsewhere every NPU a host of its own) and how a message that leaves its
-    host counts (`crossing`). Nothing per rank: a group of every rank is counted in closed form."""
+    host counts (`crossing`). Ranks are taken as the NPUs of their numbers (a job of a shared cluster
+    placed elsewhere is counted as if it started at NPU 0). Nothing per rank: a group of every rank
+    is counted in closed form."""
 
     def __init__(self, topology: object) -> None:
         self.per_host = topology.gpus_per_host if isinstance(topology, Tiered) else 1
