@@ -53,7 +53,7 @@ class Workload:
     an upper bound of the transfers in flight at once (every rank with its widest communication
     node running: a rank issues one at a time), `distinct_nodes` the nodes of the distinct graphs.
     `crossing` weighs each message by how many flows it meets at its host's links, on a graph
-    network (`_crossing`): what a fluid run's shared links grow with."""
+    network (`_Hosts`): what a fluid run's shared links grow with."""
 
     ranks: int
     distinct: int
@@ -71,7 +71,7 @@ class Workload:
     #: `replicas` shortcut; the run checks the graph and the network, this counts what it likely finds)
     replicas: int = 1
     #: on a graph network: the messages that leave their host, each weighed by the flows of other
-    #: groups that leave that host with it (`_crossing`)
+    #: groups that leave that host with it (`_Hosts`)
     crossing: float = 0.0
 
     @property
