@@ -156,8 +156,10 @@ CASES: dict[str, Any] = {
     "llama405_16kclos": lambda: llm("llama3_405b", 8, 16, 128, clos(16384)),
     "llama405_55k": lambda: llm("llama3_405b", 8, 16, 432, two_dims(55296)),
 }
-SMALL = [c for c in CASES if c not in ("llama4096", "llama4096sw", "llama16k", "llama405_16k", "rn4096ls",
-                                       "llama4096clos", "llama405_16kclos", "llama405_55k")]
+#: too large to run here: their measurements are PUBLISHED's
+LARGE = ("llama4096", "llama4096sw", "llama16k", "llama405_16k", "rn4096ls", "llama4096clos", "llama405_16kclos",
+         "llama405_55k")
+SMALL = [c for c in CASES if c not in LARGE]
 
 #: Runs too large for this benchmark, as the results pages print them (wall s, peak bytes): the same
 #: bundles as the cases of the same names (their transfers are the counts here). The first rows, of
@@ -287,7 +289,7 @@ def fit(rows: list[dict[str, Any]], workloads: dict[str, Workload]) -> None:
         ws = [workloads[r["case"]] for r in got]
         mem = np.array([memory_terms(w, compile=compile, every_rank=every, replicas=rep) for w in ws])
         wall = np.array([time_terms(w, compile=compile, every_rank=every, replicas=rep) for w in ws])
-        spans = np.array([w.nodes if rep and w.replicas > 1 else 0 for w in ws], dtype=float)
+        spans = np.array([model.copied_nodes(w) if model is not None else 0 for w in ws], dtype=float)
         peak = np.array([max(r["peak"], 1) for r in got], dtype=float)
         secs = np.array([r["wall"] for r in got], dtype=float)
         # what the copied spans take (REPLICA_SPAN_S, REPLICA_NODE_BYTES) is the model's as it is

@@ -8,10 +8,9 @@ reference: the same messages (streams, sizes, ns-3 send times, as the run record
 a fresh fabric of the same network all at once and run to the last one's end with no engine in
 between (specs of at most 32 ranks, whose connections all open at the start); the backend's speed
 as a share of the reference's is the reference's wall time over the run's simulation phase's.
-With `--send-buffers`,
-the same spec again with each host's socket buffers set to that many KiB (receive buffers 1.5
-times as large), which changes the traffic: it shows how the run's cost grows with the segments
-a connection keeps in flight (ns-3 3.44's TCP walks its list of sent segments for every segment it
+With `--send-buffers`, the same spec again with each host's socket buffers set to that many KiB
+(receive buffers 1.5 times as large), which changes the traffic: it shows how the run's cost grows
+with the segments a connection keeps in flight (ns-3 3.44's TCP walks its list of sent segments for every segment it
 sends, `TcpTxBuffer::NextSeg`).
 
     python benchmarks/ns3_profile.py [--spec specs/examples/resnet50_dp8_ring.yaml] [--send-buffers 128]

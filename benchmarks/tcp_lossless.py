@@ -31,6 +31,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 from simstudy.backends.network import Network  # noqa: E402
 from simstudy.backends.ns3 import available  # noqa: E402
+from simstudy.backends.ns3.fabric import FRAME_BYTES  # noqa: E402
 from simstudy.backends.ns3.probe import message_times  # noqa: E402
 from simstudy.compiler.topology_file import topology_of  # noqa: E402
 from simstudy.spec import Star  # noqa: E402
@@ -38,8 +39,6 @@ from simstudy.spec import Star  # noqa: E402
 GBPS = (1.0, 10.0)
 RTTS_MS = (0.2, 2.0)
 SIZES = (1 << 20, 16 << 20)
-#: the point-to-point header ns-3's links put on every packet, bytes
-P2P_BYTES = 2
 
 
 def cell(gbps: float, rtt_ms: float, size: int, both: bool, count: int) -> dict[str, float]:
@@ -49,7 +48,7 @@ def cell(gbps: float, rtt_ms: float, size: int, both: bool, count: int) -> dict[
     latency = sum(net.latency[k] for k in route)
     rate = min(net.capacity[k] for k in route)  # bytes per ns
     t = topo.transport
-    wire = (t.mss_bytes + t.header_bytes + P2P_BYTES) / t.mss_bytes
+    wire = (t.mss_bytes + t.header_bytes + FRAME_BYTES) / t.mss_bytes
     t0 = time.perf_counter()
     times, _ = message_times(topo, 0, 1, size, count, both_ways=both)
     return {"first": times[0], "last": times[-1], "fluid": latency + size / rate,

@@ -126,15 +126,17 @@ class Model:
     #: spend `REPLICA_SPAN_S` and `REPLICA_NODE_BYTES` on each node of every rank
     replicas: bool = False
 
+    def copied_nodes(self, w: Workload) -> int:
+        """The nodes whose spans a run with replicas copies from replica 0 (0 without replicas)."""
+        return w.nodes if self.replicas and w.replicas > 1 else 0
+
     def bytes(self, w: Workload) -> float:
         terms = memory_terms(w, compile=self.compile, every_rank=self.every_rank, replicas=self.replicas)
-        spans = REPLICA_NODE_BYTES * w.nodes if self.replicas and w.replicas > 1 else 0.0
-        return sum(c * x for c, x in zip(self.memory, terms, strict=True)) + spans
+        return sum(c * x for c, x in zip(self.memory, terms, strict=True)) + REPLICA_NODE_BYTES * self.copied_nodes(w)
 
     def wall_s(self, w: Workload) -> float:
         terms = time_terms(w, compile=self.compile, every_rank=self.every_rank, replicas=self.replicas)
-        spans = REPLICA_SPAN_S * w.nodes if self.replicas and w.replicas > 1 else 0.0
-        return sum(c * x for c, x in zip(self.seconds, terms, strict=True)) + spans
+        return sum(c * x for c, x in zip(self.seconds, terms, strict=True)) + REPLICA_SPAN_S * self.copied_nodes(w)
 
 
 #: What a run with replicas spends per ET node of every rank besides simulating one replica (every
@@ -342,26 +344,24 @@ def _count_graph(g: RankGraph, groups: dict[int, tuple[int, ...]], npus: int, cf
         if t.kind is not TaskKind.COLLECTIVE or t.collective is None:
             continue
         everyone = everyone and not t.group
+        # group 0 is every rank of the job: on a shared cluster, a group of the network's NPUs
+        members = groups.get(t.group) if t.group else None
+        span: tuple[int, ...] | range = members if members is not None else range(npus)
         key = (_KIND[t.collective], t.group, t.size_bytes)
         found = seen.get(key)
         if found is None:
-            # group 0 is every rank of the job: on a shared cluster, a group of the network's NPUs
-            members = groups.get(t.group) if t.group else None
-            span: tuple[int, ...] | range = members if members is not None else range(npus)
             chunks, phases = first_member_messages(cfg, key[0], span, t.size_bytes, len(span) < cfg.npus)
             per_step = max((int(max(_steps(p.step)) if len(p.step) else 0) for p in phases), default=0)
             found = seen[key] = (chunks * sum(len(p.src) for p in phases), min(chunks, active) * per_step)
         messages += found[0]
         widest = max(widest, found[1])
         if hosts is not None:
-            members = groups.get(t.group) if t.group else None
-            crossing += found[0] * hosts.group(t.group, members if members is not None else range(npus))
+            crossing += found[0] * hosts.group(t.group, span)
     return messages, widest, everyone and npus == cfg.npus, crossing
 
 
 def _steps(step: object) -> list[int]:
     """How many messages each step of a pattern holds."""
-
     return np.bincount(np.asarray(step, dtype=np.int64)).tolist() or [0]
 
 

@@ -21,6 +21,18 @@ from simstudy.backends.ns3.fabric import FULL_MESH_RANKS, Fabric
 from simstudy.compiler.topology_file import NetworkTopology
 
 
+def _arrivals(fab: Fabric, n: int, what: str) -> list[tuple[int, int]]:
+    """Run ns-3 until `n` messages have arrived: their (id, time ns), in the order they came; a
+    BackendError naming `what` where they never do."""
+    done: list[tuple[int, int]] = []
+    while len(done) < n:
+        got = fab.run_until(-1)
+        if not got:
+            raise BackendError(f"ns-3: {what} never arrived")
+        done += got
+    return done
+
+
 def message_times(topology: NetworkTopology, src: int, dst: int, size: int, count: int,
                   *, gap_ns: int = 0, both_ways: bool = False) -> tuple[list[int], dict[str, int | float]]:
     """Each message's time (ns, from its send until the receiver has its last byte) and the
@@ -35,12 +47,7 @@ def message_times(topology: NetworkTopology, src: int, dst: int, size: int, coun
         for i in range(count):
             for k, stream in enumerate(streams):
                 fab.send(stream, size, i * len(streams) + k, t)
-            done: list[tuple[int, int]] = []
-            while len(done) < len(streams):
-                got = fab.run_until(-1)
-                if not got:
-                    raise BackendError(f"ns-3: message {i} of {size} bytes never arrived")
-                done += got
+            done = _arrivals(fab, len(streams), f"message {i} of {size} bytes")
             t_done = max(t_end for _, t_end in done)
             out.append(t_done - t)
             t = t_done + gap_ns
@@ -62,13 +69,8 @@ def replay(topology: NetworkTopology, sends: list[tuple[int, int, int, int]]) ->
     try:
         for stream, nbytes, msg_id, t_ns in sends:
             fab.send(stream, nbytes, msg_id, t_ns)
-        left = len(sends)
         t0 = time.perf_counter()
-        while left:
-            done = fab.run_until(-1)
-            if not done:
-                raise BackendError(f"ns-3: {left} messages of the replay never arrived")
-            left -= len(done)
+        _arrivals(fab, len(sends), f"some of the replay's {len(sends)} messages")
         wall = time.perf_counter() - t0
         stats = fab.stats()
     finally:
