@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simstudy.files import replacing
+
 COLUMNS: dict[str, str] = {
     "link": "int32",
     "name": "category",
@@ -87,10 +89,8 @@ def check_links(table: pd.DataFrame, *, source: str = "link table") -> None:
 
 def write_links(table: pd.DataFrame, path: str | Path) -> None:
     check_links(table)
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    table.to_parquet(tmp, index=False)
-    tmp.replace(path)
+    with replacing(path) as tmp:
+        table.to_parquet(tmp, index=False)
 
 
 def read_links(path: str | Path) -> pd.DataFrame:

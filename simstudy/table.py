@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simstudy.files import replacing
+
 #: Required columns and their dtypes, in order.
 REQUIRED: dict[str, str] = {
     "t_start_s": "float64",
@@ -119,10 +121,8 @@ def check_table(table: pd.DataFrame, *, source: str = "traffic table") -> None:
 def write_table(table: pd.DataFrame, path: str | Path) -> None:
     """Write a checked table to Parquet atomically."""
     check_table(table)
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    table.to_parquet(tmp, index=False)
-    tmp.replace(path)
+    with replacing(path) as tmp:
+        table.to_parquet(tmp, index=False)
 
 
 def read_table(path: str | Path) -> pd.DataFrame:

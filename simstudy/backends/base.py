@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -12,6 +11,7 @@ import pandas as pd
 
 from simstudy.backends.traffic_out import TrafficOutput
 from simstudy.compiler import Bundle
+from simstudy.files import write_json
 
 
 class BackendError(RuntimeError):
@@ -129,9 +129,7 @@ class RunResult:
         }
 
     def write_json(self, path: Path) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.summary(), indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        write_json(path, self.summary(), indent=2)
 
 
 class Backend(Protocol):

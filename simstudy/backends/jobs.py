@@ -29,6 +29,7 @@ from simstudy.backends.base import Backend, RunResult
 from simstudy.backends.registry import backend_key
 from simstudy.backends.traffic_out import TrafficOutput
 from simstudy.compiler import Bundle, JobInfo, read_jobs
+from simstudy.files import replacing
 from simstudy.spec import BackendSpec, Cluster, canonical_json
 from simstudy.table import check_table, write_table
 from simstudy.version import __version__
@@ -123,20 +124,19 @@ def add_job_column(output: TrafficOutput, jobs: list[JobInfo]) -> None:
             write_table(output._table, output.path)
         return
     src = pq.ParquetFile(output.path)
-    tmp = output.path.with_name(output.path.name + ".job")
-    writer: pq.ParquetWriter | None = None
-    try:
-        for i in range(src.num_row_groups):
-            group = src.read_row_group(i)
-            of_rows = row_jobs(owner, group.column("src").to_numpy(), group.column("dst").to_numpy())
-            group = group.append_column("job", pa.array(of_rows, type=pa.int32()))
-            if writer is None:
-                writer = pq.ParquetWriter(tmp, group.schema)
-            writer.write_table(group, row_group_size=max(group.num_rows, 1))
-    finally:
-        if writer is not None:
-            writer.close()
-    tmp.replace(output.path)
+    with replacing(output.path) as tmp:
+        writer: pq.ParquetWriter | None = None
+        try:
+            for i in range(src.num_row_groups):
+                group = src.read_row_group(i)
+                of_rows = row_jobs(owner, group.column("src").to_numpy(), group.column("dst").to_numpy())
+                group = group.append_column("job", pa.array(of_rows, type=pa.int32()))
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, group.schema)
+                writer.write_table(group, row_group_size=max(group.num_rows, 1))
+        finally:
+            if writer is not None:
+                writer.close()
 
 
 def read_job_results(run_dir: Path) -> list[JobResult] | None:

@@ -26,6 +26,7 @@ import torch
 from simstudy.capturing.models import build_torch_model
 from simstudy.capturing.sockets import local_endpoints
 from simstudy.capturing.worker import StepClock, time_compute
+from simstudy.files import write_json
 
 
 def _environment(cfg: dict[str, Any]) -> dict[str, str]:
@@ -102,9 +103,7 @@ class _Worker:
         self.result["horovod"] = {"fusion_threshold_bytes": opts["fusion_threshold_bytes"],
                                   "cycle_time_ms": opts["cycle_time_ms"]}
         out = Path(self.cfg["out"])
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.result))
-        tmp.replace(out)
+        write_json(out, self.result, indent=None)
         self.hvd.shutdown()
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from simstudy.capturing.sockets import local_endpoints
+from simstudy.files import write_json
 
 
 def _setup(cfg: dict[str, Any]) -> None:
@@ -160,9 +161,7 @@ class _Worker:
         self.result["communication"] = {"bytes_per_pack": self.options.bytes_per_pack,
                                         "implementation": self.options.implementation.value}
         out = Path(self.cfg["out"])
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.result))
-        tmp.replace(out)
+        write_json(out, self.result, indent=None)
         # Let the peers finish reading this worker's last buffers before its gRPC server goes away.
         time.sleep(1.0)
         sys.stdout.flush()

@@ -33,6 +33,7 @@ import torch.distributed as dist
 from simstudy.capturing.models import TrainModel, build_torch_model
 from simstudy.capturing.sockets import local_endpoints
 from simstudy.compiler.parameter_server import PULL, PUSH, tag_number
+from simstudy.files import write_json
 
 
 def _wait(work: Any) -> None:
@@ -430,9 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     job.result["endpoints"] = local_endpoints()
     job.result["torch"] = torch.__version__
     out = Path(cfg["out"])
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(job.result))
-    tmp.replace(out)
+    write_json(out, job.result, indent=None)
     dist.destroy_process_group()
     return 0
 

@@ -9,12 +9,11 @@ varint-framed GlobalMetadata followed by one varint-framed Node per node.
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterable
-from pathlib import Path
 
 from simstudy.chakra.model import Attr, GlobalMetadata, IOInfo, Node, NodeType
 from simstudy.chakra.wire import SMALL_VARINTS, encode_varint, length_prefixed, uvarint
+from simstudy.files import write_bytes
 
 #: Node.type (field 3) as written; INVALID_NODE, the default, is omitted.
 _TYPE_FIELD: dict[int, bytes] = {t: (b"\x18" + uvarint(t) if t else b"") for t in NodeType}
@@ -65,15 +64,7 @@ def write_trace(path: str | os.PathLike[str], meta: GlobalMetadata, nodes: Itera
     failure (including an encoding error) never leaves a partial trace behind.
     """
     data = encode_trace(meta, nodes)
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(tmp, "xb") as out:
-            out.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_bytes(path, data)
     return len(data)
 
 

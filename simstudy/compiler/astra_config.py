@@ -5,11 +5,10 @@ The one module that knows ASTRA-SIM's config vocabulary (see astra-sim-interface
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from simstudy import layout
+from simstudy import files, layout
 from simstudy.compiler.bundle import HOST_CORES, HOSTS
 from simstudy.spec import Dim, Scenario, System, npu_hosts, topology_dims
 from simstudy.spec.collectives import FALLBACK, system_implementations
@@ -77,9 +76,7 @@ REMOTE_MEMORY = {"memory-type": "NO_MEMORY_EXPANSION"}
 
 def write_json(path: Path, data: Any) -> None:
     """Write JSON with a trailing newline, atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    files.write_json(path, data, indent=2)
 
 
 def write_configs(scenario: Scenario, groups: dict[int, tuple[int, ...]], out: Path) -> dict[str, Path]:

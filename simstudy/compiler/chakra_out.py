@@ -5,7 +5,6 @@ takes instead of writing and decoding the files)."""
 from __future__ import annotations
 
 import gc
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from simstudy import chakra
 from simstudy.chakra import CollectiveType, GlobalMetadata, Node, NodeType
 from simstudy.compiler import attributes as meta
 from simstudy.compiler.graph import Collective, ExecutionGraph, RankGraph, Task, TaskKind
+from simstudy.files import write_bytes
 
 #: Version string ASTRA-SIM's own example generators write (nothing reads it).
 ET_VERSION = "0.0.4"
@@ -118,9 +118,7 @@ def write_traces(graph: ExecutionGraph, prefix: Path) -> int:
             else:
                 data = found
         path = chakra.trace_path(prefix, g.rank)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        write_bytes(path, data)
         total += len(data)
     return total
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from simstudy import layout
 from simstudy.compiler.graph import ExecutionGraph, RankGraph, Task, TaskKind
+from simstudy.files import write_json
 from simstudy.spec import Cluster, Scenario, Switch
 
 #: Name of the node that holds a job back until its start time.
@@ -143,18 +144,14 @@ def _rank_free(tasks: list[Task]) -> bool:
 
 
 def write_jobs(path: Path, cluster: Cluster) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps([j.to_json() for j in jobs_info(cluster)], indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_json(path, [j.to_json() for j in jobs_info(cluster)])
 
 
 def write_sharing(path: Path, cluster: Cluster) -> None:
     """`sharing.json`, when the cluster's network is not today's (else nothing: the bundle stays as it was)."""
     if cluster.network.default:
         return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(SharingInfo.of(cluster).to_json(), indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_json(path, SharingInfo.of(cluster).to_json())
 
 
 def read_sharing(directory: Path) -> SharingInfo | None:

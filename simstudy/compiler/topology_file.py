@@ -38,6 +38,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from simstudy.compiler.astra_config import ASTRA_DIM, gbps_to_astra
 from simstudy.compiler.bundle import BundleError
+from simstudy.files import write_json
 from simstudy.spec import (
     BinaryTreeStar,
     Clique,
@@ -224,9 +225,7 @@ def _typed(adapter: TypeAdapter[list[T]], raw: Any, where: str, bad: Callable[[s
 
 
 def write_topology(path: Path, topology: NetworkTopology) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(topology.to_json(), indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_json(path, topology.to_json())
 
 
 def read_topology(path: Path) -> NetworkTopology:

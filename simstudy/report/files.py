@@ -12,13 +12,12 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from simstudy import files
+
 
 def write_text(path: Path, text: str) -> Path:
     """Write `text` (UTF-8) to `path` atomically: a failed write never leaves half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return files.write_text(path, text)
 
 
 def figure(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] | None = None,

@@ -7,7 +7,6 @@ invalid combinations and why) and `study.json` (the study as run).
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from tqdm import tqdm
 
 from simstudy import layout
 from simstudy.compiler.atomic import TempOwner, gone_on_this_host, recover_all
+from simstudy.files import write_json
 from simstudy.spec import Study
 from simstudy.sweeps.errors import SweepError
 from simstudy.sweeps.executors import (
@@ -119,12 +119,6 @@ def _remove_stale(runs: Path) -> None:
     recover_all(runs, gone)
 
 
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
 def run_study(
     study: Study,
     source: str | Path,
@@ -151,9 +145,10 @@ def run_study(
     runs = out / layout.RUNS_DIR
     runs.mkdir(parents=True, exist_ok=True)
     _remove_stale(runs)
-    _write_json(out / layout.STUDY_JSON, {"source": str(source), "study": study.model_dump(mode="json")})
-    _write_json(out / layout.SKIPPED_JSON, [{"index": s.index, "params": s.params, "reason": s.reason}
-                                       for s in expansion.skipped])
+    write_json(out / layout.STUDY_JSON, {"source": str(source), "study": study.model_dump(mode="json")},
+               default=str)
+    write_json(out / layout.SKIPPED_JSON, [{"index": s.index, "params": s.params, "reason": s.reason}
+                                           for s in expansion.skipped], default=str)
     records: dict[str, RunRecord] = {}
     tasks: list[RunTask] = []
     first = {p.key: p for p in reversed(expansion.points)}

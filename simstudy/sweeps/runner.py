@@ -24,6 +24,7 @@ from simstudy import layout
 from simstudy.backends import BackendError, RunResult, simulate
 from simstudy.compiler import CompileError
 from simstudy.compiler.topology_file import read_topology
+from simstudy.files import write_json
 from simstudy.spec import BackendSpec, Cluster, Scenario, SpecError
 from simstudy.table import read_table
 from simstudy.traffic.features import analyze
@@ -159,10 +160,6 @@ def job_metrics(result: RunResult) -> dict[str, float]:
     return out
 
 
-def _write_json(path: Path, data: Any, *, indent: int | None = 1) -> None:
-    path.write_text(json.dumps(data, indent=indent) + "\n", encoding="utf-8")
-
-
 def read_record(run_dir: Path) -> RunRecord | None:
     """The record of a finished run, or None when the run has not finished."""
     path = run_dir / layout.RECORD
@@ -186,7 +183,7 @@ def where_now() -> dict[str, str]:
 
 def _add_features(metrics: dict[str, float], traffic: pd.DataFrame, out: Path) -> None:
     features = analyze(traffic)
-    _write_json(out / layout.FEATURES, features.to_json(), indent=None)
+    write_json(out / layout.FEATURES, features.to_json(), indent=None)
     for name, value in features.scalars().items():
         metrics.setdefault(name, float(value))
 
@@ -197,9 +194,7 @@ def _complete(record: RunRecord, run_dir: Path) -> RunRecord:
     _add_features(metrics, read_table(run_dir / layout.TRAFFIC), run_dir)
     data = {"key": record.key, "metrics": metrics, "seconds": record.seconds, "features": True,
             "where": record.where}
-    tmp = run_dir / (layout.RECORD + ".tmp")
-    _write_json(tmp, data)
-    tmp.replace(run_dir / layout.RECORD)
+    write_json(run_dir / layout.RECORD, data)
     return RunRecord(record.key, "ok", metrics=metrics, cached=True, seconds=record.seconds, features=True,
                      where=record.where)
 
@@ -229,7 +224,7 @@ def execute(task: RunTask) -> RunRecord:
         features = task.features and result.output.mode == "rows"
         record.update(key=task.key, metrics=metrics, seconds=time.perf_counter() - t0, features=features,
                       where=where_now())
-        _write_json(tmp / layout.RECORD, record)
+        write_json(tmp / layout.RECORD, record)
 
     try:
         # a cluster's jobs alone are runs of the sweep too (runs/<key>/, shared by every point)

@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from simstudy.files import write_json
 from simstudy.sweeps.errors import SweepError
 from simstudy.sweeps.runner import RunRecord, RunTask, execute, read_record
 
@@ -193,9 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tasks: list[RunTask] = pickle.load(f)  # written by SlurmExecutor.run of this sweep
     record = execute(tasks[index])
     if record.status != "ok":
-        tmp = path.with_name(f"failed-{index}.json.tmp")
-        tmp.write_text(json.dumps({"key": record.key, "error": record.error, "seconds": record.seconds}) + "\n")
-        tmp.replace(path.with_name(f"failed-{index}.json"))
+        write_json(path.with_name(f"failed-{index}.json"),
+                   {"key": record.key, "error": record.error, "seconds": record.seconds}, indent=None)
         print(f"run {record.key} failed: {record.error}", file=sys.stderr)
         return 1
     return 0

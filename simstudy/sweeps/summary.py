@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from simstudy.files import replacing
 from simstudy.spec import Baseline
 from simstudy.sweeps.errors import SweepError
 from simstudy.sweeps.expand import Expansion
@@ -58,9 +59,8 @@ def _uniform(column: pd.Series) -> pd.Series:
 
 def write_summary(frame: pd.DataFrame, path: Path) -> None:
     """Write summary.parquet whole or not at all."""
-    tmp = path.with_name(path.name + ".tmp")
-    frame.to_parquet(tmp, index=False)
-    tmp.replace(path)
+    with replacing(path) as tmp:
+        frame.to_parquet(tmp, index=False)
 
 
 def param_columns(frame: pd.DataFrame) -> list[str]:

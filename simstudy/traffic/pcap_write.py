@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from simstudy.addresses import rank_addresses
+from simstudy.files import replacing
 from simstudy.table import check_table
 
 HEADERS = 14 + 20 + 20
@@ -85,10 +86,7 @@ def write_pcap(table: pd.DataFrame, path: str | Path, *, epoch_s: float = 1.7e9,
     rec["off"] = 0x50
     rec["flags"] = 0x10
     rec["win"] = 65535
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
+    with replacing(path) as tmp, tmp.open("wb") as f:
         f.write(_GLOBAL_HEADER)
         rec.tofile(f)
-    tmp.replace(path)
     return len(rec)
