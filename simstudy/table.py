@@ -55,7 +55,9 @@ MEANINGS: dict[str, str] = {
     "link": "the link a packet was seen on (captures of several interfaces)",
     "sport": "TCP/UDP source port (captures)",
     "dport": "TCP/UDP destination port (captures)",
-    "payload_bytes": "TCP/UDP payload bytes of a packet (captures; what `--count payload` counts)",
+    "payload_bytes": "TCP/UDP payload bytes a packet's connection sent for the first time with it (captures: a "
+                     "retransmitted byte counts once, bytes the capture lacks count at the packet after them; what "
+                     "`--count payload` counts)",
     "chunk": "chunk of a collective (simulation)",
     "step": "step of a collective algorithm (simulation)",
     "job": "job index of a cluster run (several jobs on one network); a switch's transfer has its destination "

@@ -35,7 +35,7 @@ from simstudy.traffic.pcap import (
     CAPTURE_SUFFIXES,
     PcapError,
     read_pcap_dir,
-    retransmitted_payload,
+    sequence_advance,
     to_traffic_table,
 )
 from simstudy.traffic.roles import Roles, apply, classify, given, shifted
@@ -151,12 +151,19 @@ def load_capture(directory: Path, *, rank_map: RankMap | None = None) -> Traffic
     if meta and meta.model_extra:
         warnings.append(f"{directory / META}: keys simstudy does not read: {', '.join(sorted(meta.model_extra))}")
     packets = _drop_strays(cap.packets, directory, warnings)
-    again = retransmitted_payload(packets)
-    if again.any():  # payload counts what the application sent: a retransmitted byte once
-        packets["payload_bytes"] -= again
+    # payload counts what the application sent: a retransmitted byte once, a byte the capture missed too
+    sent = sequence_advance(packets)
+    diff = sent - packets["payload_bytes"].to_numpy(dtype=np.int64)
+    again, missed = np.maximum(-diff, 0), np.maximum(diff, 0)
+    packets["payload_bytes"] = sent
+    if again.any():
         warnings.append(f"{directory}: {int(again.sum()):,} TCP payload bytes in {int(np.count_nonzero(again)):,} "
                         "packets were retransmissions; payload_bytes counts them once (bytes, on the wire, "
                         "counts them every time)")
+    if missed.any():
+        warnings.append(f"{directory}: {int(missed.sum()):,} TCP payload bytes in {int(np.count_nonzero(missed)):,} "
+                        "gaps of sequence numbers were carried by no packet the capture holds (not captured, or "
+                        "captured later out of order); payload_bytes counts them at the packet after each gap")
     if stated is not None:
         control = stated.control_keys or (meta.control_keys if meta and rank_map is not None else [])
         rank_of, found = _whole_processes(packets, stated.rank_of)

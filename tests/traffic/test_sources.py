@@ -101,7 +101,7 @@ def test_run_directories_and_errors(tmp_path: Path) -> None:
 def test_retransmitted_payload_counts_once(tmp_path: Path) -> None:
     """A segment sent twice (as TCP does after a loss) adds wire bytes but no payload; sequence
     numbers run on across transfers of one pair, so only the real resend counts."""
-    from simstudy.traffic.pcap import retransmitted_payload
+    from simstudy.traffic.pcap import sequence_advance
     from simstudy.traffic.pcap_write import _RECORD
 
     table = _table([(0.0, 0.001, 0, 1, 14_600), (0.002, 0.003, 0, 1, 14_600), (0.004, 0.005, 1, 0, 7_300)])
@@ -109,7 +109,8 @@ def test_retransmitted_payload_counts_once(tmp_path: Path) -> None:
     cap.mkdir()
     path = cap / "w.pcap"
     n = write_pcap(table, path, epoch_s=EPOCH)  # type: ignore[arg-type]
-    assert retransmitted_payload(read_pcap(path).packets).sum() == 0  # 3 transfers, 2 connections
+    p = read_pcap(path).packets
+    assert (sequence_advance(p) == p["payload_bytes"]).all()  # 3 transfers, 2 connections
     header = path.read_bytes()[:24]
     rec = np.fromfile(path, dtype=_RECORD, offset=24)
     assert len(rec) == n == 10 + 10 + 5
@@ -123,9 +124,63 @@ def test_retransmitted_payload_counts_once(tmp_path: Path) -> None:
         f.write(header)
         out.tofile(f)
     p = read_pcap(path).packets
-    again = retransmitted_payload(p)
+    again = p["payload_bytes"].to_numpy() - sequence_advance(p)
     assert again.tolist() == [0] * at + [1460] + [0] * (n - at)
     src = load_traffic(cap)
     assert int(src.table["bytes"].sum()) == 14_600 * 2 + 7_300 + 1500  # the wire carried it twice
     assert int(src.table["payload_bytes"].sum()) == (14_600 * 2 + 7_300) - 25 * 40  # the application once
     assert any("1,460 TCP payload bytes in 1 packets were retransmissions" in w for w in src.warnings)
+
+
+def _rewritten(path: Path, edit: object) -> None:
+    """The pcap at `path` with its records passed through `edit` (records -> records)."""
+    from simstudy.traffic.pcap_write import _RECORD
+
+    header = path.read_bytes()[:24]
+    rec = edit(np.fromfile(path, dtype=_RECORD, offset=24))  # type: ignore[operator]
+    with path.open("wb") as f:
+        f.write(header)
+        rec.tofile(f)
+
+
+@pytest.mark.parametrize("how", ["not captured", "out of order", "port reused"])
+def test_payload_counts_what_the_capture_missed_once(tmp_path: Path, how: str) -> None:
+    """Bytes the application sent are the advance of each connection's sequence numbers: a segment
+    the capture does not hold is counted at the packet after it, one captured late (out of order)
+    once, at the gap; a port reused by a new connection (a SYN, a new initial sequence number a
+    quarter of the sequence space away) starts counting again, not across the jump."""
+    from simstudy.traffic.pcap import sequence_advance
+
+    table = _table([(0.0, 0.001, 0, 1, 14_600), (0.002, 0.003, 0, 1, 14_600), (0.004, 0.005, 1, 0, 7_300)])
+    cap = tmp_path / "cap"
+    cap.mkdir()
+    path = cap / "w.pcap"
+    n = write_pcap(table, path, epoch_s=EPOCH)  # type: ignore[arg-type]
+    payload = 14_600 * 2 + 7_300 - 40 * n  # 40 bytes of IP and TCP header in each packet
+    second = 10  # the first packet of the second transfer of 0 -> 1 (the records are in time order)
+
+    def edit(rec: np.ndarray) -> np.ndarray:
+        if how == "not captured":
+            return np.delete(rec, second + 2)
+        if how == "out of order":
+            return rec[np.r_[0:second + 2, second + 3, second + 2, second + 4:len(rec)]]
+        syn = rec[second:second + 1].copy()
+        isn = (int(rec["seq"][second]) + 2**30) % 2**32
+        syn["flags"], syn["seq"] = 0x02, isn
+        syn["orig_len"], syn["ip_len"] = syn["incl_len"], 40  # headers only: no payload
+        later = rec[second:].copy()
+        same = later["ip_src"] == rec["ip_src"][second]
+        later["seq"][same] = (later["seq"][same].astype(np.int64) + 2**30 + 1) % 2**32
+        return np.concatenate([rec[:second], syn, later]).astype(rec.dtype)  # concatenate drops the byte order
+
+    _rewritten(path, edit)
+    p = read_pcap(path).packets
+    sent = sequence_advance(p)
+    assert int(sent.sum()) == payload
+    src = load_traffic(cap)
+    assert int(src.table["payload_bytes"].sum()) == payload
+    gaps = [w for w in src.warnings if "gaps of sequence numbers" in w]
+    if how == "port reused":
+        assert not gaps and (sent == p["payload_bytes"]).all()
+    else:
+        assert gaps and "1,460 TCP payload bytes in 1 gaps" in gaps[0]

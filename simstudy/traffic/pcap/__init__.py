@@ -76,7 +76,7 @@ from simstudy.traffic.pcap.links import (
     LinkType,
 )
 from simstudy.traffic.pcap.reader import read_pcap
-from simstudy.traffic.pcap.table import retransmitted_payload, to_traffic_table
+from simstudy.traffic.pcap.table import sequence_advance, to_traffic_table
 
 __all__ = [
     "CAPTURE_SUFFIXES",
@@ -100,6 +100,6 @@ __all__ = [
     "parse_experiment_name",
     "read_pcap",
     "read_pcap_dir",
-    "retransmitted_payload",
+    "sequence_advance",
     "to_traffic_table",
 ]

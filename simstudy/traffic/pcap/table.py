@@ -14,6 +14,9 @@ from simstudy.table import make_table
 from simstudy.traffic.pcap.base import I64, Mask, PcapWarning
 from simstudy.traffic.processes import Processes, find_processes
 
+#: TCP's SYN flag.
+SYN = 2
+
 
 def _ip_key(text: str) -> tuple[int, int]:
     a = ipaddress.ip_address(text)
@@ -41,36 +44,45 @@ def _endpoint(text: str) -> tuple[str, int | None]:
 
 
 
-def retransmitted_payload(packets: pd.DataFrame) -> NDArray[np.int64]:
-    """Per packet, how many of its TCP payload bytes its flow already carried earlier in the same
-    file (a retransmission, whole or in part); 0 for new data and for everything but TCP.
+def sequence_advance(packets: pd.DataFrame) -> NDArray[np.int64]:
+    """Per packet, the TCP payload bytes its flow sent for the first time there: how far the
+    highest sequence number its connection carried in the same file moved. That is its payload,
+    less what the connection already carried (a retransmission, whole or in part), plus what it
+    skipped (bytes before it that no packet of the capture carried: a segment the capture did not
+    see, or one that came later out of order, then counted as a retransmission). Other packets:
+    their payload.
 
-    Flows are (file, src ip, dst ip, sport, dport), in capture order; sequence numbers are
-    unwrapped through their 32-bit wrap. A capture that starts mid-flow counts from its first
-    packet. Needs the `tcp_seq` column of `read_pcap`."""
-    n = len(packets)
-    out = np.zeros(n, dtype=np.int64)
-    payload = packets["payload_bytes"].to_numpy(dtype=np.int64)
-    data = np.flatnonzero((packets["proto"].to_numpy() == 6) & (payload > 0))
+    Connections are (file, src ip, dst ip, sport, dport), in capture order, a new one from each SYN
+    (a reused port starts a new sequence); sequence numbers are unwrapped through their 32-bit wrap.
+    A capture that starts mid-connection counts from its first packet. Needs the `tcp_seq` and
+    `tcp_flags` columns of `read_pcap`."""
+    payload = np.asarray(packets["payload_bytes"].to_numpy(), dtype=np.int64)
+    out: NDArray[np.int64] = payload.copy()
+    tcp = packets["proto"].to_numpy() == 6
+    syn = tcp & ((packets["tcp_flags"].to_numpy() & SYN) != 0)
+    data = np.flatnonzero(tcp & ((payload > 0) | syn))
     if len(data) < 2:
         return out
     key = [c for c in ("file", "src_ip", "dst_ip", "sport", "dport") if c in packets]
     flow = packets.iloc[data].groupby(key, sort=False, observed=True).ngroup().to_numpy(dtype=np.int64)
     order = np.lexsort((data, flow))  # by flow, then capture order
-    f = flow[order]
-    seq = packets["tcp_seq"].to_numpy().astype(np.int64)[data][order]
-    size = payload[data][order]
-    first = np.r_[True, f[1:] != f[:-1]]
+    rows = data[order]
+    # a connection per SYN: its number within the flow, then one id per (flow, connection)
+    opened = pd.Series(syn[rows].astype(np.int64)).groupby(flow[order]).cumsum().to_numpy()
+    conn = np.r_[0, np.cumsum((flow[order][1:] != flow[order][:-1]) | (opened[1:] != opened[:-1]))]
+    seq = packets["tcp_seq"].to_numpy().astype(np.int64)[rows]
+    size = payload[rows] + syn[rows]  # a SYN takes one sequence number
+    first = np.r_[True, conn[1:] != conn[:-1]]
     step = np.r_[0, ((seq[1:] - seq[:-1] + 2**31) % 2**32) - 2**31]  # signed 32-bit differences
     step[first] = 0
-    rel = np.cumsum(step)  # sequence position within the flow (plus a constant per flow)
+    rel = np.cumsum(step)  # sequence position within the connection (plus a constant per connection)
     end = rel + size
-    # the highest sequence number each flow carried before this packet (none before a flow's first)
-    seen = pd.Series(end).groupby(f).cummax().to_numpy()
+    # the highest sequence number each connection carried before this packet (its own start for the first)
+    seen = pd.Series(end).groupby(conn).cummax().to_numpy()
     before = np.r_[rel[0], seen[:-1]]
     before[first] = rel[first]
-    again = np.clip(np.minimum(end, before) - rel, 0, size)
-    out[data[order]] = again
+    advance = np.maximum(end - before, 0) - syn[rows]
+    out[rows] = np.maximum(advance, 0)
     return out
 
 
