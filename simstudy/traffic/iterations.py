@@ -17,8 +17,9 @@ it explains are q times its cycles. The iteration is the cycle length T that max
 
 that is, the bytes of every sender explained by one repeating cycle, each sender counting as far
 as it agrees on T. A sender that never falls silent at the iteration's end (a parameter
-server's saturated link) explains nothing and does not vote. Only single cycles count as
-explained: a run may bridge a cycle of up to `BRIDGE` quanta (a silence filled by jitter or a
+server's saturated link) explains nothing and does not vote. Where no T explains most of the
+bytes of the senders that repeat anything (`MAJORITY`), no iteration is found. Only single
+cycles count as explained: a run may bridge a cycle of up to `BRIDGE` quanta (a silence filled by jitter or a
 stall), which keeps the run going but explains nothing, so a multiple kT never explains more than
 T. A repeat counts only when chance would not give one as close (`CHANCE`), were the sender's
 burst ends spread at random over its bytes: each cycle's chance of ending as near q bytes on as it
@@ -94,6 +95,13 @@ Tolerances, each with its meaning and source:
   in full segments.
 * `BOUNDARIES`: the 32 longest silences of a sender are tried as iteration ends (captures hold
   tens of iterations; a longer run of them is found from any two).
+* `MAJORITY`: the iteration explains most (more than half) of the bytes of the senders that repeat
+  anything. A sender that never falls silent, such as a parameter server's saturated link, says
+  nothing either way. Where the best cycle explains less, no iteration is found and the reason says
+  so: the traffic is not one repeating iteration as its bytes show it. Four Horovod workers on two
+  cores logged iterations from 161 to 941 ms. Their bytes per iteration move by up to 4% (Horovod's
+  negotiation travels with the payload), and they fall silent longest within their iterations. Their
+  best cycle explains 6% of the bytes, 7 ms where the iteration is 305 ms.
 """
 
 from __future__ import annotations
@@ -114,6 +122,7 @@ __all__ = [
     "AGREE",
     "BIN_S",
     "CONTROL_BYTES",
+    "MAJORITY",
     "MIN_CYCLES",
     "QUANTUM_TOLERANCE",
     "Candidate",
@@ -141,6 +150,8 @@ CHANCE = 0.01
 BRIDGE = 2
 #: Bytes below which a burst is control, not payload: one full TCP segment.
 CONTROL_BYTES = 1448
+#: The iteration explains more than this share of the bytes of the senders that repeat (most of them).
+MAJORITY = 0.5
 
 
 
@@ -434,6 +445,14 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
             best = i
     period, chosen = scored[best]
     share = {i: sum(r.explained for r in v.values()) / total for i, (_, v) in enumerate(scored)}
+    # most of the bytes of the senders that repeat anything (one that never falls silent says nothing)
+    heard = float(volume[:, sorted({r.sender for r in repeats})].sum())
+    if explained[best] <= MAJORITY * heard:
+        candidates = tuple(_candidate(p, v, total, ids, f"explains {share[i]:.0%} of the bytes")
+                           for i, (p, v) in enumerate(scored))
+        return _none(f"no cycle explains most of the bytes of the senders that repeat (the best, "
+                     f"{period * BIN_S * 1e3:.4g} ms, explains {explained[best] / heard:.0%} of them): their bytes "
+                     "do not repeat from iteration to iteration ending at silences", candidates)
     candidates = tuple(_candidate(p, v, total, ids, "chosen" if i == best else
                                   f"explains {share[i]:.0%} of the bytes (chosen: {share[best]:.0%})")
                        for i, (p, v) in enumerate(scored))

@@ -118,6 +118,66 @@ def test_no_iterations_without_repeating_bytes() -> None:
     assert find_iterations(pd.DataFrame(columns=["t_start_s", "t_end_s", "src", "dst", "bytes"])).count == 0
 
 
+def _packets(rows: list[tuple[float, int, int, int]]) -> pd.DataFrame:
+    table = pd.DataFrame(rows, columns=["t_start_s", "src", "dst", "bytes"])
+    table["t_end_s"] = table["t_start_s"]
+    return table.sort_values("t_start_s", kind="stable").reset_index(drop=True)
+
+
+def _send(rows: list[tuple[float, int, int, int]], t: float, src: int, dst: int, size: int) -> float:
+    """`size` bytes from `src` in full segments, one per 0.1 ms from `t`; returns when the last left."""
+    k = 0
+    while size > 0:
+        rows.append((t + k * 1e-4, src, dst, min(1448, size)))
+        size, k = size - 1448, k + 1
+    return t + k * 1e-4
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_no_iteration_where_the_best_cycle_explains_few_of_the_bytes(seed: int) -> None:
+    """Thirty small messages 40 ms apart, then transfers whose bytes never repeat (each 1.5-2.5 MB, in
+    bursts of random size between silences of random length): the small messages repeat, but they
+    are a few percent of the bytes. No iteration is found, and the reason says why."""
+    rng = np.random.default_rng(seed)
+    rows: list[tuple[float, int, int, int]] = []
+    t = 0.0
+    for _ in range(30):
+        for src in (0, 1):
+            _send(rows, t, src, 1 - src, 14 * 1448)
+        t += 40e-3
+    for _ in range(20):
+        for src in (0, 1):
+            u, left = t, int(rng.integers(1_500_000, 2_500_000))
+            while left > 0:
+                part = min(left, int(rng.integers(100_000, 600_000)))
+                u = _send(rows, u, src, 1 - src, part) + rng.uniform(2e-3, 30e-3)
+                left -= part
+        t = u + 5e-3
+    found = find_iterations(_packets(rows))
+    assert found.count == 0 and np.isnan(found.period_s)
+    assert "no cycle explains most of the bytes" in found.reason
+    assert found.candidates and max(c.acf for c in found.candidates) < 0.5
+
+
+def test_a_sender_that_never_falls_silent_does_not_hide_the_iteration() -> None:
+    """Two workers send 1 MB per iteration, then fall silent 20-40 ms; a third sender (a server whose
+    link never falls silent) sends a tenth more at an even pace. The workers' repeats explain less
+    than half of all bytes but every byte of the senders that repeat: their iteration is found."""
+    rng = np.random.default_rng(0)
+    rows: list[tuple[float, int, int, int]] = []
+    t, starts = 0.0, []
+    for _ in range(20):
+        starts.append(t)
+        end = max(_send(rows, t, src, 2, 1_000_000) for src in (0, 1))
+        t = end + rng.uniform(20e-3, 40e-3)
+    pace = t / (1.1 * 2 * 1_000_000 * 20 / 1448)
+    rows += [(k * pace, 2, k % 2, 1448) for k in range(int(t / pace))]
+    found = find_iterations(_packets(rows))
+    assert found.senders and set(found.senders) >= {0, 1}
+    assert found.period_s == pytest.approx(interquartile_mean(np.diff(starts)), rel=0.05)
+    assert max(c.acf for c in found.candidates) < 0.5
+
+
 def test_interquartile_mean_of_few_values_is_their_mean() -> None:
     assert interquartile_mean(np.array([10.0, 20.0])) == 15.0
     assert interquartile_mean(np.array([7.0])) == 7.0
