@@ -10,8 +10,8 @@ between (specs of at most 32 ranks, whose connections all open at the start); th
 as a share of the reference's is the reference's wall time over the run's simulation phase's.
 With `--send-buffers`, the same spec again with each host's socket buffers set to that many KiB
 (receive buffers 1.5 times as large), which changes the traffic: it shows how the run's cost grows
-with the segments a connection keeps in flight (ns-3 3.44's TCP walks its list of sent segments for every segment it
-sends, `TcpTxBuffer::NextSeg`).
+with the segments a connection keeps in flight (ns-3 3.44's TCP walks its list of sent segments
+for every segment it sends, `TcpTxBuffer::NextSeg`).
 
     python benchmarks/ns3_profile.py [--spec specs/examples/resnet50_dp8_ring.yaml] [--send-buffers 128]
 

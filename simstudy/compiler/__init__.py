@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from simstudy.compiler.aggregation import compile_aggregation
-from simstudy.compiler.astra_config import system_json, write_config_files, write_configs, write_json
+from simstudy.compiler.astra_config import system_json, write_config_files, write_configs
 from simstudy.compiler.atomic import atomic_directory
 from simstudy.compiler.bundle import Bundle, BundleError
 from simstudy.compiler.chakra_out import graph_templates, graph_traces, write_traces
@@ -28,6 +28,7 @@ from simstudy.compiler.resolve import resolve
 from simstudy.compiler.tensor import megatron
 from simstudy.compiler.topology_file import scenario_topology, topology_of, write_topology
 from simstudy.compiler.variability import apply_variability
+from simstudy.files import write_json
 from simstudy.layout import JOBS, SCENARIO, SHARING, TOPOLOGY
 from simstudy.spec import Cluster, Scenario, SpecError, topology_dims
 from simstudy.spec.collectives import FALLBACK
@@ -172,7 +173,7 @@ def compile_scenario(scenario: Scenario, out: str | Path, *, source: str | Path 
         et_bytes, traces = _traces(graph, tmp / resolved.name, et_files, resolved)
         write_configs(resolved, graph.groups, tmp)
         write_topology(tmp / TOPOLOGY, scenario_topology(resolved))
-        write_json(tmp / SCENARIO, resolved.model_dump(mode="json"))
+        write_json(tmp / SCENARIO, resolved.model_dump(mode="json"), indent=2)
     return _result(out, resolved, et_bytes, traces, t0)
 
 
@@ -208,7 +209,7 @@ def compile_cluster(cluster: Cluster, out: str | Path, *, source: str | Path | N
         write_topology(tmp / TOPOLOGY, topology_of(resolved.topology))
         write_jobs(tmp / JOBS, resolved)
         write_sharing(tmp / SHARING, resolved)
-        write_json(tmp / SCENARIO, resolved.model_dump(mode="json"))
+        write_json(tmp / SCENARIO, resolved.model_dump(mode="json"), indent=2)
     return _result(out, resolved, et_bytes, traces, t0)
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from simstudy import files, layout
+from simstudy import layout
 from simstudy.compiler.bundle import HOST_CORES, HOSTS
+from simstudy.files import write_json, write_text
 from simstudy.spec import Dim, Scenario, System, npu_hosts, topology_dims
 from simstudy.spec.collectives import FALLBACK, system_implementations
 
@@ -74,11 +75,6 @@ def system_json(s: System, dims: int, algorithm: str) -> dict[str, Any]:
 REMOTE_MEMORY = {"memory-type": "NO_MEMORY_EXPANSION"}
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Write JSON with a trailing newline, atomically."""
-    files.write_json(path, data, indent=2)
-
-
 def write_configs(scenario: Scenario, groups: dict[int, tuple[int, ...]], out: Path) -> dict[str, Path]:
     """Write every config file into `out`; returns name -> path."""
     return write_config_files(topology_dims(scenario.topology), system_config(scenario), groups, out)
@@ -92,10 +88,10 @@ def write_config_files(dims: tuple[Dim, ...], system: dict[str, Any], groups: di
         "system": out / layout.SYSTEM,
         "remote_memory": out / layout.REMOTE_MEMORY,
     }
-    paths["network"].write_text(network_yaml(dims), encoding="utf-8")
-    write_json(paths["system"], system)
-    write_json(paths["remote_memory"], REMOTE_MEMORY)
+    write_text(paths["network"], network_yaml(dims))
+    write_json(paths["system"], system, indent=2)
+    write_json(paths["remote_memory"], REMOTE_MEMORY, indent=2)
     if groups:
         paths["comm_group"] = out / layout.COMM_GROUP
-        write_json(paths["comm_group"], {str(k): list(v) for k, v in sorted(groups.items())})
+        write_json(paths["comm_group"], {str(k): list(v) for k, v in sorted(groups.items())}, indent=2)
     return paths

@@ -12,12 +12,9 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from simstudy import files
+from simstudy.files import write_text
 
-
-def write_text(path: Path, text: str) -> Path:
-    """Write `text` (UTF-8) to `path` atomically: a failed write never leaves half a file."""
-    return files.write_text(path, text)
+__all__ = ["figure", "save_figure", "write_text"]
 
 
 def figure(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] | None = None,

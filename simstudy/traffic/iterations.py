@@ -19,9 +19,9 @@ that is, the bytes of every sender explained by one repeating cycle, each sender
 as it agrees on T. A sender that never falls silent at the iteration's end (a parameter
 server's saturated link) explains nothing and does not vote. Where no T explains most of the
 bytes of the senders that repeat anything (`MAJORITY`), no iteration is found. Only single
-cycles count as explained: a run may bridge a cycle of up to `BRIDGE` quanta (a silence filled by jitter or a
-stall), which keeps the run going but explains nothing, so a multiple kT never explains more than
-T. A repeat counts only when chance would not give one as close (`CHANCE`), were the sender's
+cycles count as explained: a run may bridge a cycle of up to `BRIDGE` quanta (a silence filled
+by jitter or a stall), which keeps the run going but explains nothing, so a multiple kT never
+explains more than T. A repeat counts only when chance would not give one as close (`CHANCE`), were the sender's
 burst ends spread at random over its bytes: each cycle's chance of ending as near q bytes on as it
 does at a burst end at least as silent as its own (an iteration ends at a long silence, and few
 burst ends are that silent: a Horovod job's bytes per iteration move by a few tenths of a percent
@@ -447,15 +447,18 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
     share = {i: sum(r.explained for r in v.values()) / total for i, (_, v) in enumerate(scored)}
     # most of the bytes of the senders that repeat anything (one that never falls silent says nothing)
     heard = float(volume[:, sorted({r.sender for r in repeats})].sum())
-    if explained[best] <= MAJORITY * heard:
-        candidates = tuple(_candidate(p, v, total, ids, f"explains {share[i]:.0%} of the bytes")
-                           for i, (p, v) in enumerate(scored))
+    refused = explained[best] <= MAJORITY * heard
+
+    def verdict(i: int) -> str:
+        if i == best and not refused:
+            return "chosen"
+        return f"explains {share[i]:.0%} of the bytes" + ("" if refused else f" (chosen: {share[best]:.0%})")
+
+    candidates = tuple(_candidate(p, v, total, ids, verdict(i)) for i, (p, v) in enumerate(scored))
+    if refused:
         return _none(f"no cycle explains most of the bytes of the senders that repeat (the best, "
                      f"{period * BIN_S * 1e3:.4g} ms, explains {explained[best] / heard:.0%} of them): their bytes "
                      "do not repeat from iteration to iteration ending at silences", candidates)
-    candidates = tuple(_candidate(p, v, total, ids, "chosen" if i == best else
-                                  f"explains {share[i]:.0%} of the bytes (chosen: {share[best]:.0%})")
-                       for i, (p, v) in enumerate(scored))
     return _found(volume, ids, t0, chosen, candidates, share[best])
 
 

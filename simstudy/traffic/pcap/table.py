@@ -66,10 +66,10 @@ def sequence_advance(packets: pd.DataFrame) -> NDArray[np.int64]:
     key = [c for c in ("file", "src_ip", "dst_ip", "sport", "dport") if c in packets]
     flow = packets.iloc[data].groupby(key, sort=False, observed=True).ngroup().to_numpy(dtype=np.int64)
     order = np.lexsort((data, flow))  # by flow, then capture order
-    rows = data[order]
+    rows, f = data[order], flow[order]
     # a connection per SYN: its number within the flow, then one id per (flow, connection)
-    opened = pd.Series(syn[rows].astype(np.int64)).groupby(flow[order]).cumsum().to_numpy()
-    conn = np.r_[0, np.cumsum((flow[order][1:] != flow[order][:-1]) | (opened[1:] != opened[:-1]))]
+    opened = pd.Series(syn[rows].astype(np.int64)).groupby(f).cumsum().to_numpy()
+    conn = np.r_[0, np.cumsum((f[1:] != f[:-1]) | (opened[1:] != opened[:-1]))]
     seq = packets["tcp_seq"].to_numpy().astype(np.int64)[rows]
     size = payload[rows] + syn[rows]  # a SYN takes one sequence number
     first = np.r_[True, conn[1:] != conn[:-1]]
