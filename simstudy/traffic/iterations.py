@@ -16,16 +16,21 @@ it explains are q times its cycles. The iteration is the cycle length T that max
                    lasts T (within `AGREE` of every other vote),
 
 that is, the bytes of every sender explained by one repeating cycle, each sender counting as far
-as it agrees on T. A sender that never falls silent at the iteration's end (a parameter
-server's saturated link) explains nothing and does not vote. Where no T explains most of the
-bytes of the senders that repeat anything (`MAJORITY`), no iteration is found. Only single
+as it agrees on T. A sender votes only with a repeat that explains most of its own bytes
+(`MAJORITY`): a run of small messages beside its bulk transfers is not its iteration. A sender
+that never falls silent at the iteration's end (a parameter server's saturated link) explains
+nothing and does not vote. Where no T explains most of the bytes of the senders that repeat,
+no iteration is found. Only single
 cycles count as explained: a run may bridge a cycle of up to `BRIDGE` quanta (a silence filled
 by jitter or a stall), which keeps the run going but explains nothing, so a multiple kT never
 explains more than T. A repeat counts only when chance would not give one as close (`CHANCE`), were the sender's
 burst ends spread at random over its bytes: each cycle's chance of ending as near q bytes on as it
-does at a burst end at least as silent as its own (an iteration ends at a long silence, and few
-burst ends are that silent: a Horovod job's bytes per iteration move by a few tenths of a percent
-with its background thread's messages, while its setup sends hundreds of tiny bursts), combined
+does in a silence at least as long as its own (an iteration ends at a long silence, and few
+silences are that long: a Horovod job's bytes per iteration move by a few tenths of a percent
+with its background thread's messages, while its setup sends hundreds of tiny bursts). A silence
+is one place in bytes, whichever of its burst ends a cycle ends at: the end of the payload before
+it or of a burst of control within it (Horovod's negotiation messages, 152 bytes each, fall into
+the compute between iterations, and a cycle may end before or after them), combined
 over the cycles by Fisher's method (but the one nearest the quantum: the quantum is their median,
 so that cycle is exact by construction), times the quanta and starts tried. Large quanta
 over dense burst ends chain by chance, but not to within the few bytes an iteration repeats to
@@ -95,13 +100,14 @@ Tolerances, each with its meaning and source:
   in full segments.
 * `BOUNDARIES`: the 32 longest silences of a sender are tried as iteration ends (captures hold
   tens of iterations; a longer run of them is found from any two).
-* `MAJORITY`: the iteration explains most (more than half) of the bytes of the senders that repeat
-  anything. A sender that never falls silent, such as a parameter server's saturated link, says
-  nothing either way. Where the best cycle explains less, no iteration is found and the reason says
-  so: the traffic is not one repeating iteration as its bytes show it. Four Horovod workers on two
-  cores logged iterations from 161 to 941 ms. Their bytes per iteration move by up to 4% (Horovod's
-  negotiation travels with the payload), and they fall silent longest within their iterations. Their
-  best cycle explains 6% of the bytes, 7 ms where the iteration is 305 ms.
+* `MAJORITY`: most is more than half. A sender's repeat counts where it explains most of that
+  sender's bytes: four Horovod workers on two cores repeat their negotiation messages too (21 KB
+  every 320 ms beside 2.1 MB of gradients per iteration), and where that was one worker's only
+  repeat of the iteration's length it voted with 1% of its bytes and the steady window, where
+  every voting sender repeats, shrank to one cycle. The iteration explains most of the bytes of the
+  senders that repeat; a sender that never falls silent, such as a parameter server's saturated
+  link, says nothing either way. Where the best cycle explains less, no iteration is found and the
+  reason says so: the traffic is not one repeating iteration as its bytes show it.
 """
 
 from __future__ import annotations
@@ -150,7 +156,7 @@ CHANCE = 0.01
 BRIDGE = 2
 #: Bytes below which a burst is control, not payload: one full TCP segment.
 CONTROL_BYTES = 1448
-#: The iteration explains more than this share of the bytes of the senders that repeat (most of them).
+#: A repeat explains more than this share of its sender's bytes, the iteration of the repeating senders'.
 MAJORITY = 0.5
 
 
@@ -235,6 +241,8 @@ class _Repeat:
     cycle_bytes: FloatArray
     single: NDArray[np.bool_]
     tolerance: float
+    sent: float
+    """All the sender's bytes."""
 
     @property
     def cycles(self) -> int:
@@ -305,8 +313,8 @@ def _longest_repeat(at: FloatArray, q: float, tolerance: float,
 
 def _chance(off: FloatArray, rarity: FloatArray, total: float) -> FloatArray:
     """Each cycle's chance of ending as near its quantum on (`off` bytes) as it does, were the
-    sender's burst ends spread at random over its `total` bytes: of ending within `off` of it at a
-    burst end at least as silent as its own (`rarity`: their number)."""
+    sender's silences spread at random over its `total` bytes: of ending within `off` of it in a
+    silence at least as long as its own (`rarity`: their number)."""
     return np.minimum(1.0, 2 * np.maximum(off, 1.0) * rarity / total)
 
 
@@ -320,12 +328,15 @@ def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
     payload = np.flatnonzero(np.diff(at) >= CONTROL_BYTES)  # bursts that are not control
     if len(payload) == 0:
         return []
-    # every burst end's silence, to the next payload (none before the first), and how many are as long
+    # every burst end's silence: from the payload burst it follows (itself, or the last one before a
+    # burst of control within the silence) to the next payload burst; none before the first payload
     ahead = np.concatenate([starts[payload], [len(v)]])
-    quiet = ahead[np.minimum(np.searchsorted(ahead, when), len(ahead) - 1)] - when
-    quiet[0] = 0
-    rarity = (len(at) - np.searchsorted(np.sort(quiet), quiet)).astype(np.float64)
+    gap = ahead[np.minimum(np.searchsorted(ahead, when), len(ahead) - 1)] - when
+    after = np.searchsorted(payload + 1, np.arange(len(at)), side="right") - 1  # the payload burst it follows
+    quiet = np.where(after >= 0, gap[payload[np.maximum(after, 0)] + 1], 0)
     silence = quiet[payload + 1]  # after each payload burst
+    # how many silences are at least as long (each one place in bytes, the control bursts within it too)
+    rarity = np.maximum(len(silence) - np.searchsorted(np.sort(silence), quiet), 1).astype(np.float64)
     # the control bytes a cycle is expected to hold: their rate (the mean bin below a full segment)
     # times the cycle's duration (q at the sender's mean rate)
     tolerance = max(QUANTUM_TOLERANCE, float(np.mean(v[v < CONTROL_BYTES])) * len(v) / at[-1])
@@ -351,7 +362,7 @@ def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
         rest = np.arange(len(off)) != np.argmin(off)
         p = _chance(off[rest], rarity[chain[1:][single]][rest], at[-1])
         if len(q) * len(at) * chi2.sf(-2 * np.log(p).sum(), 2 * len(p)) <= CHANCE:
-            out.append(_Repeat(sender, float(x), when[chain], np.diff(at[chain]), single, tolerance))
+            out.append(_Repeat(sender, float(x), when[chain], np.diff(at[chain]), single, tolerance, float(at[-1])))
     return out
 
 
@@ -419,9 +430,9 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
     t0 = float(rows["t_start_s"].min())
     ids, volume = sender_bytes(rows, BIN_S, t0)  # bins x senders
     total = float(volume.sum())
-    repeats = [r for e in range(volume.shape[1]) for r in _repeats(volume[:, e], e)]
+    repeats = [r for e in range(volume.shape[1]) for r in _repeats(volume[:, e], e) if r.explained > MAJORITY * r.sent]
     if not repeats or total <= 0:
-        return _none("no sender repeats the same bytes over three cycles ending at silences")
+        return _none("no sender repeats the same bytes over three cycles ending at silences in most of its bytes")
     scored: list[tuple[float, dict[int, _Repeat]]] = []
     for period in sorted({r.period for r in repeats}):
         votes = _explained(repeats, period)

@@ -3,6 +3,9 @@ it finds the bytes per iteration exactly and the typical iteration."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -137,7 +140,7 @@ def _send(rows: list[tuple[float, int, int, int]], t: float, src: int, dst: int,
 def test_no_iteration_where_the_best_cycle_explains_few_of_the_bytes(seed: int) -> None:
     """Thirty small messages 40 ms apart, then transfers whose bytes never repeat (each 1.5-2.5 MB, in
     bursts of random size between silences of random length): the small messages repeat, but they
-    are a few percent of the bytes. No iteration is found, and the reason says why."""
+    are a few percent of each sender's bytes. No iteration is found, and the reason says why."""
     rng = np.random.default_rng(seed)
     rows: list[tuple[float, int, int, int]] = []
     t = 0.0
@@ -155,8 +158,8 @@ def test_no_iteration_where_the_best_cycle_explains_few_of_the_bytes(seed: int) 
         t = u + 5e-3
     found = find_iterations(_packets(rows))
     assert found.count == 0 and np.isnan(found.period_s)
-    assert "no cycle explains most of the bytes" in found.reason
-    assert found.candidates and max(c.acf for c in found.candidates) < 0.5
+    assert "most of" in found.reason
+    assert max((c.acf for c in found.candidates), default=0.0) < 0.5
 
 
 def test_a_sender_that_never_falls_silent_does_not_hide_the_iteration() -> None:
@@ -183,3 +186,19 @@ def test_interquartile_mean_of_few_values_is_their_mean() -> None:
     assert interquartile_mean(np.array([7.0])) == 7.0
     assert np.isnan(interquartile_mean(np.zeros(0)))
     assert interquartile_mean(np.array([1.0, 10.0, 11.0, 12.0, 100.0])) == 11.0
+
+
+BINNED = Path(__file__).resolve().parent.parent / "data" / "binned"
+
+
+@pytest.mark.parametrize("name", sorted(p.name.removesuffix(".csv.gz") for p in BINNED.glob("*.csv.gz")))
+def test_real_captures_the_finder_once_got_wrong(name: str) -> None:
+    """Captures of `benchmarks/bare_captures.py` kept as the finder reads them (tests/data/bin_capture.py).
+    `hvd_cnn_w4_200mbit`: four Horovod workers on two cores, iterations logged from 161 to 941 ms; a
+    cycle ends before or after the negotiation messages in the compute (a silence is one place in
+    bytes), and one worker's repeating negotiation messages (1% of its bytes) do not vote."""
+    truth = json.loads((BINNED / f"{name}.json").read_text())
+    found = find_iterations(pd.read_csv(BINNED / f"{name}.csv.gz"))
+    assert found.bytes_per_iteration == pytest.approx(truth["bytes_per_iteration"], rel=0.02)
+    assert found.period_s == pytest.approx(truth["period_s"], rel=0.05)
+    assert found.count >= truth["iterations"] - 2
