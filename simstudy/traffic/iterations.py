@@ -64,6 +64,11 @@ later (`_longest_repeat`); of the chains with the most single cycles, the one ch
 least (every phase of a repeating cycle chains alike; its end is where the sender falls silent
 longest, not a pause within it). The quantum is then the median bytes of its single cycles (the
 pair of silences that proposed it may hold a few bytes of control more or less), and chained again.
+Where chance would give that chain (`CHANCE`), the chain chance explains least of all is tried
+(Fisher's combined p over its cycles, whatever their number): a sender whose longest silence falls
+now at the iteration's end, now between two halves of its bytes (a Horovod worker on shared cores,
+whose fused buffers leave during and after the backward pass), chains longest through the pauses
+within its iterations, a few kilobytes off at each, and more exactly through its iterations' ends.
 (4) Every sender's repeats are candidate cycle lengths (their cycles'
 interquartile mean duration, `interquartile_mean`), scored by `explained`. (5) The chosen T
 gives: the steady window, the reference's cycles (the sender that explains the most) where every
@@ -278,14 +283,15 @@ def _bursts(v: FloatArray) -> tuple[IntArray, IntArray, FloatArray]:
 
 
 def _longest_repeat(at: FloatArray, q: float, tolerance: float,
-                    rarity: FloatArray) -> tuple[IntArray, NDArray[np.bool_]]:
+                    rarity: FloatArray, rarest: bool = False) -> tuple[IntArray, NDArray[np.bool_]]:
     """Indices into `at` (cumulative bytes at burst ends) of the chain that holds the most single
     cycles, each next index q bytes on (within `tolerance` of q), or k q on where no
     burst ends at q (k up to `BRIDGE`: a silence filled by jitter or a stall merges iterations);
     and whether each step is a single cycle. Of the chains that hold as many, the one chance
     explains least (Fisher's -2 sum log p over its single cycles, `_chance`): every phase of a
     repeating cycle chains alike, and it is the iteration's end, not a pause within it, where the
-    sender falls silent longest."""
+    sender falls silent longest. `rarest`: the chain chance explains least of all (Fisher's combined
+    p, for chains of any number of single cycles)."""
     n = len(at)
     nxt, single = np.full(n, -1), np.zeros(n, np.bool_)
     for k in range(BRIDGE, 0, -1):  # the smallest k that hits wins
@@ -304,7 +310,10 @@ def _longest_repeat(at: FloatArray, q: float, tolerance: float,
         if np.array_equal(grown, score) and np.array_equal(summed, stat):
             break
         score, stat = grown, summed
-    chain = [int(np.argmax(np.where(score == score.max(), stat, -np.inf)))]
+    if rarest:
+        chain = [int(np.argmin(np.where(score > 0, chi2.logsf(stat, 2 * np.maximum(score, 1)), np.inf)))]
+    else:
+        chain = [int(np.argmax(np.where(score == score.max(), stat, -np.inf)))]
     while nxt[chain[-1]] >= 0 and score[chain[-1]] > 0:
         chain.append(int(nxt[chain[-1]]))
     c = np.asarray(chain, dtype=np.int64)
@@ -353,16 +362,18 @@ def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
         if single.sum() < MIN_CYCLES:
             continue
         x = float(np.median(np.diff(at[chain])[single]))  # the quantum, as its cycles hold it
-        chain, single = _longest_repeat(at, x, tolerance, rarity)
-        if single.sum() < MIN_CYCLES:
-            continue
-        # the chain's chance (Fisher's method over its cycles), among every quantum and start tried;
-        # the quantum was fit to the cycles, so the one nearest it (its own median) is left out
-        off = np.abs(np.diff(at[chain])[single] - x)
-        rest = np.arange(len(off)) != np.argmin(off)
-        p = _chance(off[rest], rarity[chain[1:][single]][rest], at[-1])
-        if len(q) * len(at) * chi2.sf(-2 * np.log(p).sum(), 2 * len(p)) <= CHANCE:
-            out.append(_Repeat(sender, float(x), when[chain], np.diff(at[chain]), single, tolerance, float(at[-1])))
+        for rarest in (False, True):
+            chain, single = _longest_repeat(at, x, tolerance, rarity, rarest)
+            if single.sum() < MIN_CYCLES:
+                continue
+            # the chain's chance (Fisher's method over its cycles), among every quantum and start tried;
+            # the quantum was fit to the cycles, so the one nearest it (its own median) is left out
+            off = np.abs(np.diff(at[chain])[single] - x)
+            rest = np.arange(len(off)) != np.argmin(off)
+            p = _chance(off[rest], rarity[chain[1:][single]][rest], at[-1])
+            if len(q) * len(at) * chi2.sf(-2 * np.log(p).sum(), 2 * len(p)) <= CHANCE:
+                out.append(_Repeat(sender, float(x), when[chain], np.diff(at[chain]), single, tolerance, float(at[-1])))
+                break
     return out
 
 

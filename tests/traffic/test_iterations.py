@@ -196,7 +196,10 @@ def test_real_captures_the_finder_once_got_wrong(name: str) -> None:
     """Captures of `benchmarks/bare_captures.py` kept as the finder reads them (tests/data/bin_capture.py).
     `hvd_cnn_w4_200mbit`: four Horovod workers on two cores, iterations logged from 161 to 941 ms; a
     cycle ends before or after the negotiation messages in the compute (a silence is one place in
-    bytes), and one worker's repeating negotiation messages (1% of its bytes) do not vote."""
+    bytes), and one worker's repeating negotiation messages (1% of its bytes) do not vote.
+    `hvd_lstm_w4_200mbit`: the same job with an LSTM; one worker's longest silence falls now at the
+    iteration's end, now between two halves of its bytes, and its iterations chain where the chain
+    with the most cycles (through the halves) is within chance."""
     truth = json.loads((BINNED / f"{name}.json").read_text())
     found = find_iterations(pd.read_csv(BINNED / f"{name}.csv.gz"))
     assert found.bytes_per_iteration == pytest.approx(truth["bytes_per_iteration"], rel=0.02)
