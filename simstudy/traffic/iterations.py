@@ -60,7 +60,7 @@ silences (an iteration ends at one of its longer silences, the compute between i
 silence lasts from a burst of payload to the next one, bursts of control within it (below
 `CONTROL_BYTES`: heartbeats, rendezvous, metadata) do not end it.
 (3) Each quantum's longest repeat is found by chaining each burst's end to the burst end q bytes
-later (`_longest_repeat`); of the chains with the most single cycles, the one chance explains
+later (`_chains`); of the chains with the most single cycles, the one chance explains
 least (every phase of a repeating cycle chains alike; its end is where the sender falls silent
 longest, not a pause within it). The quantum is then the median bytes of its single cycles (the
 pair of silences that proposed it may hold a few bytes of control more or less), and chained again.
@@ -120,6 +120,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -246,8 +247,6 @@ class _Repeat:
     cycle_bytes: FloatArray
     single: NDArray[np.bool_]
     tolerance: float
-    sent: float
-    """All the sender's bytes."""
 
     @property
     def cycles(self) -> int:
@@ -282,16 +281,18 @@ def _bursts(v: FloatArray) -> tuple[IntArray, IntArray, FloatArray]:
     return starts, ends, np.concatenate([[0.0], cum[ends]])
 
 
-def _longest_repeat(at: FloatArray, q: float, tolerance: float,
-                    rarity: FloatArray, rarest: bool = False) -> tuple[IntArray, NDArray[np.bool_]]:
+Chain = tuple[IntArray, NDArray[np.bool_]]
+
+
+def _chains(at: FloatArray, q: float, tolerance: float, rarity: FloatArray) -> Iterator[Chain]:
     """Indices into `at` (cumulative bytes at burst ends) of the chain that holds the most single
     cycles, each next index q bytes on (within `tolerance` of q), or k q on where no
     burst ends at q (k up to `BRIDGE`: a silence filled by jitter or a stall merges iterations);
     and whether each step is a single cycle. Of the chains that hold as many, the one chance
     explains least (Fisher's -2 sum log p over its single cycles, `_chance`): every phase of a
     repeating cycle chains alike, and it is the iteration's end, not a pause within it, where the
-    sender falls silent longest. `rarest`: the chain chance explains least of all (Fisher's combined
-    p, for chains of any number of single cycles)."""
+    sender falls silent longest. Then, if asked for, the chain chance explains least of all
+    (Fisher's combined p, for chains of any number of single cycles)."""
     n = len(at)
     nxt, single = np.full(n, -1), np.zeros(n, np.bool_)
     for k in range(BRIDGE, 0, -1):  # the smallest k that hits wins
@@ -310,14 +311,16 @@ def _longest_repeat(at: FloatArray, q: float, tolerance: float,
         if np.array_equal(grown, score) and np.array_equal(summed, stat):
             break
         score, stat = grown, summed
-    if rarest:
-        chain = [int(np.argmin(np.where(score > 0, chi2.logsf(stat, 2 * np.maximum(score, 1)), np.inf)))]
-    else:
-        chain = [int(np.argmax(np.where(score == score.max(), stat, -np.inf)))]
-    while nxt[chain[-1]] >= 0 and score[chain[-1]] > 0:
-        chain.append(int(nxt[chain[-1]]))
-    c = np.asarray(chain, dtype=np.int64)
-    return c, np.asarray(single[c[:-1]], dtype=np.bool_)
+
+    def walk(start: int) -> Chain:
+        chain = [start]
+        while nxt[chain[-1]] >= 0 and score[chain[-1]] > 0:
+            chain.append(int(nxt[chain[-1]]))
+        c = np.asarray(chain, dtype=np.int64)
+        return c, np.asarray(single[c[:-1]], dtype=np.bool_)
+
+    yield walk(int(np.argmax(np.where(score == score.max(), stat, -np.inf))))
+    yield walk(int(np.argmin(np.where(score > 0, chi2.logsf(stat, 2 * np.maximum(score, 1)), np.inf))))
 
 
 def _chance(off: FloatArray, rarity: FloatArray, total: float) -> FloatArray:
@@ -329,7 +332,8 @@ def _chance(off: FloatArray, rarity: FloatArray, total: float) -> FloatArray:
 
 def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
     """Every quantum's longest repeat of one sender's bins (see the module docstring), one per
-    quantum (within `QUANTUM_TOLERANCE`), with at least `MIN_CYCLES` cycles."""
+    quantum (within `QUANTUM_TOLERANCE`), with at least `MIN_CYCLES` cycles, that explains most
+    of the sender's bytes (`MAJORITY`)."""
     if np.count_nonzero(v) < 2:
         return []
     starts, ends, at = _bursts(v)
@@ -358,12 +362,11 @@ def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
         if x <= last * (1 + QUANTUM_TOLERANCE):
             continue
         last = x
-        chain, single = _longest_repeat(at, float(x), tolerance, rarity)
+        chain, single = next(_chains(at, float(x), tolerance, rarity))
         if single.sum() < MIN_CYCLES:
             continue
         x = float(np.median(np.diff(at[chain])[single]))  # the quantum, as its cycles hold it
-        for rarest in (False, True):
-            chain, single = _longest_repeat(at, x, tolerance, rarity, rarest)
+        for chain, single in _chains(at, x, tolerance, rarity):  # the longest, then the rarest
             if single.sum() < MIN_CYCLES:
                 continue
             # the chain's chance (Fisher's method over its cycles), among every quantum and start tried;
@@ -372,7 +375,9 @@ def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
             rest = np.arange(len(off)) != np.argmin(off)
             p = _chance(off[rest], rarity[chain[1:][single]][rest], at[-1])
             if len(q) * len(at) * chi2.sf(-2 * np.log(p).sum(), 2 * len(p)) <= CHANCE:
-                out.append(_Repeat(sender, float(x), when[chain], np.diff(at[chain]), single, tolerance, float(at[-1])))
+                r = _Repeat(sender, float(x), when[chain], np.diff(at[chain]), single, tolerance)
+                if r.explained > MAJORITY * at[-1]:
+                    out.append(r)
                 break
     return out
 
@@ -441,7 +446,7 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
     t0 = float(rows["t_start_s"].min())
     ids, volume = sender_bytes(rows, BIN_S, t0)  # bins x senders
     total = float(volume.sum())
-    repeats = [r for e in range(volume.shape[1]) for r in _repeats(volume[:, e], e) if r.explained > MAJORITY * r.sent]
+    repeats = [r for e in range(volume.shape[1]) for r in _repeats(volume[:, e], e)]
     if not repeats or total <= 0:
         return _none("no sender repeats the same bytes over three cycles ending at silences in most of its bytes")
     scored: list[tuple[float, dict[int, _Repeat]]] = []

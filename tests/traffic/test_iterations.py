@@ -193,7 +193,8 @@ BINNED = Path(__file__).resolve().parent.parent / "data" / "binned"
 
 @pytest.mark.parametrize("name", sorted(p.name.removesuffix(".csv.gz") for p in BINNED.glob("*.csv.gz")))
 def test_real_captures_the_finder_once_got_wrong(name: str) -> None:
-    """Captures of `benchmarks/bare_captures.py` kept as the finder reads them (tests/data/bin_capture.py).
+    """Captures of `benchmarks/bare_captures.py` kept as the finder reads them
+    (`tests/data/make_real_captures.py --binned`).
     `hvd_cnn_w4_200mbit`: four Horovod workers on two cores, iterations logged from 161 to 941 ms; a
     cycle ends before or after the negotiation messages in the compute (a silence is one place in
     bytes), and one worker's repeating negotiation messages (1% of its bytes) do not vote.
@@ -202,6 +203,6 @@ def test_real_captures_the_finder_once_got_wrong(name: str) -> None:
     with the most cycles (through the halves) is within chance."""
     truth = json.loads((BINNED / f"{name}.json").read_text())
     found = find_iterations(pd.read_csv(BINNED / f"{name}.csv.gz"))
-    assert found.bytes_per_iteration == pytest.approx(truth["bytes_per_iteration"], rel=0.02)
+    assert found.bytes_per_iteration == pytest.approx(truth["payload_per_iteration"], rel=0.02)
     assert found.period_s == pytest.approx(truth["period_s"], rel=0.05)
-    assert found.count >= truth["iterations"] - 2
+    assert found.count >= truth["iterations_marked"] - 2
