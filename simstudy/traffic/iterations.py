@@ -460,15 +460,18 @@ def find_iterations(rows: pd.DataFrame) -> Iterations:
                 scored[i] = (period, votes)
     explained = [sum(r.explained for r in v.values()) for _, v in scored]
     top = max(range(len(scored)), key=lambda i: explained[i])
-    # as much: short of the most by no more than one of its own cycles per sender (a chain may miss
-    # one at either end that a coarser one takes in, with a few bytes of setup)
-    best = min((i for i in range(len(scored))
-                if explained[i] >= explained[top] - sum(r.quantum for r in scored[i][1].values())),
+    def quanta(i: int) -> float:
+        """One cycle per sender of cut i: "as much" is short of the other by no more (a chain may miss
+        one at either end that a coarser one takes in, with a few bytes of setup)."""
+        return sum(r.quantum for r in scored[i][1].values())
+
+    best = min((i for i in range(len(scored)) if explained[i] >= explained[top] - quanta(i)),
                key=lambda i: scored[i][0])
     best = min((i for i in range(len(scored)) if _alike(scored[i][1], scored[best][1])),
                key=lambda i: scored[i][0], default=best)
-    for i in sorted(range(len(scored)), key=lambda i: scored[i][0]):  # coarser cuts whose parts differ
-        if scored[i][0] > scored[best][0] and _alike(scored[best][1], scored[i][1]) is False:
+    for i in sorted(range(len(scored)), key=lambda i: scored[i][0]):  # coarser cuts, as much, whose parts differ
+        if (scored[i][0] > scored[best][0] and explained[i] >= explained[best] - quanta(i)
+                and _alike(scored[best][1], scored[i][1]) is False):
             best = i
     period, chosen = scored[best]
     share = {i: sum(r.explained for r in v.values()) / total for i, (_, v) in enumerate(scored)}
