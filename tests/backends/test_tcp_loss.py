@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simstudy.backends import simulate
-from simstudy.backends.flowsim.tcp import TAIL_RTO, TAIL_SEGMENTS, TcpPaths
+from simstudy.backends.flowsim.tcp import TAIL_SEGMENTS, TcpPaths
 from simstudy.spec import BackendSpec, Scenario
 from simstudy.spec.transport import Transport
 
@@ -47,21 +47,29 @@ def test_drawn_timeouts_average_to_the_expected_delay(size: int, loss: float, se
 @pytest.mark.parametrize("recovery", ["rfc6675", "rack_tlp"])
 def test_the_tail_is_a_timeout_or_a_probe(recovery: str) -> None:
     """A message of at most TAIL_SEGMENTS segments loses its tail whenever a segment is lost: at 1%
-    loss about 3% of 4 KiB messages wait for the 200 ms retransmission timeout under RFC 6675, or
-    for a tail loss probe (max(2 RTT, 10 ms)) under Linux's RACK-TLP, where only what a probe does
-    not repair (a lost probe, and TAIL_RTO of the rest) waits for the timeout. A 16 MiB message's
-    mean, over a 10 ms round trip, is mostly its bytes at the loss-limited window's rate."""
+    loss about 3% of 4 KiB messages wait for the 200 ms retransmission timeout under RFC 6675.
+    Under Linux's RACK-TLP a tail loss probe (max(2 RTT, 10 ms)) repairs it, but where the last
+    segment is lost alone (p) Linux arms the probe 2 SRTT plus the minimum RTO on: a one-segment
+    message waits that long whenever it is lost, and a two-segment one never (the first segment's
+    ACK is delayed, two are out). A 16 MiB message's mean, over a 10 ms round trip, is mostly its
+    bytes at the loss-limited window's rate."""
     tcp = paths(0.01, latency=2_500_000.0, recovery=recovery)
     p, rtt = tcp.path((0, 1))
     small, big = 4096, 16 << 20
-    tail_cost = tcp.costs(p, rtt)[1]
-    assert tcp.mean_delay_ns(small, p, rtt) == pytest.approx((1 - (1 - p) ** TAIL_SEGMENTS) * tail_cost)
+    _, tail_cost, alone_cost = tcp.costs(p, rtt)
     rto = tcp.rto_ns(rtt)
     if recovery == "rfc6675":
+        assert tcp.mean_delay_ns(small, p, rtt) == pytest.approx((1 - (1 - p) ** TAIL_SEGMENTS) * tail_cost)
         assert tail_cost >= 200e6
     else:
-        probe, miss = max(2 * rtt, 10e6) + rtt / 2, p + TAIL_RTO
-        assert tail_cost == pytest.approx((1 - miss) * probe + miss * rto, rel=0.01) and tail_cost < 0.3 * rto
+        probe = max(2 * rtt, 10e6) + rtt / 2
+        assert tail_cost == pytest.approx((1 - p) * probe + p * rto, rel=0.01) and tail_cost < 0.3 * rto
+        assert alone_cost == pytest.approx(min(2 * rtt + 200e6, rto * (1 + p)) + rtt / 2, rel=0.01)
+        assert alone_cost > 200e6
+        assert tcp.mean_delay_ns(1000, p, rtt) == pytest.approx(p * alone_cost)
+        assert tcp.mean_delay_ns(2 * 1448, p, rtt) == pytest.approx((1 - (1 - p) ** 2) * tail_cost)
+        probed = (1 - p) * (1 - (1 - p) ** 2)
+        assert tcp.mean_delay_ns(small, p, rtt) == pytest.approx(p * alone_cost + probed * tail_cost)
     assert tcp.mean_delay_ns(big, p, rtt) < big / tcp.rate_cap(p, rtt)
     assert tcp.rate_cap(0.0, rtt) == math.inf and tcp.mean_delay_ns(big, 0.0, rtt) == 0
 

@@ -118,7 +118,13 @@ void Fabric::OnTcpRx(Ptr<const Packet>, const TcpHeader& h, Ptr<const TcpSocketB
             TcpPeek::Resend(s, head, std::min<uint32_t>(tcb->m_segmentSize, tcb->m_highTxMark.Get() - head));
         }
     }
-    Arm(s, r);
+    // armed once the socket has taken the ACK in (as Linux arms it from tcp_ack): what is out then
+    Simulator::ScheduleNow(&Fabric::Rearm, this, s);
+}
+
+void Fabric::Rearm(TcpSocketBase* s) {
+    auto it = recovery.find(s);
+    if (it != recovery.end()) Arm(s, it->second);
 }
 
 void Fabric::Arm(TcpSocketBase* s, Recovery& r) {
@@ -128,7 +134,8 @@ void Fabric::Arm(TcpSocketBase* s, Recovery& r) {
     if (head >= tcb->m_highTxMark.Get() || r.probed == head.GetValue() + 1) return;
     int64_t srtt = TcpPeek::Srtt(s).GetNanoSeconds();
     int64_t t = std::max<int64_t>(2 * srtt, 10000000);
-    if (tcb->m_highTxMark.Get() - head <= tcb->m_segmentSize) t = std::max<int64_t>(t, srtt + srtt / 2 + delack_ns);
+    // one segment out (Linux: packets_out == 1): 2 SRTT plus the minimum RTO, for a delayed ACK
+    if (tcb->m_highTxMark.Get() - head <= tcb->m_segmentSize) t = 2 * srtt + min_rto_ns;
     if (NanoSeconds(t) >= TcpPeek::RtoLeft(s)) return;  // the retransmission timer comes first
     r.pto = Simulator::Schedule(NanoSeconds(t), &Fabric::Probe, this, s);
 }

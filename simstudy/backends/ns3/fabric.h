@@ -53,7 +53,9 @@ class HostPairRouting : public Ipv4RoutingProtocol {
 
 /** Linux's loss recovery beyond RFC 6675 (which ns-3 implements), per sending socket: a tail loss
     probe (RFC 8985) resends the first unacknowledged segment when nothing was acknowledged for
-    max(2 SRTT, 10 ms) (plus the delayed-ACK time when one segment is out), once per hole; and, as
+    max(2 SRTT, 10 ms), or 2 SRTT plus the minimum RTO when one segment is out (Linux's
+    tcp_schedule_loss_probe: "for delayed ack"; the retransmission timer comes first where that is
+    sooner), once per hole; and, as
     RACK finds a lost retransmission by time, the first hole is resent again when ACKs keep coming
     1.25 SRTT after its retransmission without acknowledging it. */
 struct Recovery {
@@ -124,7 +126,7 @@ class Fabric {
     // -- Linux's tail loss probe and RACK-like resends (see Recovery) ----------------------------
 
     bool linux_recovery = false;
-    int64_t delack_ns = 40000000;
+    int64_t min_rto_ns = 200000000;
     uint64_t probes = 0, rack_resends = 0;
     std::unordered_map<TcpSocketBase*, Recovery> recovery;
 
@@ -133,6 +135,7 @@ class Fabric {
     void OnTcpRx(Ptr<const Packet>, const TcpHeader& h, Ptr<const TcpSocketBase> cs);
     void Arm(TcpSocketBase* s, Recovery& r);
     void Probe(TcpSocketBase* s);
+    void Rearm(TcpSocketBase* s);
 
     // -- links and routes ----------------------------------------------------------------------
 

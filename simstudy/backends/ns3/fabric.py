@@ -149,7 +149,7 @@ class Fabric:
         self.cpp = cpp = ns.cppyy.gbl.simstudy_ns3.Fabric()
         cpp.congestion_type = CONGESTION_CONTROL[topo.transport.congestion_control]
         cpp.linux_recovery = topo.transport.loss_recovery == "rack_tlp"
-        cpp.delack_ns = round(topo.transport.delayed_ack_timeout_ms * 1e6)
+        cpp.min_rto_ns = round(topo.transport.min_rto_ms * 1e6)
         hosts = topo.hosts
         node = {f"h{i}": i for i in range(hosts)}
         for k, name in enumerate(topo.switches):
