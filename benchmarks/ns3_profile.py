@@ -26,14 +26,15 @@ import tempfile
 import time
 from pathlib import Path
 
-# this directory's ns3.py (benchmarks/ns3.py) would shadow the ns3 wheel: off the import path
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+from ns3_unshadow import unshadow_ns3
 
-from simstudy.backends.ns3 import Ns3Backend, available  # noqa: E402
-from simstudy.backends.ns3.fabric import FULL_MESH_RANKS  # noqa: E402
-from simstudy.backends.ns3.probe import replay  # noqa: E402
-from simstudy.compiler import compile_any  # noqa: E402
-from simstudy.spec import Scenario, load_runnable  # noqa: E402
+from simstudy.backends.ns3 import Ns3Backend, available
+from simstudy.backends.ns3.fabric import FULL_MESH_RANKS
+from simstudy.backends.ns3.probe import replay
+from simstudy.compiler import compile_any
+from simstudy.spec import Scenario, load_runnable
+
+unshadow_ns3()
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -36,6 +36,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity import MODELS, case_spec
+from ns3_unshadow import unshadow_ns3
 
 from simstudy import layout
 from simstudy.backends.ns3 import iteration_spans
@@ -45,9 +46,8 @@ from simstudy.spec import BackendSpec, Scenario
 from simstudy.traffic.compare import JOB, TRANSPORT, ValidationReport
 from simstudy.traffic.meta import read_meta
 
-# benchmarks/ns3.py would shadow the ns3 wheel when the packet network loads it: this folder goes
-# once fidelity is imported
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+unshadow_ns3()
+
 
 STRATEGIES = ("ddp", "ps", "mwms")
 LINKS: dict[str, dict[str, Any]] = {"200mbit": {"rate_mbit": 200}, "200mbit_loss1": {"rate_mbit": 200, "loss": 0.01}}

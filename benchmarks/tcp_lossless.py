@@ -24,17 +24,17 @@ import itertools
 import statistics
 import sys
 import time
-from pathlib import Path
 
-# benchmarks/ns3.py would shadow the ns3 wheel: this folder is not where imports come from
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+from ns3_unshadow import unshadow_ns3
 
-from simstudy.backends.network import Network  # noqa: E402
-from simstudy.backends.ns3 import available  # noqa: E402
-from simstudy.backends.ns3.fabric import FRAME_BYTES  # noqa: E402
-from simstudy.backends.ns3.probe import message_times  # noqa: E402
-from simstudy.compiler.topology_file import topology_of  # noqa: E402
-from simstudy.spec import Star  # noqa: E402
+from simstudy.backends.network import Network
+from simstudy.backends.ns3 import available
+from simstudy.backends.ns3.fabric import FRAME_BYTES
+from simstudy.backends.ns3.probe import message_times
+from simstudy.compiler.topology_file import topology_of
+from simstudy.spec import Star
+
+unshadow_ns3()
 
 GBPS = (1.0, 10.0)
 RTTS_MS = (0.2, 2.0)

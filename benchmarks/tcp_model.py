@@ -26,15 +26,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-# benchmarks/ns3.py would shadow the ns3 wheel: this folder is not where imports come from
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+from ns3_unshadow import unshadow_ns3
 
-from simstudy.backends.flowsim.tcp import TcpPaths  # noqa: E402
-from simstudy.backends.network import Network  # noqa: E402
-from simstudy.backends.ns3 import available  # noqa: E402
-from simstudy.backends.ns3.probe import message_times  # noqa: E402
-from simstudy.compiler.topology_file import topology_of  # noqa: E402
-from simstudy.spec import Star  # noqa: E402
+from simstudy.backends.flowsim.tcp import TcpPaths
+from simstudy.backends.network import Network
+from simstudy.backends.ns3 import available
+from simstudy.backends.ns3.probe import message_times
+from simstudy.compiler.topology_file import topology_of
+from simstudy.spec import Star
+
+unshadow_ns3()
 
 LOSSES = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02)
 RTTS_MS = (0.1, 1.0, 10.0)

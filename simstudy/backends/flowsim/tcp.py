@@ -142,7 +142,9 @@ class TcpPaths:
 
     def tail_probabilities(self, n: int, p: float) -> tuple[float, float]:
         """(probability that a loss in the last segments of a message of n is repaired by a probe,
-        probability that its last segment is lost with no other out: the minimum RTO)."""
+        probability that its tail waits for a timer: with RACK-TLP its last segment lost with no
+        other out, the probe armed past the minimum RTO; with RFC 6675 any tail loss, the RTO).
+        `costs` gives each its time."""
         if not self.rack_tlp:
             return 0.0, 1.0 - (1.0 - p) ** min(n, TAIL_SEGMENTS)
         if n == 2:  # the first segment's ACK is delayed: two are out whichever is lost
