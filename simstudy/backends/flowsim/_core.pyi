@@ -46,7 +46,7 @@ class CoreCollectiveRun:
     sched: CoreScheduler
     def __init__(self, plan: Any, sched: CoreScheduler, net: CoreNet, route: Callable[..., Any],
                  on_rank_done: Callable[[int, int], None], on_batch: Callable[..., None] | None = None, *,
-                 on_count: Callable[..., None] | None = None, ranks: int = 0,
+                 on_count: Callable[..., None] | None = None,
                  flow: int = 0, routes: dict[Any, Any] | None = None, per_flow: bool = True,
                  paths: PathCounts | None = None) -> None: ...
     def start(self) -> None: ...

@@ -898,6 +898,21 @@ cdef class CoreFluid(CoreNet):
     #: flows on one), it is those routes' flows (False: always searched through the links, the path
     #: both shorten; tests run both)
     cdef public bint apart_search
+    # `_fill_large`'s scratch space, kept between calls (a component of thousands of flows allocated
+    # and zeroed every one afresh, from the kernel where it is large)
+    cdef vector[int] fl_links
+    cdef vector[int] fl_entry
+    cdef vector[int] fl_start
+    cdef vector[int] fl_fill
+    cdef vector[int] fl_flow
+    cdef vector[double] fl_mult
+    cdef vector[double] fl_weight
+    cdef vector[double] fl_remaining
+    cdef vector[double] fl_freed
+    cdef vector[char] fl_active
+    cdef vector[int] fl_frozen
+    cdef vector[int] fl_touched
+    cdef vector[double] fl_rates
     cdef int64_t shared_links  # links that carry two routes with flows or more
     cdef int64_t crowded_routes  # routes that carry two flows or more
     cdef bint apart  # the component `_component` found last: routes alone on links of their own
@@ -1492,7 +1507,7 @@ cdef class CoreFluid(CoreNet):
         if self.route_rate.size() + 1 < self.route_ptr.size():
             self.route_rate.resize(self.route_ptr.size() - 1, 0.0)
         cdef const vector[double]* known = self.solved.get(sig[0])
-        cdef vector[double] by_flow
+        cdef const vector[double]* by_flow
         cdef size_t at
         if known != NULL:
             self.reused += 1
@@ -1507,8 +1522,8 @@ cdef class CoreFluid(CoreNet):
             self.fresh.clear()
             at = 0
             for i in range(1, sig.size(), 2):
-                self.fresh.push_back(by_flow[at])
-                self.route_rate[sig[0][i]] = by_flow[at]
+                self.fresh.push_back(deref(by_flow)[at])
+                self.route_rate[sig[0][i]] = deref(by_flow)[at]
                 at += <size_t>sig[0][i + 1]
             self._keep(sig[0], self.fresh)
         self.flow_rate.resize(comp.size())
@@ -1604,7 +1619,7 @@ cdef class CoreFluid(CoreNet):
                 left -= 1
         return rates
 
-    cdef vector[double] _fill_large(self, vector[int]& routes) noexcept:
+    cdef const vector[double]* _fill_large(self, vector[int]& routes) noexcept:
         """`netmodels._fill_numpy` without weights, the same operations on the same numbers: each
         round, a link's share is its remaining capacity over the multiplicities of its active flows,
         and the flows through the links of the smallest share (within 1e-12) are frozen at it, each
@@ -1612,80 +1627,102 @@ cdef class CoreFluid(CoreNet):
 
         Multiplicities are whole numbers, so their sums are exact in any order: kept per link from
         round to round (numpy sums them again each round, in entry order, to the same values), and
-        the links in the order first met (numpy's are sorted; no value depends on the order)."""
+        the links in the order first met (numpy's are sorted; no value depends on the order).
+
+        The rates are kept in `fl_rates` (valid until the next call)."""
         self.stamp += 1
         cdef size_t n = routes.size()
-        cdef vector[int] links
+        cdef vector[int]* links = &self.fl_links
+        cdef vector[int]* entry_link = &self.fl_entry
+        links.clear()
+        entry_link.clear()
         cdef size_t i, e, L
         cdef int j, r, l
         # each link's entries (flow, multiplicity), grouped by link: counting sort of the entries
-        cdef vector[int] entry_link
         for i in range(n):
             r = routes[i]
             for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
-                entry_link.push_back(self._local(self.route_keys[j], links))
+                entry_link.push_back(self._local(self.route_keys[j], links[0]))
         L = links.size()
-        cdef vector[int] start = vector[int](L + 1, 0)
-        for e in range(entry_link.size()):
-            start[entry_link[e] + 1] += 1
+        cdef size_t E = entry_link.size()
+        cdef vector[int]* start = &self.fl_start
+        start.assign(L + 1, 0)
+        for e in range(E):
+            start[0][entry_link[0][e] + 1] += 1
         for e in range(L):
-            start[e + 1] += start[e]
-        cdef vector[int] fill = vector[int](start.begin(), start.end() - 1)
-        cdef vector[int] link_flow = vector[int](entry_link.size(), 0)
-        cdef vector[double] link_mult = vector[double](entry_link.size(), 0.0)
-        cdef vector[double] weight = vector[double](L, 0.0)
-        cdef vector[double] remaining = vector[double](L, 0.0)
+            start[0][e + 1] += start[0][e]
+        cdef vector[int]* fill = &self.fl_fill
+        fill.assign(start.begin(), start.end() - 1)
+        cdef vector[int]* link_flow = &self.fl_flow
+        cdef vector[double]* link_mult = &self.fl_mult
+        cdef vector[double]* weight = &self.fl_weight
+        cdef vector[double]* remaining = &self.fl_remaining
+        link_flow.resize(E)
+        link_mult.resize(E)
+        weight.assign(L, 0.0)
+        remaining.resize(L)
         e = 0
         for i in range(n):
             r = routes[i]
             for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
-                l = entry_link[e]
-                link_flow[fill[l]] = i
-                link_mult[fill[l]] = <double>self.route_mult[j]
-                fill[l] += 1
-                weight[l] += <double>self.route_mult[j]
+                l = entry_link[0][e]
+                link_flow[0][fill[0][l]] = i
+                link_mult[0][fill[0][l]] = <double>self.route_mult[j]
+                fill[0][l] += 1
+                weight[0][l] += <double>self.route_mult[j]
                 e += 1
         for l in range(L):
-            remaining[l] = self.cap[links[l]]
-        cdef vector[double] rates = vector[double](n, 0.0)
-        cdef vector[char] active = vector[char](n, 1)
-        cdef vector[double] freed = vector[double](L, 0.0)
-        cdef vector[int] frozen
-        cdef vector[int] touched
+            remaining[0][l] = self.cap[links[0][l]]
+        cdef vector[double]* rates = &self.fl_rates
+        rates.assign(n, 0.0)
+        cdef vector[char]* active = &self.fl_active
+        active.assign(n, 1)
+        cdef vector[double]* freed = &self.fl_freed
+        freed.assign(L, 0.0)
+        cdef vector[int]* frozen = &self.fl_frozen
+        cdef vector[int]* touched = &self.fl_touched
+        # the rounds through raw pointers (a store through `active`, a char, may alias anything)
+        cdef double* W = weight.data()
+        cdef double* R = remaining.data()
+        cdef double* F = freed.data()
+        cdef double* out = rates.data()
+        cdef char* act = active.data()
+        cdef int* lo = start.data()
+        cdef int* lf = link_flow.data()
         cdef size_t left = n
         cdef double s, limit, share
         cdef int f, m
         while left:
+            frozen.clear()
             s = INFINITY
             for l in range(L):
-                if weight[l] > 0:
-                    share = remaining[l] / weight[l]
+                if W[l] > 0:
+                    share = R[l] / W[l]
                     if share < s:
                         s = share
             limit = s * (1 + 1e-12)
-            frozen.clear()
             for l in range(L):
-                if weight[l] > 0 and remaining[l] / weight[l] <= limit:
-                    for m in range(start[l], start[l + 1]):
-                        f = link_flow[m]
-                        if active[f] == 1:
-                            active[f] = 2
+                if W[l] > 0 and R[l] / W[l] <= limit:
+                    for m in range(lo[l], lo[l + 1]):
+                        f = lf[m]
+                        if act[f] == 1:
+                            act[f] = 2
                             frozen.push_back(f)
             touched.clear()
-            for f in frozen:
-                rates[f] = s
-                active[f] = 0
+            for f in frozen[0]:
+                out[f] = s
+                act[f] = 0
                 left -= 1
                 r = routes[f]
                 for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
                     l = self.local_of[self.route_keys[j]]
-                    if freed[l] == 0.0:
+                    if F[l] == 0.0:
                         touched.push_back(l)
-                    freed[l] += <double>self.route_mult[j]
-            for l in touched:
-                remaining[l] = remaining[l] - freed[l] * s
-                weight[l] -= freed[l]
-                freed[l] = 0.0
+                    F[l] += <double>self.route_mult[j]
+            for l in touched[0]:
+                R[l] = R[l] - F[l] * s
+                W[l] -= F[l]
+                F[l] = 0.0
         return rates
 
 
@@ -1865,9 +1902,9 @@ cdef class CoreCollectiveRun(OnQueue):
     cdef object on_count
     cdef int64_t counted
     cdef int64_t counted_bytes
-    cdef vector[double] sent_by  # bytes sent by each rank (whole numbers: exact in any order)
-    cdef vector[int64_t] senders  # the ranks that sent since the last flush, in the order they first did
-    cdef vector[char] sending     # whether a rank is in `senders`
+    cdef vector[double] sent_by  # bytes sent by each member (whole numbers: exact in any order)
+    cdef vector[int] senders  # the members that sent since the last flush, in the order they first did
+    cdef vector[char] sending     # whether a member is in `senders`
     cdef int64_t flow
     cdef bint per_flow
     cdef PathCounts paths  # where routes depend on the flow only through the path ECMP picks
@@ -1899,7 +1936,7 @@ cdef class CoreCollectiveRun(OnQueue):
     cdef vector[char] told
 
     def __init__(self, plan, CoreScheduler sched, CoreNet net, route, on_rank_done, on_batch=None, *,
-                 on_count=None, int64_t ranks=0,
+                 on_count=None,
                  int64_t flow=0, dict routes=None, bint per_flow=True, PathCounts paths=None):
         self.cp = core_plan(plan)
         self._sched = sched
@@ -1909,14 +1946,14 @@ cdef class CoreCollectiveRun(OnQueue):
         self.on_rank_done = on_rank_done
         self.on_batch = on_batch
         self.on_count = on_count
-        if on_count is not None:
-            self.sent_by.resize(ranks, 0.0)
-            self.sending.resize(ranks, 0)
         self.flow = flow
         self.per_flow = per_flow
         self.paths = paths
         cdef CorePlan cp = self.cp
         self.n = cp.n
+        if on_count is not None:  # by member (a message's `i`, its sender's place), not by rank of the network
+            self.sent_by.resize(cp.n, 0.0)
+            self.sending.resize(cp.n, 0)
         self.running.resize(cp.n * cp.queues, 0)
         self.waiting.resize(cp.n * cp.queues)
         self.phase.resize(cp.n * cp.chunks, 0)
@@ -2111,10 +2148,10 @@ cdef class CoreCollectiveRun(OnQueue):
         if self.on_count is not None:
             self.counted += 1
             self.counted_bytes += m.size
-            if not self.sending[m.src]:
-                self.sending[m.src] = 1
-                self.senders.push_back(m.src)
-            self.sent_by[m.src] += <double>m.size
+            if not self.sending[m.i]:  # (`_send` gives a message its sender's place)
+                self.sending[m.i] = 1
+                self.senders.push_back(m.i)
+            self.sent_by[m.i] += <double>m.size
             self.recorded += 1
             if self.counted >= BATCH:
                 self.flush()
@@ -2136,7 +2173,7 @@ cdef class CoreCollectiveRun(OnQueue):
     def flush(self):
         """Hand the recorded messages on (`on_batch`), or their counts (`on_count`)."""
         cdef size_t r
-        cdef int64_t rank
+        cdef int i
         cdef int64_t[::1] who_v
         cdef double[::1] sent_v
         if self.on_count is not None:
@@ -2146,11 +2183,11 @@ cdef class CoreCollectiveRun(OnQueue):
                 who_v = who
                 sent_v = sent
                 for r in range(self.senders.size()):
-                    rank = self.senders[r]
-                    who_v[r] = rank
-                    sent_v[r] = self.sent_by[rank]
-                    self.sent_by[rank] = 0.0
-                    self.sending[rank] = 0
+                    i = self.senders[r]
+                    who_v[r] = self.cp.members[i]
+                    sent_v[r] = self.sent_by[i]
+                    self.sent_by[i] = 0.0
+                    self.sending[i] = 0
                 self.senders.clear()
                 messages, nbytes = self.counted, self.counted_bytes
                 self.counted = self.counted_bytes = 0

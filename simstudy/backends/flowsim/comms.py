@@ -501,7 +501,7 @@ class Comms:
             cache.clear()
         return _core.CoreCollectiveRun(plan, sched, model, route, done, batch,  # type: ignore[arg-type]
                                        flow=flow, routes=cache, per_flow=per_flow, on_count=count,
-                                       ranks=self.routes.net.hosts, paths=self._core_paths if per_flow else None)
+                                       paths=self._core_paths if per_flow else None)
 
     def _replay(self, act: Activity) -> None:
         """Turn an isolated collective into a message-by-message one: replay it alone from its
