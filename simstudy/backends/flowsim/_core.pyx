@@ -905,7 +905,6 @@ cdef class CoreFluid(CoreNet):
     cdef vector[int] fl_start
     cdef vector[int] fl_fill
     cdef vector[int] fl_flow
-    cdef vector[double] fl_mult
     cdef vector[double] fl_weight
     cdef vector[double] fl_remaining
     cdef vector[double] fl_freed
@@ -1638,7 +1637,7 @@ cdef class CoreFluid(CoreNet):
         entry_link.clear()
         cdef size_t i, e, L
         cdef int j, r, l
-        # each link's entries (flow, multiplicity), grouped by link: counting sort of the entries
+        # each link's entries (its flows), grouped by link: counting sort of the entries
         for i in range(n):
             r = routes[i]
             for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
@@ -1654,11 +1653,9 @@ cdef class CoreFluid(CoreNet):
         cdef vector[int]* fill = &self.fl_fill
         fill.assign(start.begin(), start.end() - 1)
         cdef vector[int]* link_flow = &self.fl_flow
-        cdef vector[double]* link_mult = &self.fl_mult
         cdef vector[double]* weight = &self.fl_weight
         cdef vector[double]* remaining = &self.fl_remaining
         link_flow.resize(E)
-        link_mult.resize(E)
         weight.assign(L, 0.0)
         remaining.resize(L)
         e = 0
@@ -1667,7 +1664,6 @@ cdef class CoreFluid(CoreNet):
             for j in range(self.route_ptr[r], self.route_ptr[r + 1]):
                 l = entry_link[0][e]
                 link_flow[0][fill[0][l]] = i
-                link_mult[0][fill[0][l]] = <double>self.route_mult[j]
                 fill[0][l] += 1
                 weight[0][l] += <double>self.route_mult[j]
                 e += 1
