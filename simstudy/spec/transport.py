@@ -4,7 +4,7 @@ link's sending end, and token buckets.
 The packet network (`--backend ns3`) runs them; flowsim reads `Transport` for its TCP model under
 loss (MSS, minimum retransmission timeout). Defaults are Linux's (6.x): CUBIC, an MSS of 1448
 bytes (1500-byte MTU, TCP timestamps), a 200 ms minimum RTO, delayed ACKs every second segment
-or after 40 ms, an initial window of 10 segments, SACK with tail loss probes and RACK's
+or after 40 ms, an initial window of 10 segments restarted after idle time, SACK with tail loss probes and RACK's
 time-based detection of lost retransmissions, and socket buffers at the maxima autotuning
 reaches (tcp_wmem 4 MiB, tcp_rmem 6 MiB).
 """
@@ -33,6 +33,12 @@ class Transport(Spec):
     delayed_ack: bool = Field(default=True, description="ACK every second segment (else every segment)")
     delayed_ack_timeout_ms: float = Field(default=40.0, gt=0, description="longest an ACK is delayed, ms")
     initial_cwnd: int = Field(default=10, ge=1, description="initial congestion window, segments")
+    slow_start_after_idle: bool = Field(
+        default=True,
+        description="Linux's tcp_slow_start_after_idle: a connection that sends after a retransmission timeout "
+        "of idle time halves its window once per further timeout, down to the initial window, and slow-starts "
+        "back to 3/4 of it (the packet network, and flowsim's TCP model)",
+    )
     send_buffer_kib: int = Field(default=4096, ge=4, description="socket send buffer, KiB")
     receive_buffer_kib: int = Field(default=6144, ge=4, description="socket receive buffer, KiB")
     sack: bool = Field(default=True, description="selective acknowledgements")

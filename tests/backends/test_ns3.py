@@ -21,6 +21,7 @@ from simstudy.backends.ns3 import probe
 from simstudy.cli import main
 from simstudy.compiler.topology_file import topology_of
 from simstudy.spec import BackendSpec, Scenario, Star
+from simstudy.spec.transport import Transport
 from simstudy.traffic.features import analyze
 from simstudy.traffic.sources import load_traffic
 from simstudy.validation import payload_view
@@ -183,3 +184,20 @@ def test_pcap_meta_names_ranks_and_iterations(ns3: None, tmp_path: Path) -> None
     assert meta["ranks"] == {str(r): f"10.0.0.{r + 1}" for r in range(4)}
     assert all(len(v) == 2 for v in meta["iterations"].values())
     assert Scenario.model_validate(meta["scenario"]).npus == 4
+
+
+def test_a_window_restarts_after_idle_time_as_linuxs_does(ns3: None) -> None:
+    """Linux's slow start after idle (`transport.slow_start_after_idle`, on by default as in Linux):
+    a connection that sends after more than a retransmission timeout (200 ms) of idle time starts
+    from a smaller window, and its message takes longer than after 100 ms of idle time; with the
+    setting off the packet network keeps the window over idle time, as ns-3 itself does."""
+    size = 1 << 20
+    star = {"npus": 2, "bandwidth_gbps": 10, "latency_ns": 500_000}
+    short, stats = probe.message_times(topology_of(Star(**star)), 0, 1, size, 3, gap_ns=100_000_000)
+    assert stats["idle_restarts"] == 0
+    long, stats = probe.message_times(topology_of(Star(**star)), 0, 1, size, 3, gap_ns=300_000_000)
+    assert stats["idle_restarts"] == 2 and long[0] == short[0]
+    assert long[1] > 1.2 * short[1] and long[2] > 1.2 * short[2]
+    kept, stats = probe.message_times(topology_of(Star(**star, transport=Transport(slow_start_after_idle=False))),
+                                      0, 1, size, 3, gap_ns=300_000_000)
+    assert stats["idle_restarts"] == 0 and kept[1] < long[1]

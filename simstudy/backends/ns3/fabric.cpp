@@ -20,6 +20,10 @@ struct TcpPeek : public TcpSocketBase {
         Ptr<RttEstimator> TcpSocketBase::*m = &TcpPeek::m_rtt;
         return (s->*m)->GetEstimate();
     }
+    static Time Rto(TcpSocketBase* s) {
+        TracedValue<Time> TcpSocketBase::*m = &TcpPeek::m_rto;
+        return (s->*m).Get();
+    }
     static Time RtoLeft(TcpSocketBase* s) {
         EventId TcpSocketBase::*m = &TcpPeek::m_retxEvent;
         const EventId& e = s->*m;
@@ -85,10 +89,8 @@ void Fabric::OnCongState(TcpSocketState::TcpCongState_t, TcpSocketState::TcpCong
 
 void Fabric::Watch(Ptr<Socket> s) {
     s->TraceConnectWithoutContext("CongState", MakeCallback(&Fabric::OnCongState, this));
-    if (linux_recovery) {
-        s->TraceConnectWithoutContext("Tx", MakeCallback(&Fabric::OnTcpTx, this));
-        s->TraceConnectWithoutContext("Rx", MakeCallback(&Fabric::OnTcpRx, this));
-    }
+    if (linux_recovery || restart_after_idle) s->TraceConnectWithoutContext("Tx", MakeCallback(&Fabric::OnTcpTx, this));
+    if (linux_recovery) s->TraceConnectWithoutContext("Rx", MakeCallback(&Fabric::OnTcpRx, this));
 }
 
 // -- Linux's tail loss probe and RACK-like resends (see Recovery) --------------------------------
@@ -96,6 +98,8 @@ void Fabric::Watch(Ptr<Socket> s) {
 void Fabric::OnTcpTx(Ptr<const Packet> p, const TcpHeader& h, Ptr<const TcpSocketBase> cs) {
     TcpSocketBase* s = Base(cs);
     Recovery& r = recovery[s];
+    if (p->GetSize() > 0) r.last_data = Simulator::Now().GetNanoSeconds();
+    if (!linux_recovery) return;
     if (p->GetSize() > 0 && h.GetSequenceNumber() == s->GetTxBuffer()->HeadSequence()) {
         r.head = h.GetSequenceNumber().GetValue() + 1;
         r.head_sent = Simulator::Now().GetNanoSeconds();
@@ -305,8 +309,29 @@ void Fabric::Send(int stream, uint64_t bytes, int64_t id, int64_t t_ns) {
     Simulator::Schedule(NanoSeconds(std::max<int64_t>(t_ns - now, 0)), &Fabric::DoSend, this, stream, bytes, id);
 }
 
+void Fabric::RestartAfterIdle(Stream& st) {
+    TcpSocketBase* s = dynamic_cast<TcpSocketBase*>(PeekPointer(st.tx));
+    if (!s || st.pending > 0 || s->GetTxBuffer()->Size() > 0) return;  // data waiting: not idle
+    auto it = recovery.find(s);
+    if (it == recovery.end() || it->second.last_data < 0) return;  // never sent: the initial window
+    TcpSocketState* t = TcpPeek::Tcb(s);
+    if (t->m_bytesInFlight.Get() > 0) return;
+    int64_t delta = Simulator::Now().GetNanoSeconds() - it->second.last_data;
+    int64_t rto = TcpPeek::Rto(s).GetNanoSeconds();
+    if (delta <= rto) return;
+    uint32_t cwnd = t->m_cWnd.Get();
+    uint32_t restart = std::min(t->m_initialCWnd * t->m_segmentSize, cwnd);
+    if (t->m_congState.Get() == TcpSocketState::CA_OPEN || t->m_congState.Get() == TcpSocketState::CA_DISORDER)
+        t->m_ssThresh = std::max(t->m_ssThresh.Get(), (cwnd >> 1) + (cwnd >> 2));
+    while ((delta -= rto) > 0 && cwnd > restart) cwnd >>= 1;
+    t->m_cWnd = std::max(cwnd, restart);
+    t->m_cWndInfl = t->m_cWnd.Get();
+    ++restarts;
+}
+
 void Fabric::DoSend(int stream, uint64_t bytes, int64_t id) {
     Stream& st = streams[stream];
+    if (restart_after_idle && st.tx) RestartAfterIdle(st);
     st.queued_total += bytes;
     st.pending += bytes;
     st.ends.emplace_back(st.queued_total, id);

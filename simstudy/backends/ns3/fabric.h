@@ -63,6 +63,7 @@ struct Recovery {
     uint32_t probed = 0;         // hole (sequence + 1) probed already
     uint32_t head = 0;           // hole whose last (re)transmission is timed
     int64_t head_sent = -1;      // when it was last sent, ns
+    int64_t last_data = -1;      // when the socket last sent data, ns (Linux's lsndtime)
 };
 
 /** One direction of a TCP connection: the messages written into it, in order. */
@@ -126,6 +127,13 @@ class Fabric {
     // -- Linux's tail loss probe and RACK-like resends (see Recovery) ----------------------------
 
     bool linux_recovery = false;
+    /** Linux's tcp_slow_start_after_idle (tcp_cwnd_restart): a socket that sends after an idle
+        retransmission timeout with nothing in flight halves its window once per RTO of the idle
+        time beyond the first, down to the initial window, and keeps 3/4 of the old window as its
+        slow start threshold. ns-3 keeps the window over idle time. */
+    bool restart_after_idle = false;
+    uint64_t restarts = 0;
+    void RestartAfterIdle(Stream& st);
     int64_t min_rto_ns = 200000000;
     uint64_t probes = 0, rack_resends = 0;
     std::unordered_map<TcpSocketBase*, Recovery> recovery;

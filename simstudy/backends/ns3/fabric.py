@@ -149,6 +149,7 @@ class Fabric:
         self.cpp = cpp = ns.cppyy.gbl.simstudy_ns3.Fabric()
         cpp.congestion_type = CONGESTION_CONTROL[topo.transport.congestion_control]
         cpp.linux_recovery = topo.transport.loss_recovery == "rack_tlp"
+        cpp.restart_after_idle = topo.transport.slow_start_after_idle
         cpp.min_rto_ns = round(topo.transport.min_rto_ms * 1e6)
         hosts = topo.hosts
         node = {f"h{i}": i for i in range(hosts)}
@@ -263,13 +264,14 @@ class Fabric:
 
     def stats(self) -> dict[str, int | float]:
         """Packets put on links (each hop counts), lost on links (loss), dropped by full queues,
-        retransmission timeouts and fast recoveries (every connection, both ends); `ns3_s`: the
-        wall seconds spent inside ns-3 after the connections were up."""
+        retransmission timeouts and fast recoveries (every connection, both ends), windows restarted
+        after idle time (`idle_restarts`); `ns3_s`: the wall seconds spent inside ns-3 after the
+        connections were up."""
         cpp = self.cpp
         return {"connections": len(self.conns), "packets_on_links": int(cpp.packets_sent),
                 "packets_lost": int(cpp.drops), "queue_drops": int(cpp.queue_drops), "timeouts": int(cpp.timeouts),
                 "fast_recoveries": int(cpp.fast_recoveries), "loss_probes": int(cpp.probes),
-                "rack_resends": int(cpp.rack_resends), "setup_ns": self.t0_ns,
+                "rack_resends": int(cpp.rack_resends), "idle_restarts": int(cpp.restarts), "setup_ns": self.t0_ns,
                 "late_sends": int(cpp.late_sends), "ns3_s": round(self.ns3_s, 3)}
 
     def close(self) -> None:
