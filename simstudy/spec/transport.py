@@ -1,12 +1,14 @@
 """What a packet network needs beyond rates and latencies: the hosts' TCP stack, the queue of every
 link's sending end, and token buckets.
 
-The packet network (`--backend ns3`) runs them; flowsim reads `Transport` for its TCP model under
-loss (MSS, minimum retransmission timeout). Defaults are Linux's (6.x): CUBIC, an MSS of 1448
-bytes (1500-byte MTU, TCP timestamps), a 200 ms minimum RTO, delayed ACKs every second segment
-or after 40 ms, an initial window of 10 segments restarted after idle time, SACK with tail loss probes and RACK's
-time-based detection of lost retransmissions, and socket buffers at the maxima autotuning
-reaches (tcp_wmem 4 MiB, tcp_rmem 6 MiB).
+The packet network (`--backend ns3`) runs them; flowsim reads `Transport` for its TCP models: under
+loss always (MSS, minimum retransmission timeout), and without loss where `model: tcp` asks for it
+(headers, the congestion window, ACKs behind the other direction's data: `flowsim.tcp`).
+
+Defaults are Linux's (6.x): CUBIC, an MSS of 1448 bytes (1500-byte MTU, TCP timestamps), a 200 ms
+minimum RTO, delayed ACKs every second segment or after 40 ms, an initial window of 10 segments
+restarted after idle time, SACK with tail loss probes and RACK's time-based detection of lost
+retransmissions, and socket buffers at the maxima autotuning reaches (tcp_wmem 4 MiB, tcp_rmem 6 MiB).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from simstudy.spec.base import Spec
 
 #: Congestion controls of the packet network, by the name Linux gives them.
 CongestionControl = Literal["cubic", "newreno", "bbr", "dctcp", "vegas", "bic", "htcp", "illinois"]
+#: Bytes the packet network's links add to every packet (ns-3's point-to-point header), which
+#: flowsim's TCP model counts on the wire with the IP and TCP headers.
+FRAME_BYTES = 2
 #: How a framework's ranks hold TCP connections: one per pair of ranks (gloo, NCCL's sockets, a
 #: parameter server's star), or one per direction (TensorFlow's gRPC: each rank a client of the other).
 Connections = Literal["per_pair", "per_direction"]
@@ -55,11 +60,23 @@ class Transport(Spec):
         "(TensorFlow's gRPC); default: as the scenario's framework preset opens them",
     )
     seed: int = Field(default=1, ge=1, description="seed of the packet network's random losses")
+    model: Literal["ideal", "tcp"] = Field(
+        default="ideal",
+        description="flowsim without loss: ideal moves a message at the link rate from its first byte; tcp as TCP "
+        "sends it (headers on the wire, the congestion window from its initial segments and as it grows, a "
+        "direction's ACKs waiting behind the other's data), calibrated against the packet network "
+        "(benchmarks/tcp_lossless.py). Under loss flowsim's TCP loss model applies either way",
+    )
 
     @property
     def header_bytes(self) -> int:
         """IP and TCP header bytes per segment (20 + 20, plus 12 of timestamp options)."""
         return 40 + (12 if self.timestamps else 0)
+
+    @property
+    def wire_bytes(self) -> int:
+        """Bytes a full segment takes on a link: its payload, IP and TCP headers and the link's frame."""
+        return self.mss_bytes + self.header_bytes + FRAME_BYTES
 
 
 class Queue(Spec):

@@ -213,8 +213,10 @@ class FlowsimBackend:
         (`replica_plan`), as the shortcuts allow and the run can (`own_model`: the congestion mode's
         own network model; `unshared`: no sharing policy between jobs)."""
         cuts = self.shortcuts
-        # every rank draws its own losses under TCP (flowsim.tcp): no rank stands for the others then
-        lossy = self.congestion in TCP_NETMODELS and any(x > 0 for x in net.loss)
+        # every rank draws its own losses under TCP (flowsim.tcp), and keeps its connections' windows
+        # where the transport asks for them: no rank stands for the others then
+        lossy = self.congestion in TCP_NETMODELS and (any(x > 0 for x in net.loss)
+                                                      or net.topology.transport.model == "tcp")
         # ranks on hosts of different rates (shared cores) do not run alike
         shared = info.shared_hosts
         # and a token bucket's level depends on all its link carried (flowsim.buckets)

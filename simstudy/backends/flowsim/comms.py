@@ -203,9 +203,10 @@ class Comms:
         self.model_class: type[NetModel] = (FLUID_SOLVERS[solver] if mode.fluid else NETMODELS[mode]
                                             if mode in NETMODELS or model is None else type(model))
         self.sched = sched
-        #: TCP under loss (`tcp`), for the congestion modes that model it, when a link loses packets
-        tcp = TcpPaths(net.topology.transport, net.capacity, net.latency, net.loss)
-        self.tcp = tcp if model is None and tcp.lossy and mode in TCP_NETMODELS else None
+        #: TCP (`tcp`), for the congestion modes that model it, when a link loses packets or the
+        #: transport asks for TCP without loss
+        tcp = TcpPaths(net.topology.transport, net.capacity, net.latency, net.loss, net.topology.queue.packets)
+        self.tcp = tcp if model is None and tcp.needed and mode in TCP_NETMODELS else None
         self.routes = Routes(net, cut_loss=self.tcp is None)
         self.route = self.routes.shared_route if mode.shares_links else self.routes.route
         self.buckets = net.buckets if model is None and mode.fluid else {}  # links behind token buckets

@@ -35,6 +35,31 @@ in event order, so a run is reproducible and its iterations differ as a lossy ne
 `W_SCALE`, `Q_SCALE` and `TAIL_SEGMENTS` are calibrated against the packet network on a grid
 of losses, round trips and message sizes (`benchmarks/tcp_model.py`, which prints the error per
 cell).
+
+Without loss, where the transport asks for it (`transport.model: tcp`; `ideal`, the default, moves
+a message at the link rate from its first byte), a message goes as the packet network's TCP
+(CUBIC, Linux's and ns-3's defaults) sends it, each direction of a connection keeping its window
+from one message to the next (`Window`):
+
+* **headers**: every segment of `mss` payload bytes takes `transport.wire_bytes` on the links (IP,
+  TCP with timestamps and the link's frame): 3.6% of the rate at MSS 1448;
+* **the congestion window**, in rounds of one round trip while it is below what fills the path:
+  a new connection starts at the initial window (10 segments) in slow start (doubling a round)
+  and HyStart ends that at about twice the initial window; before any loss CUBIC then grows one
+  segment for every `CUBIC_CNT` acknowledged (Linux's `bictcp_update` caps its count at 20 while no
+  loss has set a maximum: 5% a round), after one one segment a round (CUBIC's TCP-friendly region,
+  where its cubic growth is far slower on these round trips). A window past the path's bytes in
+  flight plus its queue loses a packet: it falls to `CUBIC_BETA` of that;
+* **ACKs behind the other direction's data**: while the reverse direction of the connection has a
+  message on the way, its window goes out as a burst into the queue that this direction's ACKs
+  share, and they wait behind the part of it that outlasts half a round trip.
+
+Measured against ns-3 on a grid of rate, round trip and message size, one way and both ways
+(`benchmarks/tcp_lossless.py`, which prints the error per cell). After a retransmission timeout
+of idle time a window restarts as Linux's does (`transport.slow_start_after_idle`, which the
+packet network runs too). Not modelled: the delayed ACK of an odd last segment, a window shared
+by messages in flight on one connection at once (each flow takes the window as it stood when it
+was sent).
 """
 
 from __future__ import annotations
@@ -45,7 +70,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from simstudy.backends.flowsim.netmodels import Flow, FluidNet, Msg, NetModel, UnawareNet
+from simstudy.backends.flowsim.routes import Routes
 from simstudy.backends.flowsim.sched import Scheduler
+from simstudy.backends.network import Network
 from simstudy.spec import Congestion
 from simstudy.spec.transport import Transport
 
@@ -61,19 +88,127 @@ Q_RACK = 1.0
 PTO_MIN_NS = 10e6
 #: The last segments of a message whose loss only a timeout repairs (fewer than three follow).
 TAIL_SEGMENTS = 3
+#: Without loss: CUBIC grows its window one segment for every CUBIC_CNT acknowledged until its
+#: first loss (Linux's and ns-3's cap on CUBIC's `cnt` while no loss has set a maximum window).
+CUBIC_CNT = 20
+#: HyStart ends a new connection's slow start at this many times its initial window (ns-3: 16-20
+#: segments from 10, measured with `benchmarks/tcp_lossless.py`'s paths).
+SLOW_START_EXIT = 2
+#: CUBIC's multiplicative decrease at a loss.
+CUBIC_BETA = 0.7
+
+
+class Window:
+    """One direction of a TCP connection without loss: its congestion window and slow start
+    threshold (segments), whether it has lost a packet (CUBIC's growth changes then), and when its
+    last message's last segment left and at what pace (segments a ns)."""
+
+    __slots__ = ("cwnd", "initial", "last_ns", "lost", "pace", "ssthresh")
+
+    def __init__(self, initial: float) -> None:
+        self.initial = float(initial)
+        self.cwnd = float(initial)
+        self.ssthresh = SLOW_START_EXIT * float(initial)
+        self.lost = False
+        self.last_ns = -math.inf
+        self.pace = 0.0
+
+    def grow(self, n: float, most: float) -> None:
+        """n segments acknowledged at the link's pace; a window past `most` loses a packet."""
+        if self.cwnd < self.ssthresh:
+            k = min(n, self.ssthresh - self.cwnd)
+            self.cwnd += k
+            n -= k
+        if n > 0:
+            self.cwnd = math.sqrt(self.cwnd**2 + 2 * n) if self.lost else self.cwnd + n / CUBIC_CNT
+        if self.cwnd > most:
+            self.cut(most)
+
+    def cut(self, at: float) -> None:
+        """A loss: CUBIC's window falls to `CUBIC_BETA` of `at`, and grows as after a loss from then on."""
+        self.cwnd = self.ssthresh = max(CUBIC_BETA * at, 2.0)
+        self.lost = True
+
+    def start(self, now: float, rtt_ns: float, queue: float, seg_ns: float, rto_ns: float = math.inf) -> float:
+        """A message starts at `now` on a path of round trip `rtt_ns`, whose first queue holds
+        `queue` segments and where a segment takes `seg_ns`: the time its start loses.
+
+        After `rto_ns` or more of idle time (Linux's slow start after idle, `tcp_cwnd_restart`) the
+        window is halved once per `rto_ns` beyond the first, not below the initial window, and slow
+        starts back to 3/4 of what it was. Then it sends what it has room for at once, into the
+        first queue: room beyond the queue is lost (the window is cut, the lost segments go again,
+        and the link idles for what of a round trip the queue does not cover). The room is the
+        window less what the last message still has unacknowledged (what it sent in the last
+        round trip before `now`)."""
+        idle = now - self.last_ns
+        if idle > rto_ns and self.last_ns > -math.inf:
+            restart = min(self.initial, self.cwnd)
+            self.ssthresh = max(self.ssthresh, 0.75 * self.cwnd)
+            while (idle := idle - rto_ns) > 0 and self.cwnd > restart:
+                self.cwnd /= 2
+            self.cwnd = max(self.cwnd, restart)
+        in_flight = min(self.cwnd, self.pace * max(0.0, self.last_ns + rtt_ns - now))
+        lost = self.cwnd - in_flight - queue
+        if lost <= 0:
+            return 0.0
+        self.cut(self.cwnd)
+        return max(0.0, rtt_ns - queue * seg_ns) + lost * seg_ns
+
+    def send_ns(self, n: float, now: float, rtt_ns: float, fill: float, queue: float, seg_ns: float,
+                wait_ns: float = 0.0) -> float:
+        """The time (ns, the last segment out; its latency not counted) n segments sent at `now`
+        take from this window (`start` done) on a path of round trip `rtt_ns`, where `fill`
+        segments in flight fill the path, its first queue holds `queue` and a segment takes
+        `seg_ns` at its rate (`wait_ns`: what the ACKs wait behind the other direction's data, in
+        `fill` already). The window grows as they are acknowledged; past the path and its queue it
+        loses a packet."""
+        t = 0.0
+        most = rtt_ns / seg_ns + queue
+        rtt = rtt_ns + wait_ns
+        while n > 1e-9:
+            w = self.cwnd
+            if w >= fill:  # the path is full: the rest at its rate
+                t += n * seg_ns
+                self.grow(n, most)
+                break
+            if w < self.ssthresh:  # slow start: the window doubles a round
+                end = min(self.ssthresh, fill, w + n)
+                t += rtt * math.log2(end / w)
+                n -= end - w
+                self.cwnd = end
+            elif not self.lost:  # CUBIC before its first loss: 1 / CUBIC_CNT a segment
+                end = min(fill, w + n / CUBIC_CNT)
+                t += rtt * math.log(end / w) / math.log1p(1 / CUBIC_CNT)
+                n -= (end - w) * CUBIC_CNT
+                self.cwnd = end
+            else:  # after a loss: one segment a round
+                end = min(fill, math.sqrt(w * w + 2 * n))
+                t += rtt * (end - w)
+                n -= (end * end - w * w) / 2
+                self.cwnd = end
+        self.last_ns = now + t
+        self.pace = min(1.0 / seg_ns, self.cwnd / rtt)
+        return t
 
 
 class TcpPaths:
     """TCP's view of a network: per-path loss and round trip, and what a message's losses cost."""
 
     def __init__(self, transport: Transport, capacity: Sequence[float], latency: Sequence[float],
-                 loss: Sequence[float]) -> None:
+                 loss: Sequence[float], queue_packets: int = 1000) -> None:
         self.transport = transport
+        #: TCP without loss too (`transport.model: tcp`): headers on the wire and the windows
+        self.windows = transport.model == "tcp"
+        #: the share of a link's rate a TCP flow's payload gets (the rest is headers), with `windows`
+        self.goodput = transport.mss_bytes / transport.wire_bytes if self.windows else 1.0
+        self.queue_packets = queue_packets
+        #: each direction of each connection's window, by (src, dst) rank
+        self.conns: dict[tuple[int, int], Window] = {}
         self.capacity = list(capacity)
         self.latency = list(latency)
         self.loss = list(loss)
         self.mss = transport.mss_bytes
-        self.wire = transport.mss_bytes + transport.header_bytes
+        self.wire = transport.wire_bytes
         self.b = 2 if transport.delayed_ack else 1
         self.min_rto_ns = transport.min_rto_ms * 1e6
         self.delack_ns = transport.delayed_ack_timeout_ms * 1e6 if transport.delayed_ack else 0.0
@@ -85,6 +220,45 @@ class TcpPaths:
     @property
     def lossy(self) -> bool:
         return any(x > 0 for x in self.loss)
+
+    @property
+    def needed(self) -> bool:
+        """Whether a run needs the model: a link loses packets, or the transport asks for windows."""
+        return self.windows or self.lossy
+
+    def connection(self, src: int, dst: int) -> Window:
+        w = self.conns.get((src, dst))
+        if w is None:
+            w = self.conns[(src, dst)] = Window(self.transport.initial_cwnd)
+        return w
+
+    def start_ns(self, src: int, dst: int, keys: tuple[int, ...], now: float) -> float:
+        """A message starts at `now` on the connection: the time its first burst loses (`Window.start`)."""
+        _, rtt = self.path(keys)
+        seg_ns = self.wire / min((self.capacity[k] for k in keys), default=math.inf)
+        rto = self.rto_ns(rtt) if self.transport.slow_start_after_idle else math.inf
+        return self.connection(src, dst).start(now, rtt, self.queue_packets, seg_ns, rto)
+
+    def window_ns(self, src: int, dst: int, size: int, keys: tuple[int, ...], now: float,
+                  wait_ns: float = 0.0) -> float:
+        """The time (ns) the connection's window lets a message of `size` bytes whose first segment
+        leaves at `now` (after what `start_ns` lost) take
+        from its first byte out to its last (alone on its path, at its narrowest link's rate less
+        headers; `start_ns` done), its window grown after it. `wait_ns`: what this direction's
+        ACKs wait behind the other's data."""
+        _, rtt = self.path(keys)
+        seg_ns = self.wire / min((self.capacity[k] for k in keys), default=math.inf)
+        fill = (rtt + wait_ns) / seg_ns
+        return self.connection(src, dst).send_ns(size / self.mss, now, rtt, fill, self.queue_packets, seg_ns, wait_ns)
+
+    def ack_wait_ns(self, burst: float, keys: tuple[int, ...]) -> float:
+        """What a direction's ACKs wait behind a burst of `burst` segments of the other direction,
+        sent into the queue of the first link of its route `keys`: the part of the burst's time
+        on that link past half the round trip."""
+        if not keys:
+            return 0.0
+        _, rtt = self.path(keys)
+        return max(0.0, burst * self.wire / self.capacity[keys[0]] - rtt / 2)
 
     def path(self, keys: tuple[int, ...]) -> tuple[float, float]:
         """(loss probability, round trip ns) of a route: losses on any of its links; the round trip
@@ -199,50 +373,127 @@ class TcpNet(NetModel):
 
 
 class TcpFluidNet(TcpNet, FluidNet):
-    """`fluid` with TCP under loss: a flow on a lossy path has a link of its own at the rate its
-    loss-limited window allows (max-min fair sharing does the rest), and arrives after its
-    timeouts."""
+    """`fluid` with TCP: a flow on a lossy path, or on any path where the transport asks for TCP
+    without loss (`TcpPaths.windows`), has a link of its own at the rate its window allows (max-min
+    fair sharing does the rest), and arrives after its timeouts. Links carry payload at their rate
+    less headers there.
+
+    A flow's window rate is set once every message sent at its instant is on the network (before
+    the rates are), so that two directions of a connection that start together each see the
+    other's burst."""
 
     name = "fluid"
 
     def __init__(self, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float],
                  tcp: TcpPaths | None = None) -> None:
         super().__init__(sched, capacity, latency, tcp)
+        if self.tcp.windows:
+            self.capacity = [c * self.tcp.goodput for c in self.capacity]
         self.links = len(self.capacity)
         self.free_keys: list[int] = []
+        #: flows whose window rate is not set yet, and each direction's flows on the way, by (src, dst),
+        #: with the window each started from
+        self.unset: list[Flow] = []
+        self.on_way: dict[tuple[int, int], dict[Flow, float]] = {}
 
     def _flow(self, msg: Msg, now: int) -> Flow:
         flow = super()._flow(msg, now)
         p, rtt = self.tcp.path(msg.keys)
-        if p > 0:
+        if p > 0 or self.tcp.windows:
             key = self.free_keys.pop() if self.free_keys else len(self.capacity)
             if key == len(self.capacity):
                 self.capacity.append(0.0)
             self.capacity[key] = self.tcp.rate_cap(p, rtt)
             flow.keys = (*msg.keys, key)
             flow.mult = (*flow.mult, 1)
+            if self.tcp.windows:
+                self.unset.append(flow)
+                conn = (msg.src, msg.dst)
+                self.on_way.setdefault(conn, {})[flow] = self.tcp.connection(*conn).cwnd
         return flow
+
+    def _recompute(self, keys: set[int]) -> None:
+        if self.unset:
+            self._set_windows()
+        super()._recompute(keys)
+
+    def _set_windows(self) -> None:
+        tcp = self.tcp
+        now = self.sched.now
+        lost = []
+        for f in self.unset:  # every start's burst first: each direction then sees the other's window
+            msg = f.msg
+            lost.append(tcp.start_ns(msg.src, msg.dst, msg.keys, now))
+            self.on_way[(msg.src, msg.dst)][f] = tcp.connection(msg.src, msg.dst).cwnd
+        for f, t0 in zip(self.unset, lost, strict=True):
+            msg = f.msg
+            back = self.on_way.get((msg.dst, msg.src))
+            burst = max((min(w, g.remaining / tcp.mss) for g, w in back.items()), default=0.0) if back else 0.0
+            wait = tcp.ack_wait_ns(burst, next(iter(back)).msg.keys) if back else 0.0
+            t = t0 + tcp.window_ns(msg.src, msg.dst, msg.size, msg.keys, now + t0, wait)
+            if t > 0:
+                key = f.keys[-1]
+                self.capacity[key] = min(self.capacity[key], msg.size / t)
+        self.unset.clear()
 
     def _extra_ns(self, f: Flow) -> int:
         if len(f.keys) > len(f.msg.keys):
             self.free_keys.append(f.keys[-1])
+            ways = self.on_way.get((f.msg.src, f.msg.dst))
+            if ways is not None:
+                ways.pop(f, None)
         return self.tcp.delay_ns(f.msg.size, f.msg.keys)
 
 
 class TcpUnawareNet(TcpNet, UnawareNet):
-    """`unaware` with TCP under loss: a message on a lossy path goes at most at its loss-limited
-    window's rate and arrives after its timeouts."""
+    """`unaware` with TCP: a message on a lossy path goes at most at its loss-limited window's rate
+    and arrives after its timeouts; where the transport asks for TCP without loss, its headers and
+    its connection's window take their time too (alone: no other direction's data delays its ACKs)."""
 
     name = "unaware"
 
     def send(self, msg: Msg) -> None:
         p, rtt = self.tcp.path(msg.keys)
-        if p > 0:
+        if p > 0 or (self.tcp.windows and msg.keys):
             narrowest = min((self.capacity[k] for k in msg.keys), default=math.inf)
-            slower = msg.size / self.tcp.rate_cap(p, rtt) - msg.size / narrowest
-            msg.alone_ns += max(int(slower), 0) + self.tcp.delay_ns(msg.size, msg.keys)
+            alone = msg.size / self.tcp.rate_cap(p, rtt) if p > 0 else 0.0
+            if self.tcp.windows:
+                now = self.sched.now
+                lost = self.tcp.start_ns(msg.src, msg.dst, msg.keys, now)
+                alone = max(alone, lost + self.tcp.window_ns(msg.src, msg.dst, msg.size, msg.keys, now + lost))
+            msg.alone_ns += max(int(alone - msg.size / narrowest), 0) + self.tcp.delay_ns(msg.size, msg.keys)
         super().send(msg)
 
 
-#: The models that take TCP under loss, by congestion mode (aware keeps the capacity cut).
+#: The models that take TCP (under loss, and without where the transport asks), by congestion mode
+#: (aware keeps the capacity cut and the link rate).
 TCP_NETMODELS: dict[Congestion, type[TcpNet]] = {Congestion.FLUID: TcpFluidNet, Congestion.UNAWARE: TcpUnawareNet}
+
+
+def message_times(net: Network, src: int, dst: int, size: int, count: int, *, gap_ns: int = 0,
+                  both_ways: bool = False, mode: Congestion = Congestion.FLUID) -> list[int]:
+    """What `backends.ns3.probe.message_times` measures on the packet network, through flowsim's
+    TCP model of `mode` on `net`: each of `count` messages of `size` bytes from rank src to rank dst
+    (and one back at once, `both_ways`) sent `gap_ns` after the one before has arrived; each one's
+    time, ns, until its last byte (both, both ways) has arrived."""
+    sched = Scheduler()
+    routes = Routes(net, cut_loss=False)
+    tcp = TcpPaths(net.topology.transport, net.capacity, net.latency, net.loss, net.topology.queue.packets)
+    model = TCP_NETMODELS[mode](sched, routes.effective, net.latency, tcp=tcp)
+    pairs = [(src, dst), (dst, src)] if both_ways else [(src, dst)]
+    arrived: list[int] = []
+    out: list[int] = []
+
+    def send(a: int, b: int) -> None:
+        keys, mult, latency, alone = routes.route(a, b, size)
+        model.send(Msg(a, b, size, keys, mult, latency, alone, lambda m: arrived.append(sched.now)))
+
+    t0 = 0
+    for _ in range(count):
+        arrived.clear()
+        for a, b in pairs:
+            sched.at(t0, send, a, b)
+        sched.run_before(math.inf)
+        out.append(max(arrived) - t0)
+        t0 = max(arrived) + gap_ns
+    return out

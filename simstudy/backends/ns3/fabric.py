@@ -29,8 +29,6 @@ CONGESTION_CONTROL = {"cubic": "ns3::TcpCubic", "newreno": "ns3::TcpNewReno", "b
                       "htcp": "ns3::THtcp", "illinois": "ns3::TcpIllinois"}
 #: Packets a device's own transmit queue holds (below the queue discipline, as a NIC ring).
 DEVICE_QUEUE_PACKETS = 8
-#: Bytes the links' framing adds to every packet (ns-3's point-to-point header).
-FRAME_BYTES = 2
 #: Snap length of the pcaps (as `simstudy capture`'s tcpdump).
 PCAP_SNAPLEN = 128
 #: A rank connects to every other one at the start when there are at most this many ranks (as
