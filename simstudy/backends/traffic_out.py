@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from simstudy.backends.network import Network
+from simstudy.compiler.topology_file import NetworkTopology
 from simstudy.linktable import empty_links, make_links
 from simstudy.table import OPS, OPTIONAL, REQUIRED, TrafficTableError, empty_table, read_table, write_table
 
@@ -346,26 +347,32 @@ class LinksSink(TrafficSink):
     def close(self) -> TrafficOutput:
         total = self.acc + np.cumsum(self.diff, axis=0)[: len(self.acc)]
         b, k = np.nonzero(total > 0)
-        order = np.lexsort((b, k))
-        b, k = b[order], k[order]
-        topo = self.net.topology
-        bin_s = self.bin_ns * 1e-9
-        cap = np.asarray([link.gbps for link in topo.links])
-        if not len(b):
-            return TrafficOutput("links", self.transfers, self.total_bytes, None, empty_links(), sent=self.sent)
-        nbytes = total[b, k]
-        table = make_links({
-            "link": k.astype(np.int32),
-            "name": pd.Categorical.from_codes(k, categories=[link.name for link in topo.links]),
-            "tier": np.asarray([link.tier for link in topo.links], dtype=object)[k],
-            "dim": np.asarray([link.dim for link in topo.links], dtype=np.int16)[k],
-            "capacity_gbps": cap[k],
-            "t_start_s": b * bin_s,
-            "bin_s": np.full(len(b), bin_s),
-            "bytes": nbytes,
-            "utilization": nbytes * 8 / (cap[k] * 1e9 * bin_s),
-        })
+        table = links_table(self.net.topology, k, b, total[b, k], self.bin_ns * 1e-9)
         return TrafficOutput("links", self.transfers, self.total_bytes, None, table, sent=self.sent)
+
+
+def links_table(topo: NetworkTopology, link: NDArray[np.int64], bin_index: NDArray[np.int64],
+                nbytes: NDArray[np.float64], bin_s: float) -> pd.DataFrame:
+    """The link table (`simstudy.linktable`) of `nbytes` carried by the topology's links `link` in
+    bins `bin_index` of `bin_s` seconds (bins with no bytes left out), by link, then time."""
+    keep = nbytes > 0
+    link, bin_index, nbytes = link[keep], bin_index[keep], nbytes[keep]
+    if not len(link):
+        return empty_links()
+    order = np.lexsort((bin_index, link))
+    b, k, nbytes = bin_index[order], link[order], nbytes[order]
+    cap = np.asarray([x.gbps for x in topo.links])
+    return make_links({
+        "link": k.astype(np.int32),
+        "name": pd.Categorical.from_codes(k, categories=[x.name for x in topo.links]),
+        "tier": np.asarray([x.tier for x in topo.links], dtype=object)[k],
+        "dim": np.asarray([x.dim for x in topo.links], dtype=np.int16)[k],
+        "capacity_gbps": cap[k],
+        "t_start_s": b * bin_s,
+        "bin_s": np.full(len(b), bin_s),
+        "bytes": nbytes,
+        "utilization": nbytes * 8 / (cap[k] * 1e9 * bin_s),
+    })
 
 
 def make_sink(mode: str, *, path: Path, net: Network, bin_s: float) -> TrafficSink:
