@@ -29,6 +29,8 @@ WORK_DIR = "work"
 RUN_JSON = "run.json"
 TRAFFIC = "traffic.parquet"
 LINKS = "links.parquet"  # per-link binned bytes (simstudy.linktable) of a run with `traffic: links`
+#: a run's link table as switch port counters (`simstudy counters`; the simulated side of a counter validation)
+COUNTERS_CSV = "counters.csv"
 TIMELINE_PNG = "timeline.png"
 SPANS = "spans.parquet"
 #: a packet-network run's pcaps (`traffic: pcap`), one per rank interface: a capture directory

@@ -42,6 +42,7 @@ from simstudy.api.traffic import Verdict as Verdict
 from simstudy.api.traffic import analyze as analyze
 from simstudy.api.traffic import analyze_counters as analyze_counters
 from simstudy.api.traffic import capture as capture
+from simstudy.api.traffic import export_counters as export_counters
 from simstudy.api.traffic import fit as fit
 from simstudy.api.traffic import load_counters as load_counters
 from simstudy.api.traffic import load_traffic as load_traffic

@@ -16,13 +16,14 @@ from simstudy.api.runs import Run, backend_spec, open_run
 from simstudy.api.specs import load_spec
 from simstudy.capturing.run import CaptureResult
 from simstudy.capturing.run import capture as capture_job
+from simstudy.linktable import read_links
 from simstudy.spec import BackendSpec, Scenario, validate_as
 from simstudy.spec.capture import CaptureSpec
 from simstudy.spec.load import load_spec as load_spec_file
 from simstudy.traffic.compare import JOB, TRANSPORT, ValidationReport
 from simstudy.traffic.counter_features import CounterFeatures
 from simstudy.traffic.counter_features import analyze_counters as analyze_series
-from simstudy.traffic.counters import Counters
+from simstudy.traffic.counters import Counters, export_links, write_counters
 from simstudy.traffic.counters import load_counters as read_counters
 from simstudy.traffic.features import Features
 from simstudy.traffic.features import analyze as analyze_table
@@ -278,6 +279,36 @@ def load_counters(path: str | Path) -> Counters:
     """
     with input_errors():
         return read_counters(path)
+
+
+def export_counters(run: str | Path | Run, out: str | Path | None = None, *, sample_s: float = 0.5) -> Path:
+    """Write a run's link table as the switch port counters a cluster's switches would have read.
+
+    One row per port and sample in the generic counter CSV (`load_counters` reads it back): link
+    ``a->b`` is port ``a`` of device ``b``, its bytes that port's ``rx_bytes``, the reverse link's its
+    ``tx_bytes``. A packet-network run (``--backend ns3``) counts every packet's bytes on the wire
+    (headers, ACKs, resends); flowsim spreads each transfer's bytes over its time on its route.
+
+    Args:
+        run: A run directory kept with ``traffic: links`` (or a `Run`).
+        out: The CSV to write (default ``<run>/counters.csv``).
+        sample_s: The counters' sample interval, seconds (a multiple of the run's bin is exact).
+
+    Returns:
+        The CSV written.
+
+    Raises:
+        InputError: `run` has no link table, or `sample_s` is not positive.
+    """
+    path = run.path if isinstance(run, Run) else Path(run)
+    with input_errors():
+        if not (path / layout.LINKS).is_file():
+            raise InputError(f"{path}: no {layout.LINKS}: run it with --traffic links (traffic: links) to keep "
+                             "its link table")
+        if not sample_s > 0:
+            raise InputError(f"sample_s: expected a positive number of seconds, got {sample_s}")
+        frame = export_links(read_links(path / layout.LINKS), sample_s)
+        return write_counters(frame, Path(out) if out is not None else path / layout.COUNTERS_CSV)
 
 
 def analyze_counters(counters: str | Path | Counters) -> CounterFeatures:

@@ -441,6 +441,15 @@ def _trace(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _counters(args: argparse.Namespace) -> int:
+    from simstudy import api
+
+    out = api.export_counters(args.run, args.output, sample_s=args.sample)
+    print(f"counters {out}: the run's links as switch port counters, a sample every {args.sample:g} s "
+          f"(simstudy analyze {out}; simstudy validate --real {out} --spec SPEC)")
+    return EXIT_OK
+
+
 #: One argument of a command: its flags (or a positional's name) and argparse's keywords.
 Arg = tuple[tuple[str, ...], dict[str, Any]]
 
@@ -615,6 +624,11 @@ COMMANDS = (
         _arg("--ranks", type=int, default=64, help="at most this many ranks, the first ones (default 64; 0: all)"),
         _arg("--transfers", type=int, default=20_000,
              help="at most this many transfers drawn as flow arrows (default 20000; 0: none)"),
+    )),
+    _Command("counters", "export a run's link table as switch port counters (a generic counter CSV)", _counters, (
+        _arg("run", help="run directory kept with --traffic links (on --backend ns3: every packet's bytes)"),
+        _arg("-o", "--output", help="CSV file (default RUN/counters.csv)"),
+        _arg("--sample", type=float, default=0.5, help="sample interval, seconds (default 0.5, as Zhejiang Lab's)"),
     )),
     _Command("models", "list the built-in models with parameter counts and GFLOPs", _models),
     _Command("schema", "the JSON Schema of a spec file, for editors (schemas/KIND.json)", _schema, (

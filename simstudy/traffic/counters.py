@@ -19,8 +19,9 @@ Two formats are read:
   `rx_bytes, tx_bytes` (bytes since the previous sample of the port) or `rx_bytes_total,
   tx_bytes_total` (cumulative counters: differenced; a counter that goes down was reset and
   counts from 0); optional `capacity_gbps`, `tier`, `peer`. `rx` is what the port received from
-  its peer, `tx` what it sent to it. `export_links` writes a simulated run's link table in this
-  format.
+  its peer, `tx` what it sent to it. `export_links` puts a simulated run's link table in this
+  format (`simstudy counters RUN` writes it: on the packet network, every packet's bytes on the
+  wire), `write_counters` writes it.
 
 `load_counters(path)` reads either (a file, or a directory searched for them) into a `Counters`:
 one row per (port, sample) with the sample's end time and length. The first sample of every
@@ -39,6 +40,8 @@ from typing import Final
 import numpy as np
 import pandas as pd
 
+from simstudy.files import replacing
+
 __all__ = [
     "COLUMNS",
     "Counters",
@@ -49,6 +52,7 @@ __all__ = [
     "is_counters",
     "load_counters",
     "port_capacity_gbps",
+    "write_counters",
 ]
 
 
@@ -407,6 +411,13 @@ def export_links(links: pd.DataFrame, sample_s: float, *, duration_s: float | No
                                     "tx_bytes": np.r_[0.0, tx], "capacity_gbps": cap, "tier": tier, "peer": a}))
     columns = ["time", "device", "port", "rx_bytes", "tx_bytes", "capacity_gbps", "tier", "peer"]
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+
+def write_counters(frame: pd.DataFrame, path: str | Path) -> Path:
+    """Write a generic counter table (`export_links`'s) as its CSV, whole or not at all."""
+    with replacing(path) as tmp:
+        frame.to_csv(tmp, index=False)
+    return Path(path)
 
 
 #: Every counter format, in the order they are tried. A new format is one entry here (plus its reader).

@@ -30,7 +30,7 @@ from simstudy.spec import BackendSpec, Scenario, SpecError, load_scenario, spec_
 from simstudy.spec.capture import Link as CaptureLink
 from simstudy.traffic.compare import DEFAULT_TOLERANCES, JOB, ValidationReport, compare
 from simstudy.traffic.counter_features import CounterFeatures, analyze_counters, compare_counters
-from simstudy.traffic.counters import Counters, counters_from_frame, export_links, load_counters
+from simstudy.traffic.counters import Counters, counters_from_frame, export_links, load_counters, write_counters
 from simstudy.traffic.features import Features, analyze
 from simstudy.traffic.meta import CaptureMeta, RankMap
 from simstudy.traffic.registry import Level
@@ -405,9 +405,10 @@ def validate_counters(
     progress: Callable[[str], None] | None = None,
 ) -> CounterValidation:
     """Simulate `spec` into `out/sim` keeping its link table (flowsim `traffic: links`, bins a tenth
-    of the counters' sample interval), read the table as a switch would count it at the counters'
-    own sample interval (`export_links`), and compare both series port by port (when the
-    simulated links carry the counters' port names) or tier by tier (`compare_counters`)."""
+    of the counters' sample interval; on the packet network every packet's bytes on the wire), read
+    the table as a switch would count it at the counters' own sample interval (`export_links`,
+    written to `out/sim/counters.csv`), and compare both series port by port (when the simulated
+    links carry the counters' port names) or tier by tier (`compare_counters`)."""
     say = progress or (lambda _text: None)
     say(f"reading the counters {real_path}")
     real = load_counters(real_path)
@@ -419,7 +420,9 @@ def validate_counters(
         f"{run_spec.traffic_bin_s:g} s")
     result = simulate(scenario, Path(out) / layout.SIM_DIR, run_spec, astra_sim=astra_sim, source=spec)
     links = read_links(Path(out) / layout.SIM_DIR / layout.LINKS)
-    sim = counters_from_frame(export_links(links, sample), Path(out) / layout.SIM_DIR)
+    frame = export_links(links, sample)
+    write_counters(frame, Path(out) / layout.SIM_DIR / layout.COUNTERS_CSV)  # what was compared, to read again
+    sim = counters_from_frame(frame, Path(out) / layout.SIM_DIR)
     say("analysing both counter series")
     real_f = analyze_counters(real)
     sim_f = analyze_counters(sim, merge=max(1, round(real_f.grid_s / real_f.sample_s)))  # on the same grid

@@ -222,3 +222,30 @@ def test_a_window_restarts_after_idle_time_as_linuxs_does(ns3: None) -> None:
     kept, stats = probe.message_times(topology_of(Star(**star, transport=Transport(slow_start_after_idle=False))),
                                       0, 1, size, 3, gap_ns=300_000_000)
     assert stats["idle_restarts"] == 0 and kept[1] < long[1]
+
+
+def test_a_packet_runs_links_count_its_packets_as_switch_ports_do(ns3: None, tmp_path: Path) -> None:
+    """`traffic: links` on the packet network counts every packet's bytes on the wire per link (IP,
+    TCP and frame headers, ACKs): a link carries its payload with 54 bytes a 1448-byte segment,
+    plus the ACKs of the other direction's data (54 bytes every second segment), 5.6% more than
+    flowsim's link table of the same run. `simstudy counters` exports them as switch port
+    counters, and `validate --real` with those counters and the scenario on the packet network
+    passes."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "pair", "model": "small_cnn", "parallelism": {"dp": 2},
+        "topology": {"kind": "star", "npus": 2, "bandwidth_gbps": 10, "latency_ns": 5000},
+        "training": {"batch_size_per_worker": 8, "iterations": 3}}))
+    scen = Scenario.model_validate(yaml.safe_load(spec.read_text()))
+    packets = simulate(scen, tmp_path / "ns3", BackendSpec(name="ns3", traffic="links", traffic_bin_s=1e-3))
+    fluid = simulate(scen, tmp_path / "fluid", BackendSpec(traffic="links", traffic_bin_s=1e-3))
+    on_wire = packets.links.groupby("name", observed=True)["bytes"].sum()
+    payload = fluid.links.groupby("name", observed=True)["bytes"].sum()
+    assert set(on_wire.index) == set(payload.index) == {"h0->s0", "s0->h0", "h1->s0", "s0->h1"}
+    ratio = on_wire / payload
+    assert ratio.to_numpy() == pytest.approx((1448 + 54 + 27) / 1448, rel=0.005), ratio
+    assert main(["counters", str(tmp_path / "ns3"), "--sample", "0.005"]) == 0
+    csv = tmp_path / "ns3" / layout.COUNTERS_CSV
+    assert main(["validate", "--real", str(csv), "--spec", str(spec), "--backend", "ns3", "-o",
+                 str(tmp_path / "v"), "--quiet"]) == 0
+    assert (tmp_path / "v" / layout.SIM_DIR / layout.COUNTERS_CSV).is_file()

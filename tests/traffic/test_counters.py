@@ -154,3 +154,26 @@ def test_the_topology_sheet_as_the_dataset_ships_it(tmp_path: Path) -> None:
         pd.read_csv(ZHEJIANG / "topology.csv").to_excel(xl, sheet_name="cluster topology", index=False)
     c = load_counters(root / "trafficinfo" / "2024052400")
     assert set(c.table[c.table["port"] == "TwoHundredGigE1/0/7:1"]["peer"]) == {"NH-DC-NM129-A05-20U-GPU-14"}
+
+
+def test_simstudy_counters_exports_a_runs_links_as_the_counters_it_is_compared_with(
+        exported: tuple[Path, Path], tmp_path: Path) -> None:
+    """`simstudy counters RUN --sample S` writes the run's link table as the generic counter CSV
+    (what `validate --real` compares against counters, kept in the validation's sim/), and it
+    reads back with the bytes of the link table; a run without links is one error line, exit 2."""
+    root, csv = exported
+    out = tmp_path / "c.csv"
+    proc = subprocess.run([sys.executable, "-m", "simstudy", "counters", str(root / "run_a"), "--sample", "0.005",
+                           "-o", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(csv))
+    back = load_counters(out)
+    links = read_links(root / "run_a" / "links.parquet")
+    assert back.table["rx_bytes"].sum() == pytest.approx(links["bytes"].sum())
+    own = validate_counters(csv, tmp_path / "v", spec=root / "a.yaml")
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "v" / "sim" / "counters.csv"), pd.read_csv(csv))
+    assert own.report.passed
+    (tmp_path / "norun").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "simstudy", "counters", str(tmp_path / "norun")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--traffic links" in proc.stderr, proc.stderr

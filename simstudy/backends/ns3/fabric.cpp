@@ -180,6 +180,11 @@ int Fabric::AddLink(int a, int b, double rate_ab, double rate_ba, double delay_n
     for (int k = 0; k < 2; ++k) {
         d.Get(k)->TraceConnectWithoutContext("PhyTxBegin", MakeCallback(&Fabric::OnTx, this));
         d.Get(k)->TraceConnectWithoutContext("PhyRxDrop", MakeCallback(&Fabric::OnDrop, this));
+        if (count_bin_ns > 0) {
+            taps.push_back(new LinkTap{this, id + k});
+            link_bytes.resize(id + 2);
+            d.Get(k)->TraceConnectWithoutContext("PhyTxBegin", MakeBoundCallback(&Fabric::Tap, taps.back()));
+        }
     }
     Qdisc(d.Get(0), qkind, qpackets, tbf_ab, burst, limit);
     Qdisc(d.Get(1), qkind, qpackets, tbf_ba, burst, limit);
@@ -409,6 +414,16 @@ void Fabric::EnablePcap(int h, const std::string& prefix, uint32_t snaplen) {
     }
 }
 
+void Fabric::Tap(LinkTap* tap, Ptr<const Packet> p) {
+    Fabric* f = tap->fab;
+    int64_t t = Simulator::Now().GetNanoSeconds() - f->count_t0_ns;
+    if (t < 0 || f->count_bin_ns <= 0) return;
+    std::vector<double>& bins = f->link_bytes[tap->link];
+    size_t b = (size_t)(t / f->count_bin_ns);
+    if (b >= bins.size()) bins.resize(std::max(b + 1, 2 * bins.size()), 0.0);
+    bins[b] += p->GetSize();
+}
+
 void Fabric::Sniff(Sniffer* sn, Ptr<const Packet> packet) {
     Ptr<Packet> p = packet->Copy();
     PppHeader ppp;
@@ -422,6 +437,7 @@ void Fabric::Sniff(Sniffer* sn, Ptr<const Packet> packet) {
 void Fabric::Close() {
     for (Sniffer* s : sniffers) { s->file = nullptr; delete s; }
     sniffers.clear();
+    count_bin_ns = 0;  // counting ends (the taps are freed with the fabric)
 }
 
 // -- routing -------------------------------------------------------------------------------------

@@ -81,6 +81,14 @@ struct Sniffer {
     Ptr<PcapFileWrapper> file;
 };
 
+/** One directed link's counter, as a switch port counts what it sends: every packet's bytes on the
+    wire (IP, TCP and the link's frame), in the bin of `Fabric::count_bin_ns` its transmission
+    starts in, from `Fabric::count_t0_ns` on. */
+struct LinkTap {
+    Fabric* fab;
+    int link;
+};
+
 class Fabric {
   public:
     NodeContainer nodes;
@@ -203,6 +211,15 @@ class Fabric {
     void EnablePcap(int h, const std::string& prefix, uint32_t snaplen);
     static void Sniff(Sniffer* sn, Ptr<const Packet> packet);
     void Close();
+
+    // -- link counters (the packet network's switch port counters) ------------------------------
+
+    int64_t count_bin_ns = 0;                        // 0: not counted; set before the links are added
+    int64_t count_t0_ns = 0;                         // counting starts here (the job's start)
+    std::vector<std::vector<double>> link_bytes;     // directed link -> bytes per bin
+    std::vector<LinkTap*> taps;
+    static void Tap(LinkTap* tap, Ptr<const Packet> p);
+    ~Fabric() { for (LinkTap* t : taps) delete t; }
 
     uint64_t drops = 0;
     void OnTx(Ptr<const Packet>) { ++packets_sent; }

@@ -18,6 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from simstudy.addresses import rank_address
 from simstudy.backends.base import BackendError
 from simstudy.backends.network import Network
@@ -133,7 +136,8 @@ class Fabric:
     ns-3 to a time or to the next completed message. Times are ns-3's (ns); `t0_ns` is when the
     job starts (after the connections at the start are up)."""
 
-    def __init__(self, net: Network, *, pcap_dir: Path | None = None, record_sends: bool = False) -> None:
+    def __init__(self, net: Network, *, pcap_dir: Path | None = None, record_sends: bool = False,
+                 count_bin_ns: int = 0) -> None:
         self.ns = ns = load()
         #: `record_sends`: every message sent, as (stream, bytes, id, ns-3 time ns) (the C++-only
         #: reference of `benchmarks/ns3_profile.py` sends them again, all at once, no engine between)
@@ -149,6 +153,9 @@ class Fabric:
         cpp.linux_recovery = topo.transport.loss_recovery == "rack_tlp"
         cpp.restart_after_idle = topo.transport.slow_start_after_idle
         cpp.min_rto_ns = round(topo.transport.min_rto_ms * 1e6)
+        #: `count_bin_ns`: count every link's bytes on the wire in bins of this width from the job's start
+        #: (`link_bytes`), as a switch port counts what it sends
+        cpp.count_bin_ns = count_bin_ns
         hosts = topo.hosts
         node = {f"h{i}": i for i in range(hosts)}
         for k, name in enumerate(topo.switches):
@@ -188,6 +195,7 @@ class Fabric:
                     if a != b and (self.per_direction or a < b):
                         self._connect(a, b)
         self.t0_ns = self._settle()
+        cpp.count_t0_ns = self.t0_ns
         if pcap_dir is not None:
             self.pcaps = sorted(pcap_dir.glob("*.pcap"))
 
@@ -271,6 +279,19 @@ class Fabric:
                 "fast_recoveries": int(cpp.fast_recoveries), "loss_probes": int(cpp.probes),
                 "rack_resends": int(cpp.rack_resends), "idle_restarts": int(cpp.restarts), "setup_ns": self.t0_ns,
                 "late_sends": int(cpp.late_sends), "ns3_s": round(self.ns3_s, 3)}
+
+    def link_bytes(self) -> dict[int, NDArray[np.float64]]:
+        """With `count_bin_ns`: the bytes every link of the topology (by its id) put on the wire in each
+        bin from the job's start (IP, TCP and frame bytes of every packet, data, ACKs and resends, in
+        the bin its transmission started in); links that sent nothing are left out."""
+        out: dict[int, NDArray[np.float64]] = {}
+        bins = self.cpp.link_bytes
+        for i, k in self.link_of.items():
+            if k < len(bins) and len(bins[k]):
+                row = np.fromiter(bins[k], dtype=np.float64, count=len(bins[k]))
+                if row.any():
+                    out[i] = np.trim_zeros(row, "b")
+        return out
 
     def close(self) -> None:
         """Flush the pcaps and destroy the simulator."""
