@@ -91,15 +91,16 @@ def test_a_warm_message_on_a_short_path_takes_its_headers_at_the_link_rate(mode:
     assert ideal == [int(latency + size / rate)] * 3
 
 
-def test_a_message_each_way_waits_for_its_acks_behind_the_other_ways_data() -> None:
+@pytest.mark.parametrize("mode", [Congestion.FLUID, Congestion.UNAWARE])
+def test_a_message_each_way_waits_for_its_acks_behind_the_other_ways_data(mode: Congestion) -> None:
     """At 1 Gbit/s and 2 ms, a window of about the path (170 segments) goes out in 2 ms, past half
-    the round trip: a message each way at once takes longer than one way (fluid, where the flows see
-    each other); at 10 Gbit/s the same window goes out in 0.2 ms and both ways take what one does."""
-    one = message_times(star(1, 2), 0, 1, 1 << 20, 5)
-    both = message_times(star(1, 2), 0, 1, 1 << 20, 5, both_ways=True)
+    the round trip: a message each way at once takes longer than one way; at 10 Gbit/s the same
+    window goes out in 0.2 ms and both ways take what one does."""
+    one = message_times(star(1, 2), 0, 1, 1 << 20, 5, mode=mode)
+    both = message_times(star(1, 2), 0, 1, 1 << 20, 5, both_ways=True, mode=mode)
     assert both[-1] > 1.2 * one[-1]
-    one = message_times(star(10, 2), 0, 1, 1 << 20, 5)
-    both = message_times(star(10, 2), 0, 1, 1 << 20, 5, both_ways=True)
+    one = message_times(star(10, 2), 0, 1, 1 << 20, 5, mode=mode)
+    both = message_times(star(10, 2), 0, 1, 1 << 20, 5, both_ways=True, mode=mode)
     assert both[-1] == pytest.approx(one[-1], rel=1e-6)
 
 

@@ -65,7 +65,7 @@ was sent).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -359,9 +359,13 @@ class TcpPaths:
 
 
 class TcpNet(NetModel):
-    """A congestion model with TCP under loss on the paths `tcp` (the first base of a model's TCP
-    variant: `class TcpFluidNet(TcpNet, FluidNet)`). Never timed alone: every message draws its
-    own losses."""
+    """A congestion model with TCP on the paths `tcp` (the first base of a model's TCP variant:
+    `class TcpFluidNet(TcpNet, FluidNet)`). Never timed alone: every message draws its own losses,
+    and its window is its connection's.
+
+    Without loss (`TcpPaths.windows`) the windows of the messages sent at one instant are set once
+    every one of them is on the network (`_window_times`), so that two directions of a connection
+    that start together each see the other's burst."""
 
     timed_alone = False
 
@@ -370,17 +374,39 @@ class TcpNet(NetModel):
         super().__init__(sched, capacity, latency)
         assert tcp is not None
         self.tcp = tcp
+        #: each direction's messages on the way, by (src, dst), with the window each started from
+        self.on_way: dict[tuple[int, int], dict[Msg, float]] = {}
+
+    def _window_times(self, msgs: Sequence[Msg], left: Callable[[Msg], float]) -> list[float]:
+        """The time (ns) each message sent now takes from its first byte out to its last, as its
+        connection's window lets it (`TcpPaths.start_ns`, `window_ns`); `left(m)`: the bytes a
+        message on the way has still to send (its window's burst is at most that)."""
+        tcp = self.tcp
+        now = self.sched.now
+        lost = []
+        for m in msgs:  # every start's burst first: each direction then sees the other's window
+            lost.append(tcp.start_ns(m.src, m.dst, m.keys, now))
+            self.on_way.setdefault((m.src, m.dst), {})[m] = tcp.connection(m.src, m.dst).cwnd
+        out = []
+        for m, t0 in zip(msgs, lost, strict=True):
+            back = self.on_way.get((m.dst, m.src))
+            burst = max((min(w, left(g) / tcp.mss) for g, w in back.items()), default=0.0) if back else 0.0
+            wait = tcp.ack_wait_ns(burst, next(iter(back)).keys) if back else 0.0
+            out.append(t0 + tcp.window_ns(m.src, m.dst, m.size, m.keys, now + t0, wait))
+        return out
+
+    def _gone(self, msg: Msg) -> None:
+        """A message's last byte is out: its burst no longer delays the other direction's ACKs."""
+        ways = self.on_way.get((msg.src, msg.dst))
+        if ways is not None:
+            ways.pop(msg, None)
 
 
 class TcpFluidNet(TcpNet, FluidNet):
     """`fluid` with TCP: a flow on a lossy path, or on any path where the transport asks for TCP
     without loss (`TcpPaths.windows`), has a link of its own at the rate its window allows (max-min
     fair sharing does the rest), and arrives after its timeouts. Links carry payload at their rate
-    less headers there.
-
-    A flow's window rate is set once every message sent at its instant is on the network (before
-    the rates are), so that two directions of a connection that start together each see the
-    other's burst."""
+    less headers there. A flow's window rate is set before the rates of the instant it is sent at."""
 
     name = "fluid"
 
@@ -391,10 +417,9 @@ class TcpFluidNet(TcpNet, FluidNet):
             self.capacity = [c * self.tcp.goodput for c in self.capacity]
         self.links = len(self.capacity)
         self.free_keys: list[int] = []
-        #: flows whose window rate is not set yet, and each direction's flows on the way, by (src, dst),
-        #: with the window each started from
+        #: flows whose window rate is not set yet, and the flow of each message on the way
         self.unset: list[Flow] = []
-        self.on_way: dict[tuple[int, int], dict[Flow, float]] = {}
+        self.flow_of: dict[Msg, Flow] = {}
 
     def _flow(self, msg: Msg, now: int) -> Flow:
         flow = super()._flow(msg, now)
@@ -408,61 +433,65 @@ class TcpFluidNet(TcpNet, FluidNet):
             flow.mult = (*flow.mult, 1)
             if self.tcp.windows:
                 self.unset.append(flow)
-                conn = (msg.src, msg.dst)
-                self.on_way.setdefault(conn, {})[flow] = self.tcp.connection(*conn).cwnd
+                self.flow_of[msg] = flow
         return flow
 
     def _recompute(self, keys: set[int]) -> None:
         if self.unset:
-            self._set_windows()
+            flows, self.unset = self.unset, []
+            times = self._window_times([f.msg for f in flows], lambda m: self.flow_of[m].remaining)
+            for f, t in zip(flows, times, strict=True):
+                if t > 0:
+                    key = f.keys[-1]
+                    self.capacity[key] = min(self.capacity[key], f.msg.size / t)
         super()._recompute(keys)
-
-    def _set_windows(self) -> None:
-        tcp = self.tcp
-        now = self.sched.now
-        lost = []
-        for f in self.unset:  # every start's burst first: each direction then sees the other's window
-            msg = f.msg
-            lost.append(tcp.start_ns(msg.src, msg.dst, msg.keys, now))
-            self.on_way[(msg.src, msg.dst)][f] = tcp.connection(msg.src, msg.dst).cwnd
-        for f, t0 in zip(self.unset, lost, strict=True):
-            msg = f.msg
-            back = self.on_way.get((msg.dst, msg.src))
-            burst = max((min(w, g.remaining / tcp.mss) for g, w in back.items()), default=0.0) if back else 0.0
-            wait = tcp.ack_wait_ns(burst, next(iter(back)).msg.keys) if back else 0.0
-            t = t0 + tcp.window_ns(msg.src, msg.dst, msg.size, msg.keys, now + t0, wait)
-            if t > 0:
-                key = f.keys[-1]
-                self.capacity[key] = min(self.capacity[key], msg.size / t)
-        self.unset.clear()
 
     def _extra_ns(self, f: Flow) -> int:
         if len(f.keys) > len(f.msg.keys):
             self.free_keys.append(f.keys[-1])
-            ways = self.on_way.get((f.msg.src, f.msg.dst))
-            if ways is not None:
-                ways.pop(f, None)
+            if self.flow_of.pop(f.msg, None) is not None:
+                self._gone(f.msg)
         return self.tcp.delay_ns(f.msg.size, f.msg.keys)
 
 
 class TcpUnawareNet(TcpNet, UnawareNet):
     """`unaware` with TCP: a message on a lossy path goes at most at its loss-limited window's rate
     and arrives after its timeouts; where the transport asks for TCP without loss, its headers and
-    its connection's window take their time too (alone: no other direction's data delays its ACKs)."""
+    its connection's window take their time too, and its ACKs wait behind the other direction's
+    data while a message goes that way (its window's burst; `TcpNet`)."""
 
     name = "unaware"
 
+    def __init__(self, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float],
+                 tcp: TcpPaths | None = None) -> None:
+        super().__init__(sched, capacity, latency, tcp)
+        self.unset: list[Msg] = []
+
     def send(self, msg: Msg) -> None:
         p, rtt = self.tcp.path(msg.keys)
-        if p > 0 or (self.tcp.windows and msg.keys):
+        if self.tcp.windows and msg.keys:
+            msg.t_send = self.sched.now
+            if not self.unset:
+                self.sched.after_all(self.sched.now, self._set_windows)
+            self.unset.append(msg)
+            return
+        if p > 0:
             narrowest = min((self.capacity[k] for k in msg.keys), default=math.inf)
-            alone = msg.size / self.tcp.rate_cap(p, rtt) if p > 0 else 0.0
-            if self.tcp.windows:
-                now = self.sched.now
-                lost = self.tcp.start_ns(msg.src, msg.dst, msg.keys, now)
-                alone = max(alone, lost + self.tcp.window_ns(msg.src, msg.dst, msg.size, msg.keys, now + lost))
-            msg.alone_ns += max(int(alone - msg.size / narrowest), 0) + self.tcp.delay_ns(msg.size, msg.keys)
+            msg.alone_ns += max(int(msg.size / self.tcp.rate_cap(p, rtt) - msg.size / narrowest), 0)
+            msg.alone_ns += self.tcp.delay_ns(msg.size, msg.keys)
         super().send(msg)
+
+    def _set_windows(self) -> None:
+        msgs, self.unset = self.unset, []
+        times = self._window_times(msgs, lambda m: float(m.size))
+        s = self.sched
+        for msg, t in zip(msgs, times, strict=True):
+            p, rtt = self.tcp.path(msg.keys)
+            narrowest = min((self.capacity[k] for k in msg.keys), default=math.inf)
+            alone = max(t, msg.size / self.tcp.rate_cap(p, rtt)) if p > 0 else t
+            msg.alone_ns += max(int(alone - msg.size / narrowest), 0) + self.tcp.delay_ns(msg.size, msg.keys)
+            s.at(msg.t_send + msg.alone_ns, self._arrive, msg)
+            s.at(msg.t_send + msg.alone_ns - int(msg.latency), self._gone, msg)
 
 
 #: The models that take TCP (under loss, and without where the transport asks), by congestion mode
