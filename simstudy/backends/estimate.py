@@ -469,14 +469,25 @@ def estimate(spec: Scenario | Cluster, source: str | Path | None = None, *,
     return Estimate(name, w, tuple(costs), machine_memory())
 
 
-def _mode(backend: BackendSpec) -> tuple[str, str]:
+def _mode(backend: BackendSpec, spec: Scenario | Cluster | None = None) -> tuple[str, str]:
     """The (backend, mode) a spec runs: the mode its registry entry takes for it (ASTRA-SIM's unaware
     binary under the default fluid), flowsim's on the engine it will run (`flowsim-python` for the
-    Python one)."""
+    Python one, and for what only the Python engine runs: `python_only`)."""
     name: str = backend.name
-    if name == "flowsim" and (backend.engine == "python" or CORE_MISSING is not None):
+    if name == "flowsim" and (backend.engine == "python" or CORE_MISSING is not None
+                              or (spec is not None and python_only(spec))):
         name = "flowsim-python"
     return name, entry(backend).mode(backend).value
+
+
+def python_only(spec: Scenario | Cluster) -> bool:
+    """Whether flowsim runs `spec` on its Python engine whatever the engine asked: a topology whose
+    links lose packets (TCP under loss), that asks for TCP without loss (`transport.model: tcp`) or
+    has token buckets (the compiled core models none of them)."""
+    topo = getattr(spec, "topology", None)
+    transport = getattr(topo, "transport", None)
+    return (getattr(transport, "model", "ideal") == "tcp" or (getattr(topo, "loss", 0) or 0) > 0
+            or getattr(topo, "token_bucket", None) is not None)
 
 
 def check_memory(spec: Scenario | Cluster, backend: BackendSpec, source: str | Path | None = None, *,
@@ -484,7 +495,7 @@ def check_memory(spec: Scenario | Cluster, backend: BackendSpec, source: str | P
     """Refuse a run whose memory estimate exceeds the memory available (`EstimateError`: one line
     naming the estimate, the machine's memory and `--force`); the estimate, or None for a backend
     without a model (the packet network)."""
-    run = _mode(backend)
+    run = _mode(backend, spec)
     if run not in COSTS:
         return None
     est = estimate(spec, source, runs=[run], rows=backend.traffic in ("rows", "pcap"))

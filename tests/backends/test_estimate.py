@@ -181,6 +181,11 @@ def test_the_check_compares_the_estimate_with_the_memory_available() -> None:
         check_memory(spec, fluid, available=lambda: need - 1)
     assert check_memory(spec, fluid, available=lambda: None) is not None  # no /proc/meminfo: nothing refused
     assert check_memory(spec, BackendSpec(name="ns3")) is None  # no model: not checked
+    # what only the Python engine runs (TCP without loss here) is checked with the Python engine's costs
+    tcp = Scenario.model_validate({**SPECS["dp8"], "topology": {"kind": "ring", "npus": 8,
+                                                                "transport": {"model": "tcp"}}})
+    checked = check_memory(tcp, fluid, available=lambda: 1 << 40)
+    assert checked is not None and checked.costs[0].backend == "flowsim-python"
     larger = estimate(Scenario.model_validate({**SPECS["dp8"], "parallelism": {"dp": 64},
                                                "topology": {"kind": "ring", "npus": 64}}))
     assert larger.workload.ranks == 64 and "64 ranks" in str(larger)
