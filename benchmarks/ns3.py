@@ -2,7 +2,8 @@
 
 1. Every shipped example of at most 16 ranks (`specs/examples/`) on ns-3 and on flowsim `fluid`
    (the reference, in the same command): iteration time of each, their ratio, and the packets
-   ns-3 simulated per second of wall time.
+   ns-3 simulated per second of wall time; and flowsim `fluid` with its TCP model
+   (`transport: {model: tcp}`): its iteration time, its ratio to ns-3 and its wall time.
 2. Scale: ResNet-50 data parallel (ring all-reduce, one iteration) on a 25 Gbit/s switch of 4, 8,
    16, 32, ... ranks until a run takes more than `--budget` seconds (10 minutes): wall time,
    packets put on links, packets per second, and the ratio to flowsim's wall time; the largest
@@ -41,21 +42,30 @@ def iteration_ms(result: Any, scenario: Any) -> float:
     return result.finish_ns / 1e6 / iters
 
 
+def with_tcp(sc: Any) -> Any:
+    """The scenario (or every job's topology of a cluster) with flowsim's TCP model asked for."""
+    topo = sc.topology
+    transport = topo.transport.model_copy(update={"model": "tcp"})
+    return sc.model_copy(update={"topology": topo.model_copy(update={"transport": transport})})
+
+
 def examples(tmp: Path) -> None:
     print(f"{'example':24s} {'ranks':>5s} {'fluid ms':>10s} {'ns-3 ms':>10s} {'ratio':>7s} {'packets':>11s} "
-          f"{'pkts/s':>9s} {'wall s':>8s} {'lost':>6s} {'q drops':>7s} {'RTOs':>5s}")
+          f"{'pkts/s':>9s} {'wall s':>8s} {'lost':>6s} {'q drops':>7s} {'RTOs':>5s} {'tcp ms':>9s} {'ns-3/tcp':>8s} "
+          f"{'tcp wall s':>10s}")
     for path in sorted((REPO / "specs" / "examples").glob("*.yaml")):
         sc = load_runnable(path)
         n = sc.npus if hasattr(sc, "npus") else sc.topology.total_npus
         if n > 16:
             continue
         fluid, _ = run(sc, tmp / path.stem / "fluid", BackendSpec())
+        tcp, tcp_wall = run(with_tcp(sc), tmp / path.stem / "tcp", BackendSpec())
         ns3, wall = run(sc, tmp / path.stem / "ns3", BackendSpec(name="ns3"))
         d = ns3.details["ns3"]
-        a, b = iteration_ms(fluid, sc), iteration_ms(ns3, sc)
+        a, b, c = iteration_ms(fluid, sc), iteration_ms(ns3, sc), iteration_ms(tcp, sc)
         print(f"{path.stem:24s} {n:5d} {a:10.2f} {b:10.2f} {b / a:7.3f} {d['packets_on_links']:11,d} "
               f"{d['packets_on_links'] / ns3.wall_time_s:9,.0f} {wall:8.1f} {d['packets_lost']:6d} "
-              f"{d['queue_drops']:7d} {d['timeouts']:5d}", flush=True)
+              f"{d['queue_drops']:7d} {d['timeouts']:5d} {c:9.2f} {b / c:8.3f} {tcp_wall:10.1f}", flush=True)
 
 
 def scale(tmp: Path, budget: float) -> None:
