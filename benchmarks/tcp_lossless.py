@@ -52,9 +52,11 @@ RTTS_MS = (0.2, 2.0)
 SIZES = (1 << 20, 16 << 20)
 
 
-#: After idle time: (Gbit/s, round trip ms, MiB, ms between an arrival and the next send). Past the
-#: minimum RTO (200 ms) the window restarts (Linux's slow start after idle, which the packet network runs).
-IDLE = ((10.0, 2.0, 1, 300.0), (1.0, 2.0, 1, 500.0), (10.0, 0.2, 16, 450.0), (10.0, 2.0, 1, 100.0))
+#: After idle time: (Gbit/s, round trip ms, MiB, ms between an arrival and the next send, both ways). Past
+#: the minimum RTO (200 ms) the window restarts (Linux's slow start after idle, which the packet network runs).
+IDLE = ((10.0, 2.0, 1, 300.0, False), (1.0, 2.0, 1, 500.0, False), (10.0, 0.2, 16, 450.0, False),
+        (10.0, 2.0, 1, 100.0, False), (1.0, 2.0, 1, 300.0, True), (1.0, 0.2, 1, 300.0, True),
+        (10.0, 0.2, 16, 300.0, True), (10.0, 2.0, 16, 300.0, True))
 
 #: The 2-rank LSTM of issue 38: the model's gradients each way at once every iteration, on a 2 ms round trip.
 LSTM = {"name": "lstm2_1g", "model": "lstm_lm", "parallelism": {"dp": 2},
@@ -62,14 +64,15 @@ LSTM = {"name": "lstm2_1g", "model": "lstm_lm", "parallelism": {"dp": 2},
         "training": {"iterations": 4}}
 
 
-def idle_cell(gbps: float, rtt_ms: float, size: int, gap_ms: float, count: int) -> tuple[list[int], list[int], int]:
+def idle_cell(gbps: float, rtt_ms: float, size: int, gap_ms: float, both: bool,
+              count: int) -> tuple[list[int], list[int], int]:
     """ns-3's and the TCP model's message times with `gap_ms` between an arrival and the next send,
-    and how many times ns-3 restarted the window."""
+    and how many times ns-3 restarted a window."""
     star = {"npus": 2, "bandwidth_gbps": gbps, "latency_ns": rtt_ms * 1e6 / 4}
     gap = round(gap_ms * 1e6)
-    real, stats = message_times(topology_of(Star(**star)), 0, 1, size, count, gap_ns=gap)
+    real, stats = message_times(topology_of(Star(**star)), 0, 1, size, count, gap_ns=gap, both_ways=both)
     tcp = Network.from_topology(topology_of(Star(**star, transport=Transport(model="tcp"))))
-    return real, model_times(tcp, 0, 1, size, count, gap_ns=gap), int(stats["idle_restarts"])
+    return real, model_times(tcp, 0, 1, size, count, gap_ns=gap, both_ways=both), int(stats["idle_restarts"])
 
 
 def cell(gbps: float, rtt_ms: float, size: int, both: bool, count: int) -> dict[str, float]:
@@ -133,13 +136,14 @@ def main() -> int:
           f"{statistics.mean(abs(e) for e in fluid_err):.1%}; the TCP model against ns-3's last "
           f"{statistics.mean(abs(e) for e in last_err):.1%} (goal: 5%), against its first "
           f"{statistics.mean(abs(e) for e in first_err):.1%}")
-    print("\nafter idle time (one way): each message's time, ns-3 against the TCP model")
+    print("\nafter idle time: each message's time, ns-3 against the TCP model")
     idle_err: list[float] = []
-    for gbps, rtt_ms, mib, gap_ms in IDLE:
-        real, model, restarts = idle_cell(gbps, rtt_ms, mib << 20, gap_ms, args.count)
+    for gbps, rtt_ms, mib, gap_ms, both in IDLE:
+        real, model, restarts = idle_cell(gbps, rtt_ms, mib << 20, gap_ms, both, args.count)
         errs = [m / r - 1 for m, r in zip(model, real, strict=True)]
         idle_err += errs
-        print(f"{gbps:6.0f} {rtt_ms:6.1f} {mib:5d} MiB  idle {gap_ms:5.0f} ms  ns-3 (restarts {restarts}) "
+        print(f"{gbps:6.0f} {rtt_ms:6.1f} {mib:5d} MiB {'2' if both else '1':>4s}  idle {gap_ms:5.0f} ms  "
+              f"ns-3 (restarts {restarts:2d}) "
               f"{' '.join(f'{t / 1e6:7.2f}' for t in real)}  model {' '.join(f'{t / 1e6:7.2f}' for t in model)}  "
               f"worst {max(errs, key=abs):+.1%}", flush=True)
     print(f"mean |error| over {len(idle_err)} messages: {statistics.mean(abs(e) for e in idle_err):.1%}")

@@ -188,21 +188,23 @@ def test_pcap_meta_names_ranks_and_iterations(ns3: None, tmp_path: Path) -> None
     assert Scenario.model_validate(meta["scenario"]).npus == 4
 
 
-@pytest.mark.parametrize("both_ways", [False, True])
-def test_flowsims_tcp_model_meets_the_packet_network_without_loss(ns3: None, both_ways: bool) -> None:
+@pytest.mark.parametrize(("both_ways", "gap_ms"), [(False, 0), (True, 0), (True, 300)])
+def test_flowsims_tcp_model_meets_the_packet_network_without_loss(ns3: None, both_ways: bool, gap_ms: int) -> None:
     """flowsim's TCP model without loss (`transport: {model: tcp}`, `flowsim.tcp`) against ns-3 on a
     path whose window matters (1 Gbit/s, 2 ms round trip, 1 MiB messages one after the other on
     a new connection: slow start, then CUBIC's growth before a loss, 46 ms down to 10): one way,
-    every message within 5% of ns-3's; both ways, where the ACKs wait behind the other direction's
-    data, the last within 5% (ideal fluid is 29% short there)."""
+    every message within 5% of ns-3's; a message each way at once, where the ACKs wait behind the
+    other direction's data, the last within 5% (ideal fluid is 29% short there), and every one
+    when 300 ms of idle time restart the windows (Linux's slow start after idle, on both)."""
     size = 1 << 20
     star = {"npus": 2, "bandwidth_gbps": 1, "latency_ns": 500_000}
-    real, stats = probe.message_times(topology_of(Star(**star)), 0, 1, size, 5, both_ways=both_ways)
+    gap = gap_ms * 1_000_000
+    real, stats = probe.message_times(topology_of(Star(**star)), 0, 1, size, 5, both_ways=both_ways, gap_ns=gap)
     net = Network.from_topology(topology_of(Star(**star, transport=Transport(model="tcp"))))
-    model = tcp_message_times(net, 0, 1, size, 5, both_ways=both_ways)
-    assert stats["packets_lost"] == 0
-    assert real[0] > 3 * real[-1]  # the window, not the link, sets the first message's time
-    checked = model[-1:] if both_ways else model
+    model = tcp_message_times(net, 0, 1, size, 5, both_ways=both_ways, gap_ns=gap)
+    assert stats["packets_lost"] == 0 and stats["idle_restarts"] == (8 if gap else 0)
+    assert real[0] > 2 * real[-1]  # the window, not the link, sets the first message's time
+    checked = model[-1:] if both_ways and not gap else model
     for got, want in zip(checked, real[-len(checked):], strict=True):
         assert got == pytest.approx(want, rel=0.05)
 

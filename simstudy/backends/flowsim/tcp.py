@@ -52,7 +52,9 @@ from one message to the next (`Window`):
   flight plus its queue loses a packet: it falls to `CUBIC_BETA` of that;
 * **ACKs behind the other direction's data**: while the reverse direction of the connection has a
   message on the way, its window goes out as a burst into the queue that this direction's ACKs
-  share, and they wait behind the part of it that outlasts half a round trip.
+  share. Once a window's burst outlasts half a round trip on the link, a round takes half a round
+  trip plus the window's time on the link (the other direction's window taken as large as this
+  one's): the path never fills, and the window, not the link, sets the pace.
 
 Measured against ns-3 on a grid of rate, round trip and message size, one way and both ways
 (`benchmarks/tcp_lossless.py`, which prints the error per cell). After a retransmission timeout
@@ -155,39 +157,52 @@ class Window:
         return max(0.0, rtt_ns - queue * seg_ns) + lost * seg_ns
 
     def send_ns(self, n: float, now: float, rtt_ns: float, fill: float, queue: float, seg_ns: float,
-                wait_ns: float = 0.0) -> float:
+                both: float = 0.0) -> float:
         """The time (ns, the last segment out; its latency not counted) n segments sent at `now`
         take from this window (`start` done) on a path of round trip `rtt_ns`, where `fill`
         segments in flight fill the path, its first queue holds `queue` and a segment takes
-        `seg_ns` at its rate (`wait_ns`: what the ACKs wait behind the other direction's data, in
-        `fill` already). The window grows as they are acknowledged; past the path and its queue it
-        loses a packet."""
+        `seg_ns` at its rate. The window grows as they are acknowledged, a round trip a round;
+        past the path and its queue it loses a packet.
+
+        `both`: how many of them go while the other direction of the connection sends too. Their
+        ACKs then wait in that direction's first queue behind its window's burst (taken as large as
+        this one's): once a window outlasts half a round trip on the link, a round takes half a
+        round trip plus the window's time on the link, and the path never fills."""
         t = 0.0
         most = rtt_ns / seg_ns + queue
-        rtt = rtt_ns + wait_ns
+        half = rtt_ns / (2 * seg_ns)  # the window whose burst outlasts half a round trip
         while n > 1e-9:
             w = self.cwnd
-            if w >= fill:  # the path is full: the rest at its rate
+            mutual = both > 1e-9
+            if not mutual and w >= fill:  # the path is full: the rest at its rate
                 t += n * seg_ns
                 self.grow(n, most)
+                n = 0.0
                 break
+            if mutual and w >= half:  # rounds of half a round trip plus the window's time
+                cap, per_round, per_segment = math.inf, rtt_ns / 2, seg_ns
+            else:  # rounds of a round trip, until the window fills the path (or outlasts half of it)
+                cap, per_round, per_segment = (half if mutual else fill), rtt_ns, 0.0
+            most_k = min(n, both) if mutual else n
             if w < self.ssthresh:  # slow start: the window doubles a round
-                end = min(self.ssthresh, fill, w + n)
-                t += rtt * math.log2(end / w)
-                n -= end - w
-                self.cwnd = end
+                end = min(self.ssthresh, cap, w + most_k)
+                k, rounds = end - w, math.log2(end / w)
             elif not self.lost:  # CUBIC before its first loss: 1 / CUBIC_CNT a segment
-                end = min(fill, w + n / CUBIC_CNT)
-                t += rtt * math.log(end / w) / math.log1p(1 / CUBIC_CNT)
-                n -= (end - w) * CUBIC_CNT
-                self.cwnd = end
+                end = min(cap, w + most_k / CUBIC_CNT)
+                k, rounds = (end - w) * CUBIC_CNT, math.log(end / w) / math.log1p(1 / CUBIC_CNT)
             else:  # after a loss: one segment a round
-                end = min(fill, math.sqrt(w * w + 2 * n))
-                t += rtt * (end - w)
-                n -= (end * end - w * w) / 2
-                self.cwnd = end
+                end = min(cap, math.sqrt(w * w + 2 * most_k))
+                k, rounds = (end * end - w * w) / 2, end - w
+            t += per_round * rounds + per_segment * k
+            n -= k
+            if mutual:
+                both = max(0.0, both - k)
+            self.cwnd = end
+            if self.cwnd > most:
+                self.cut(most)
+        w = self.cwnd
         self.last_ns = now + t
-        self.pace = min(1.0 / seg_ns, self.cwnd / rtt)
+        self.pace = w / (rtt_ns / 2 + w * seg_ns) if both > 1e-9 and w >= half else min(1.0 / seg_ns, w / rtt_ns)
         return t
 
 
@@ -240,25 +255,16 @@ class TcpPaths:
         return self.connection(src, dst).start(now, rtt, self.queue_packets, seg_ns, rto)
 
     def window_ns(self, src: int, dst: int, size: int, keys: tuple[int, ...], now: float,
-                  wait_ns: float = 0.0) -> float:
+                  both: float = 0.0) -> float:
         """The time (ns) the connection's window lets a message of `size` bytes whose first segment
-        leaves at `now` (after what `start_ns` lost) take
-        from its first byte out to its last (alone on its path, at its narrowest link's rate less
-        headers; `start_ns` done), its window grown after it. `wait_ns`: what this direction's
-        ACKs wait behind the other's data."""
+        leaves at `now` (after what `start_ns` lost) take from its first byte out to its last
+        (alone on its path, at its narrowest link's rate less headers), its window grown after it.
+        `both`: how many of its segments go while the other direction sends too (`Window.send_ns`)."""
         _, rtt = self.path(keys)
         seg_ns = self.wire / min((self.capacity[k] for k in keys), default=math.inf)
-        fill = (rtt + wait_ns) / seg_ns
-        return self.connection(src, dst).send_ns(size / self.mss, now, rtt, fill, self.queue_packets, seg_ns, wait_ns)
+        return self.connection(src, dst).send_ns(size / self.mss, now, rtt, rtt / seg_ns, self.queue_packets, seg_ns,
+                                                 both)
 
-    def ack_wait_ns(self, burst: float, keys: tuple[int, ...]) -> float:
-        """What a direction's ACKs wait behind a burst of `burst` segments of the other direction,
-        sent into the queue of the first link of its route `keys`: the part of the burst's time
-        on that link past half the round trip."""
-        if not keys:
-            return 0.0
-        _, rtt = self.path(keys)
-        return max(0.0, burst * self.wire / self.capacity[keys[0]] - rtt / 2)
 
     def path(self, keys: tuple[int, ...]) -> tuple[float, float]:
         """(loss probability, round trip ns) of a route: losses on any of its links; the round trip
@@ -374,32 +380,31 @@ class TcpNet(NetModel):
         super().__init__(sched, capacity, latency)
         assert tcp is not None
         self.tcp = tcp
-        #: each direction's messages on the way, by (src, dst), with the window each started from
-        self.on_way: dict[tuple[int, int], dict[Msg, float]] = {}
+        #: each direction's messages on the way (their last byte not out yet), by (src, dst)
+        self.on_way: dict[tuple[int, int], set[Msg]] = {}
 
     def _window_times(self, msgs: Sequence[Msg], left: Callable[[Msg], float]) -> list[float]:
         """The time (ns) each message sent now takes from its first byte out to its last, as its
         connection's window lets it (`TcpPaths.start_ns`, `window_ns`); `left(m)`: the bytes a
-        message on the way has still to send (its window's burst is at most that)."""
+        message on the way has still to send (while the other direction sends, ACKs wait)."""
         tcp = self.tcp
         now = self.sched.now
         lost = []
-        for m in msgs:  # every start's burst first: each direction then sees the other's window
+        for m in msgs:  # every start first: each direction then sees the other on the way
             lost.append(tcp.start_ns(m.src, m.dst, m.keys, now))
-            self.on_way.setdefault((m.src, m.dst), {})[m] = tcp.connection(m.src, m.dst).cwnd
+            self.on_way.setdefault((m.src, m.dst), set()).add(m)
         out = []
         for m, t0 in zip(msgs, lost, strict=True):
             back = self.on_way.get((m.dst, m.src))
-            burst = max((min(w, left(g) / tcp.mss) for g, w in back.items()), default=0.0) if back else 0.0
-            wait = tcp.ack_wait_ns(burst, next(iter(back)).keys) if back else 0.0
-            out.append(t0 + tcp.window_ns(m.src, m.dst, m.size, m.keys, now + t0, wait))
+            both = max((left(g) / tcp.mss for g in back), default=0.0) if back else 0.0
+            out.append(t0 + tcp.window_ns(m.src, m.dst, m.size, m.keys, now + t0, both))
         return out
 
     def _gone(self, msg: Msg) -> None:
         """A message's last byte is out: its burst no longer delays the other direction's ACKs."""
         ways = self.on_way.get((msg.src, msg.dst))
         if ways is not None:
-            ways.pop(msg, None)
+            ways.discard(msg)
 
 
 class TcpFluidNet(TcpNet, FluidNet):
