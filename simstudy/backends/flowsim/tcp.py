@@ -265,7 +265,6 @@ class TcpPaths:
         return self.connection(src, dst).send_ns(size / self.mss, now, rtt, rtt / seg_ns, self.queue_packets, seg_ns,
                                                  both)
 
-
     def path(self, keys: tuple[int, ...]) -> tuple[float, float]:
         """(loss probability, round trip ns) of a route: losses on any of its links; the round trip
         is twice its latency plus a segment's store-and-forward on every hop."""
