@@ -2,8 +2,9 @@
 
 1. Every shipped example of at most 16 ranks (`specs/examples/`) on ns-3 and on flowsim `fluid`
    (the reference, in the same command): iteration time of each, their ratio, and the packets
-   ns-3 simulated per second of wall time; and flowsim `fluid` with its TCP model
-   (`transport: {model: tcp}`): its iteration time, its ratio to ns-3 and its wall time.
+   ns-3 simulated per second of wall time; `fluid` with the ideal transport (the link rate from a
+   message's first byte) and with flowsim's TCP model (`transport: {model: tcp}`): its iteration
+   time, its ratio to ns-3 and its wall time.
 2. Scale: ResNet-50 data parallel (ring all-reduce, one iteration) on a 25 Gbit/s switch of 4, 8,
    16, 32, ... ranks until a run takes more than `--budget` seconds (10 minutes): wall time,
    packets put on links, packets per second, and the ratio to flowsim's wall time; the largest
@@ -23,9 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ns3_unshadow import unshadow_ns3
+
 from simstudy.backends import BackendError, simulate
 from simstudy.backends.ns3 import available
 from simstudy.spec import BackendSpec, Scenario, load_runnable
+
+unshadow_ns3()  # this file has the wheel's name
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,10 +47,10 @@ def iteration_ms(result: Any, scenario: Any) -> float:
     return result.finish_ns / 1e6 / iters
 
 
-def with_tcp(sc: Any) -> Any:
-    """The scenario (or every job's topology of a cluster) with flowsim's TCP model asked for."""
+def with_transport(sc: Any, model: str) -> Any:
+    """The scenario (or cluster) with flowsim's transport `model` (`ideal` or `tcp`) on its topology."""
     topo = sc.topology
-    transport = topo.transport.model_copy(update={"model": "tcp"})
+    transport = topo.transport.model_copy(update={"model": model})
     return sc.model_copy(update={"topology": topo.model_copy(update={"transport": transport})})
 
 
@@ -58,8 +63,8 @@ def examples(tmp: Path) -> None:
         n = sc.npus if hasattr(sc, "npus") else sc.topology.total_npus
         if n > 16:
             continue
-        fluid, _ = run(sc, tmp / path.stem / "fluid", BackendSpec())
-        tcp, tcp_wall = run(with_tcp(sc), tmp / path.stem / "tcp", BackendSpec())
+        fluid, _ = run(with_transport(sc, "ideal"), tmp / path.stem / "fluid", BackendSpec())
+        tcp, tcp_wall = run(with_transport(sc, "tcp"), tmp / path.stem / "tcp", BackendSpec())
         ns3, wall = run(sc, tmp / path.stem / "ns3", BackendSpec(name="ns3"))
         d = ns3.details["ns3"]
         a, b, c = iteration_ms(fluid, sc), iteration_ms(ns3, sc), iteration_ms(tcp, sc)
