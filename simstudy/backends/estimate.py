@@ -483,7 +483,8 @@ def _mode(backend: BackendSpec, spec: Scenario | Cluster | None = None) -> tuple
 def python_only(spec: Scenario | Cluster) -> bool:
     """Whether flowsim runs `spec` on its Python engine whatever the engine asked: a topology whose
     links lose packets (TCP under loss), that asks for TCP without loss (`transport.model: tcp`) or
-    has token buckets (the compiled core models none of them)."""
+    has token buckets (the compiled core models none of them). `flowsim.tcp.tcp_modelled` says the
+    same of a built network; the estimate reads the spec, before any network is built."""
     topo = getattr(spec, "topology", None)
     transport = getattr(topo, "transport", None)
     return (getattr(transport, "model", "ideal") == "tcp" or (getattr(topo, "loss", 0) or 0) > 0

@@ -24,7 +24,7 @@ from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.sharing import prepare as prepare_sharing
 from simstudy.backends.flowsim.shortcuts import DEFAULT, FULL, Shortcuts
 from simstudy.backends.flowsim.system import NotAlike, Planner
-from simstudy.backends.flowsim.tcp import TCP_NETMODELS
+from simstudy.backends.flowsim.tcp import TCP_NETMODELS, tcp_modelled
 from simstudy.backends.iterations import last_ends
 from simstudy.backends.network import Network
 from simstudy.backends.traffic_build import WorkloadInfo, by_rank, span_kind, union_pairs_ns
@@ -215,12 +215,11 @@ class FlowsimBackend:
         cuts = self.shortcuts
         # every rank draws its own losses under TCP (flowsim.tcp), and keeps its connections' windows
         # where the transport asks for them: no rank stands for the others then
-        lossy = self.congestion in TCP_NETMODELS and (any(x > 0 for x in net.loss)
-                                                      or net.topology.transport.model == "tcp")
+        tcp = self.congestion in TCP_NETMODELS and tcp_modelled(net)
         # ranks on hosts of different rates (shared cores) do not run alike
         shared = info.shared_hosts
         # and a token bucket's level depends on all its link carried (flowsim.buckets)
-        alone = not lossy and not net.buckets
+        alone = not tcp and not net.buckets
         if cuts.identical_ranks and own_model and alone and (
                 shared is None or uniform(shared[1], shared[0])) and identical_ranks(info, planner.symmetric):
             return True, None

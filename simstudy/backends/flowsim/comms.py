@@ -35,7 +35,7 @@ from simstudy.backends.flowsim.netmodels import CORE_NETMODELS, FLUID_SOLVERS, N
 from simstudy.backends.flowsim.routes import IntArray, Lanes, Route, Routes
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, NotAlike, Planner, lane_images
-from simstudy.backends.flowsim.tcp import TCP_NETMODELS, TcpPaths
+from simstudy.backends.flowsim.tcp import TCP_NETMODELS, TcpPaths, tcp_modelled
 from simstudy.backends.network import Network
 from simstudy.backends.patterns import TreeTurns
 from simstudy.backends.traffic_build import WorkloadInfo
@@ -205,8 +205,8 @@ class Comms:
         self.sched = sched
         #: TCP (`tcp`), for the congestion modes that model it, when a link loses packets or the
         #: transport asks for TCP without loss
-        tcp = TcpPaths(net.topology.transport, net.capacity, net.latency, net.loss, net.topology.queue.packets)
-        self.tcp = tcp if model is None and tcp.needed and mode in TCP_NETMODELS else None
+        self.tcp = (TcpPaths(net.topology.transport, net.capacity, net.latency, net.loss, net.topology.queue.packets)
+                    if model is None and mode in TCP_NETMODELS and tcp_modelled(net) else None)
         self.routes = Routes(net, cut_loss=self.tcp is None)
         self.route = self.routes.shared_route if mode.shares_links else self.routes.route
         self.buckets = net.buckets if model is None and mode.fluid else {}  # links behind token buckets

@@ -232,15 +232,6 @@ class TcpPaths:
         self._paths: dict[tuple[int, ...], tuple[float, float]] = {}
         self.timeouts = 0
 
-    @property
-    def lossy(self) -> bool:
-        return any(x > 0 for x in self.loss)
-
-    @property
-    def needed(self) -> bool:
-        """Whether a run needs the model: a link loses packets, or the transport asks for windows."""
-        return self.windows or self.lossy
-
     def connection(self, src: int, dst: int) -> Window:
         w = self.conns.get((src, dst))
         if w is None:
@@ -496,6 +487,12 @@ class TcpUnawareNet(TcpNet, UnawareNet):
             msg.alone_ns += max(int(alone - msg.size / narrowest), 0) + self.tcp.delay_ns(msg.size, msg.keys)
             s.at(msg.t_send + msg.alone_ns, self._arrive, msg)
             s.at(msg.t_send + msg.alone_ns - int(msg.latency), self._gone, msg)
+
+
+def tcp_modelled(net: Network) -> bool:
+    """Whether flowsim's TCP times the messages on `net` (in the modes of `TCP_NETMODELS`): a link
+    loses packets, or the topology's transport asks for TCP without loss."""
+    return net.topology.transport.model == "tcp" or any(x > 0 for x in net.loss)
 
 
 #: The models that take TCP (under loss, and without where the transport asks), by congestion mode

@@ -13,8 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
+import pandas as pd
 
 from simstudy import layout
 from simstudy.backends.base import BackendError, Progress, RunResult
@@ -28,7 +27,6 @@ from simstudy.backends.ns3.netmodel import Ns3Net
 from simstudy.backends.traffic_build import WorkloadInfo
 from simstudy.backends.traffic_out import links_table
 from simstudy.compiler.aggregation import astra_sim_refusal
-from simstudy.compiler.topology_file import NetworkTopology
 from simstudy.spec import Congestion
 from simstudy.version import __version__
 
@@ -48,8 +46,10 @@ class Ns3Backend(FlowsimBackend):
                  progress: Callable[[Progress], None] | None = None, record_sends: bool = False) -> None:
         if not available():
             raise BackendError(MISSING)
-        super().__init__(traffic="rows" if traffic == "pcap" else traffic, traffic_bin_s=traffic_bin_s,
+        # links: ns-3 counts them (`Fabric.link_bytes`); the engine keeps only the counts meanwhile
+        super().__init__(traffic={"pcap": "rows", "links": "none"}.get(traffic, traffic), traffic_bin_s=traffic_bin_s,
                          progress=progress)
+        self.count_links = traffic == "links"
         self.congestion = Congestion.NS3  # run.json's details.congestion: the network model is ns-3's own
         self.pcap = traffic == "pcap"
         self.fabric: Fabric | None = None
@@ -59,23 +59,17 @@ class Ns3Backend(FlowsimBackend):
         self.record_sends = record_sends
         #: the messages the last run sent, where they were kept (`record_sends`)
         self.sends: list[tuple[int, int, int, int]] | None = None
-        #: with `traffic: links`, the bytes each link of the topology put on the wire per bin (`Fabric.link_bytes`)
-        self.link_bytes: dict[int, NDArray[np.float64]] | None = None
-        self.topology: NetworkTopology | None = None
+        #: with `traffic: links`, the last run's link table: what each link put on the wire per bin
+        self.links: pd.DataFrame | None = None
 
     def run(self, bundle: Any, workdir: Path, *, timeout_s: float | None = None) -> RunResult:
         refusal = astra_sim_refusal(bundle)  # ns-3's switches forward packets; they do not add chunks either
         if refusal is not None:
             raise BackendError(f"ns3: {refusal}")
         result = super().run(bundle, workdir, timeout_s=timeout_s)
-        if self.link_bytes is not None and self.topology is not None and result.output.links is not None:
-            # the links as the packets loaded them (headers, ACKs, resends), not the messages spread
-            links = [np.full(len(v), k, dtype=np.int64) for k, v in self.link_bytes.items()]
-            bins = [np.arange(len(v), dtype=np.int64) for v in self.link_bytes.values()]
-            result.output.links = links_table(
-                self.topology, np.concatenate(links) if links else np.empty(0, dtype=np.int64),
-                np.concatenate(bins) if bins else np.empty(0, dtype=np.int64),
-                np.concatenate(list(self.link_bytes.values())) if links else np.empty(0), self.traffic_bin_s)
+        if self.count_links:
+            result.output.mode = "links"
+            result.output.links = self.links
         if self.pcap_dir is not None:
             write_pcap_meta(self.pcap_dir, bundle, result, self.info)
             result.output.pcap_dir = self.pcap_dir
@@ -84,9 +78,8 @@ class Ns3Backend(FlowsimBackend):
     def network_model(self, info: WorkloadInfo, net: Network, workdir: Path) -> Callable[[Scheduler], NetModel]:
         self.info = info
         self.pcap_dir = workdir / layout.PCAP_DIR if self.pcap else None
-        count = round(self.traffic_bin_s * 1e9) if self.traffic == "links" else 0
+        count = round(self.traffic_bin_s * 1e9) if self.count_links else 0
         fabric = self.fabric = Fabric(net, pcap_dir=self.pcap_dir, record_sends=self.record_sends, count_bin_ns=count)
-        self.topology = net.topology
         return lambda sched: Ns3Net(sched, fabric)
 
     def network_done(self, model: NetModel) -> dict[str, Any]:
@@ -94,7 +87,8 @@ class Ns3Backend(FlowsimBackend):
         if fabric is None:
             return {}
         stats = fabric.stats()
-        self.link_bytes = fabric.link_bytes() if self.traffic == "links" else None
+        if self.count_links:
+            self.links = links_table(fabric.net.topology, *fabric.link_bytes(), self.traffic_bin_s)
         self.t0_ns = fabric.t0_ns
         self.sends = fabric.sends
         fabric.close()

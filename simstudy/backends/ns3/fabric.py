@@ -280,18 +280,16 @@ class Fabric:
                 "rack_resends": int(cpp.rack_resends), "idle_restarts": int(cpp.restarts), "setup_ns": self.t0_ns,
                 "late_sends": int(cpp.late_sends), "ns3_s": round(self.ns3_s, 3)}
 
-    def link_bytes(self) -> dict[int, NDArray[np.float64]]:
-        """With `count_bin_ns`: the bytes every link of the topology (by its id) put on the wire in each
-        bin from the job's start (IP, TCP and frame bytes of every packet, data, ACKs and resends, in
-        the bin its transmission started in); links that sent nothing are left out."""
-        out: dict[int, NDArray[np.float64]] = {}
+    def link_bytes(self) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]:
+        """With `count_bin_ns`: what the topology's links put on the wire, as (link id, bin, bytes)
+        arrays (bins from the job's start; IP, TCP and frame bytes of every packet, data, ACKs and
+        resends, in the bin its transmission started in), `traffic_out.links_table`'s input."""
         bins = self.cpp.link_bytes
-        for i, k in self.link_of.items():
-            if k < len(bins) and len(bins[k]):
-                row = np.fromiter(bins[k], dtype=np.float64, count=len(bins[k]))
-                if row.any():
-                    out[i] = np.trim_zeros(row, "b")
-        return out
+        rows = [(i, np.fromiter(bins[k], dtype=np.float64, count=len(bins[k])))
+                for i, k in self.link_of.items() if k < len(bins)]
+        return (np.concatenate([np.full(len(b), i, dtype=np.int64) for i, b in rows] or [np.empty(0, np.int64)]),
+                np.concatenate([np.arange(len(b), dtype=np.int64) for _, b in rows] or [np.empty(0, np.int64)]),
+                np.concatenate([b for _, b in rows] or [np.empty(0)]))
 
     def close(self) -> None:
         """Flush the pcaps and destroy the simulator."""
