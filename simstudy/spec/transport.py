@@ -15,22 +15,103 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from simstudy.spec.base import Spec
+from simstudy.spec.base import FieldError, Spec
 
 #: Congestion controls of the packet network, by the name Linux gives them.
 CongestionControl = Literal["cubic", "newreno", "bbr", "dctcp", "vegas", "bic", "htcp", "illinois"]
 #: Bytes the packet network's links add to every packet (ns-3's point-to-point header), which
 #: flowsim's TCP model counts on the wire with the IP and TCP headers.
 FRAME_BYTES = 2
+#: Header bytes of a RoCEv2 packet: IP (20), UDP (8), BTH (12) and ICRC (4).
+ROCE_HEADER_BYTES = 44
 #: How a framework's ranks hold TCP connections: one per pair of ranks (gloo, NCCL's sockets, a
 #: parameter server's star), or one per direction (TensorFlow's gRPC: each rank a client of the other).
 Connections = Literal["per_pair", "per_direction"]
 
 
+class Pfc(Spec):
+    """Priority flow control (IEEE 802.1Qbb) on the lossless class, as switch settings: a switch pauses
+    a link's sending end when the data bytes that came in on it and still wait in the switch pass
+    `xoff_kib`, and resumes it at `xon_kib`; `headroom_kib` more absorb what is on the wire meanwhile."""
+
+    enabled: bool = Field(default=True, description="pause links (off: the lossless class is an ordinary one)")
+    xoff_kib: float = Field(default=256.0, gt=0, description="pause the upstream port past these waiting bytes, KiB")
+    xon_kib: float = Field(default=224.0, ge=0, description="resume it at this many, KiB")
+    headroom_kib: float | None = Field(
+        default=None, ge=0,
+        description="bytes a port may still take in beyond xoff, KiB; beyond them a packet is dropped; default: per "
+        "link, twice what the link holds one way plus three packets (what arrives while the pause travels)",
+    )
+
+
+class Ecn(Spec):
+    """ECN marking at switch egress queues for DCQCN: RED on the instantaneous queue, probability 0 up
+    to K_min, rising to P_max at K_max, 1 beyond (Zhu et al., SIGCOMM 2015: 5 KB, 200 KB, 1%)."""
+
+    kmin_kib: float = Field(default=5.0, ge=0, description="K_min, KiB")
+    kmax_kib: float = Field(default=200.0, gt=0, description="K_max, KiB")
+    pmax: float = Field(default=0.01, gt=0, le=1, description="marking probability at K_max")
+
+
+class Dcqcn(Spec):
+    """DCQCN's rate control at the senders (Zhu et al., "Congestion Control for Large-Scale RDMA
+    Deployments", SIGCOMM 2015: g, the 50 us CNP interval, the 55 us alpha and rate timers, the 10 MB
+    byte counter, F = 5 and R_AI = 40 Mbit/s are the paper's; R_HAI is 10 R_AI as in NVIDIA's
+    ConnectX defaults, rpg_hai_rate 50 and rpg_ai_rate 5 Mbit/s)."""
+
+    enabled: bool = Field(default=True, description="rate control from ECN marks (off: every sender at its line rate)")
+    g: float = Field(default=1 / 256, gt=0, lt=1, description="alpha's gain")
+    cnp_interval_us: float = Field(default=50.0, gt=0, description="CNPs of a queue pair at most this often")
+    alpha_period_us: float = Field(default=55.0, gt=0, description="alpha decays by (1 - g) per period without a CNP")
+    rate_timer_us: float = Field(default=55.0, gt=0, description="rate increase timer")
+    byte_counter_kib: float = Field(default=10240.0, gt=0, description="rate increase byte counter, KiB")
+    fast_recovery_steps: int = Field(default=5, ge=0, description="F: increase events of fast recovery")
+    rai_mbps: float = Field(default=40.0, gt=0, description="additive increase, Mbit/s")
+    rhai_mbps: float = Field(default=400.0, gt=0, description="hyper increase, Mbit/s")
+    min_rate_mbps: float = Field(default=10.0, gt=0, description="no sender goes slower, Mbit/s")
+
+
+class Roce(Spec):
+    """RoCEv2 (RDMA over lossless Ethernet) on the packet network: reliable connected queue pairs
+    with go-back-N, PFC, ECN and DCQCN (see `backends/ns3/roce.h`)."""
+
+    mtu_bytes: int = Field(default=1024, ge=256, le=4096,
+                           description="payload bytes per packet (RoCE's MTU: 1024 on 1500-byte Ethernet)")
+    ack_every: int = Field(default=32, ge=1, description="ACK every this many packets and each message's end")
+    timeout_ms: float = Field(
+        default=4.096e-3 * 2**18, gt=0,
+        description="a sender without ACKs for this long goes back to its first unacknowledged byte (NCCL_IB_TIMEOUT "
+        "18: 4.096 us x 2^18)",
+    )
+    pfc: Pfc = Field(default_factory=Pfc, description="priority flow control at every switch")
+    ecn: Ecn = Field(default_factory=Ecn, description="ECN marking at every switch egress")
+    dcqcn: Dcqcn = Field(default_factory=Dcqcn, description="DCQCN at every host")
+
+    @property
+    def wire_bytes(self) -> int:
+        """Bytes a full packet takes on a link: payload, IP (20), UDP (8), BTH and ICRC (16), the frame."""
+        return self.mtu_bytes + ROCE_HEADER_BYTES + FRAME_BYTES
+
+    @model_validator(mode="after")
+    def _check(self) -> Roce:
+        if self.pfc.xon_kib > self.pfc.xoff_kib:
+            raise FieldError("pfc.xon_kib", f"{self.pfc.xon_kib} KiB is above xoff ({self.pfc.xoff_kib} KiB)")
+        if self.ecn.kmin_kib >= self.ecn.kmax_kib:
+            raise FieldError("ecn.kmin_kib", f"{self.ecn.kmin_kib} KiB is not below kmax ({self.ecn.kmax_kib} KiB)")
+        return self
+
+
 class Transport(Spec):
-    """The TCP stack of every host."""
+    """The transport of every host: its TCP stack (Linux's), or RoCE (`kind: roce`)."""
+
+    kind: Literal["tcp", "roce"] = Field(
+        default="tcp",
+        description="tcp: the hosts' TCP stack; roce: RDMA over lossless Ethernet (PFC, ECN, DCQCN, go-back-N) on the "
+        "packet network; flowsim moves RoCE's messages as the ideal transport does (lossless links at their rate)",
+    )
+    roce: Roce = Field(default_factory=Roce, description="RoCE's settings (kind: roce)")
 
     congestion_control: CongestionControl = Field(default="cubic", description="TCP congestion control")
     mss_bytes: int = Field(default=1448, ge=64, le=65495, description="TCP maximum segment size (payload), bytes")
@@ -67,6 +148,21 @@ class Transport(Spec):
         "direction's ACKs waiting behind the other's data), calibrated against the packet network "
         "(benchmarks/tcp_lossless.py). Under loss flowsim's TCP loss model applies either way",
     )
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> Transport:
+        if self.kind == "roce" and self.model == "tcp":
+            raise FieldError("model", "flowsim's TCP model is TCP's; with kind: roce leave model ideal")
+        return self
+
+    @property
+    def goodput(self) -> float:
+        """The share of a link's bytes that is payload, where flowsim's fluid counts headers without a
+        TCP model: RoCE's full packets (IP, UDP, BTH and ICRC and the link's frame around `mtu_bytes`);
+        1 for TCP's ideal transport (the link rate from the first byte)."""
+        if self.kind != "roce":
+            return 1.0
+        return self.roce.mtu_bytes / self.roce.wire_bytes
 
     @property
     def header_bytes(self) -> int:

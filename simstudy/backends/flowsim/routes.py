@@ -27,8 +27,11 @@ class Routes:
         self.native = topo.routing.kind == "dimension_order"
         self.dims = [(d.stride, d.npus, d.topology) for d in topo.routing.dims]
         self.capacity = net.capacity
-        #: the capacity a model shares: cut by the links' loss, unless TCP under loss models it
-        self.effective = [c * (1.0 - loss) if cut_loss else c for c, loss in zip(net.capacity, net.loss, strict=True)]
+        #: the capacity a model shares: cut by the links' loss, unless TCP under loss models it, and by
+        #: the transport's headers where no TCP model counts them (RoCE: `Transport.goodput`)
+        goodput = topo.transport.goodput
+        self.effective = [c * goodput * (1.0 - loss) if cut_loss else c * goodput
+                          for c, loss in zip(net.capacity, net.loss, strict=True)]
         #: whether a route depends on the flow (ECMP hashing flows on a graph)
         self.per_flow = net.per_flow
         self._cache: dict[tuple[int, int], list[tuple[tuple[int, ...], float, float] | None]] = {}

@@ -491,8 +491,10 @@ class TcpUnawareNet(TcpNet, UnawareNet):
 
 def tcp_modelled(net: Network) -> bool:
     """Whether flowsim's TCP times the messages on `net` (in the modes of `TCP_NETMODELS`): a link
-    loses packets, or the topology's transport asks for TCP without loss."""
-    return net.topology.transport.model == "tcp" or any(x > 0 for x in net.loss)
+    loses packets, or the topology's transport asks for TCP without loss; never on RoCE (its links'
+    loss cuts their capacity, as go-back-N resends what was lost)."""
+    transport = net.topology.transport
+    return transport.kind == "tcp" and (transport.model == "tcp" or any(x > 0 for x in net.loss))
 
 
 #: The models that take TCP (under loss, and without where the transport asks), by congestion mode

@@ -186,8 +186,13 @@ int Fabric::AddLink(int a, int b, double rate_ab, double rate_ba, double delay_n
             d.Get(k)->TraceConnectWithoutContext("PhyTxBegin", MakeBoundCallback(&Fabric::Tap, taps.back()));
         }
     }
-    Qdisc(d.Get(0), qkind, qpackets, tbf_ab, burst, limit);
-    Qdisc(d.Get(1), qkind, qpackets, tbf_ba, burst, limit);
+    if (roce) {
+        roce->AddLink(id, d.Get(0), d.Get(1), a, b, host_of_node[a] < 0, host_of_node[b] < 0, (int64_t)delay_ns,
+                      rate_ab, rate_ba);
+    } else {
+        Qdisc(d.Get(0), qkind, qpackets, tbf_ab, burst, limit);
+        Qdisc(d.Get(1), qkind, qpackets, tbf_ba, burst, limit);
+    }
     Ipv4Address addr[2];
     for (int k = 0; k < 2; ++k) {
         int n = k == 0 ? a : b;
@@ -314,6 +319,12 @@ void Fabric::Send(int stream, uint64_t bytes, int64_t id, int64_t t_ns) {
     Simulator::Schedule(NanoSeconds(std::max<int64_t>(t_ns - now, 0)), &Fabric::DoSend, this, stream, bytes, id);
 }
 
+void Fabric::RoceSend(int qp, uint64_t bytes, int64_t id, int64_t t_ns) {
+    int64_t now = Simulator::Now().GetNanoSeconds();
+    if (t_ns < now) ++late_sends;
+    Simulator::Schedule(NanoSeconds(std::max<int64_t>(t_ns - now, 0)), &Roce::Send, roce, qp, bytes, id);
+}
+
 void Fabric::RestartAfterIdle(Stream& st) {
     TcpSocketBase* s = dynamic_cast<TcpSocketBase*>(PeekPointer(st.tx));
     if (!s || st.pending > 0 || s->GetTxBuffer()->Size() > 0) return;  // data waiting: not idle
@@ -369,18 +380,17 @@ void Fabric::OnRecv(Ptr<Socket> s) {
     while ((p = s->Recv())) {
         st.received += p->GetSize();
     }
-    bool any = false;
     while (!st.ends.empty() && st.received >= st.ends.front().first) {
-        done_id.push_back(st.ends.front().second);
-        done_t.push_back(Simulator::Now().GetNanoSeconds());
+        Complete(st.ends.front().second);
         st.ends.pop_front();
         --streams_open;
-        any = true;
     }
-    if (any && !completion_stop.IsPending()) {
-        // back to Python after the events of this instant scheduled so far
-        completion_stop = Simulator::ScheduleNow(&Fabric::StopNow);
-    }
+}
+
+void Fabric::Complete(int64_t id) {
+    done_id.push_back(id);
+    done_t.push_back(Simulator::Now().GetNanoSeconds());
+    if (!completion_stop.IsPending()) completion_stop = Simulator::ScheduleNow(&Fabric::StopNow);
 }
 
 // -- the clock -----------------------------------------------------------------------------------
@@ -465,8 +475,11 @@ bool HostPairRouting::RouteInput(Ptr<const Packet> p, const Ipv4Header& h, Ptr<c
     if (src < 0 || dst < 0) return false;
     Ptr<Ipv4Route> r = fab->Lookup(node, src, dst);
     if (!r) return false;
+    if (fab->roce && !fab->roce->Ingress(node, idev, p, h)) return false;  // beyond PFC's headroom
     ucb(r, p, h);
     return true;
 }
 
 }  // namespace simstudy_ns3
+
+#include "roce.cpp"

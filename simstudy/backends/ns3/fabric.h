@@ -27,6 +27,8 @@
 #include <utility>
 #include <vector>
 
+#include "roce.h"
+
 namespace simstudy_ns3 {
 using namespace ns3;
 
@@ -187,6 +189,8 @@ class Fabric {
 
     /** Queue a message of `bytes` on `stream` now (message id `id`). */
     void Send(int stream, uint64_t bytes, int64_t id, int64_t t_ns);
+    /** Queue a message of `bytes` on RoCE queue pair `qp` at time t_ns (message id `id`). */
+    void RoceSend(int qp, uint64_t bytes, int64_t id, int64_t t_ns);
     uint64_t late_sends = 0;
     void DoSend(int stream, uint64_t bytes, int64_t id);
     void Fill(int stream);
@@ -219,7 +223,14 @@ class Fabric {
     std::vector<std::vector<double>> link_bytes;     // directed link -> bytes per bin
     std::vector<LinkTap*> taps;
     static void Tap(LinkTap* tap, Ptr<const Packet> p);
-    ~Fabric() { for (LinkTap* t : taps) delete t; }
+    ~Fabric() { for (LinkTap* t : taps) delete t; delete roce; }
+
+    // -- RoCE (roce.h): set `roce` before the links are added -----------------------------------
+
+    Roce* roce = nullptr;
+    Roce* EnableRoce() { roce = new Roce(); roce->fab = this; roce->Setup((int)nodes.GetN()); return roce; }
+    /** Message `id` arrived whole now: back to Python after this instant's events scheduled so far. */
+    void Complete(int64_t id);
 
     uint64_t drops = 0;
     void OnTx(Ptr<const Packet>) { ++packets_sent; }

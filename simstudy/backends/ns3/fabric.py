@@ -128,6 +128,30 @@ def configure_tcp(ns: Any, transport: Transport) -> None:
     ns.RngSeedManager.SetRun(1)
 
 
+def configure_roce(roce: Any, transport: Transport, qp_bin_ns: int) -> None:
+    """The RoCE transport's settings, from the spec's (`spec.transport.Roce`)."""
+    spec = transport.roce
+    roce.mtu = spec.mtu_bytes
+    roce.ack_every = spec.ack_every
+    roce.timeout_ns = round(spec.timeout_ms * 1e6)
+    roce.pfc = spec.pfc.enabled
+    roce.xoff = round(spec.pfc.xoff_kib * 1024)
+    roce.xon = round(spec.pfc.xon_kib * 1024)
+    roce.headroom = -1 if spec.pfc.headroom_kib is None else round(spec.pfc.headroom_kib * 1024)
+    roce.kmin, roce.kmax, roce.pmax = spec.ecn.kmin_kib * 1024, spec.ecn.kmax_kib * 1024, spec.ecn.pmax
+    d = spec.dcqcn
+    roce.dcqcn = d.enabled
+    roce.g = d.g
+    roce.cnp_interval_ns = round(d.cnp_interval_us * 1e3)
+    roce.alpha_period_ns = round(d.alpha_period_us * 1e3)
+    roce.rate_timer_ns = round(d.rate_timer_us * 1e3)
+    roce.byte_counter = round(d.byte_counter_kib * 1024)
+    roce.fast_recovery = d.fast_recovery_steps
+    roce.rai, roce.rhai, roce.min_rate = d.rai_mbps * 1e6, d.rhai_mbps * 1e6, d.min_rate_mbps * 1e6
+    roce.seed = transport.seed
+    roce.rx_bin_ns = qp_bin_ns
+
+
 class Fabric:
     """A topology's packet network in ns-3: nodes, links, routes, connections and pcaps.
 
@@ -137,7 +161,7 @@ class Fabric:
     job starts (after the connections at the start are up)."""
 
     def __init__(self, net: Network, *, pcap_dir: Path | None = None, record_sends: bool = False,
-                 count_bin_ns: int = 0) -> None:
+                 count_bin_ns: int = 0, qp_bin_ns: int = 0) -> None:
         self.ns = ns = load()
         #: `record_sends`: every message sent, as (stream, bytes, id, ns-3 time ns) (the C++-only
         #: reference of `benchmarks/ns3_profile.py` sends them again, all at once, no engine between)
@@ -145,7 +169,9 @@ class Fabric:
         self.net = net
         topo = net.topology
         self.transport = topo.transport
-        self.per_direction = topo.transport.connections == "per_direction"
+        #: RoCE (`transport.kind: roce`): queue pairs in place of TCP connections (`roce.h`)
+        self.roce = topo.transport.kind == "roce"
+        self.per_direction = topo.transport.connections == "per_direction" and not self.roce
         ns.Simulator.Destroy()  # a clean simulator: nothing of an earlier run in this process
         configure_tcp(ns, topo.transport)
         self.cpp = cpp = ns.cppyy.gbl.simstudy_ns3.Fabric()
@@ -161,6 +187,8 @@ class Fabric:
         for k, name in enumerate(topo.switches):
             node[name] = hosts + k
         cpp.Build(hosts, len(topo.switches), [host_address(h) for h in range(hosts)])
+        if self.roce:
+            configure_roce(cpp.EnableRoce(), topo.transport, qp_bin_ns)
         self.link_of: dict[int, int] = {}  # topology link id -> ns-3 directed link id
         done: set[int] = set()
         queue = topo.queue
@@ -173,7 +201,8 @@ class Fabric:
                 raise BackendError(f"{link.name}: a token bucket on one direction only is not supported")
             ab = cpp.AddLink(node[link.src], node[link.dst], link.bytes_per_ns * 8e9, back.bytes_per_ns * 8e9,
                              link.latency_ns, link.loss, back.loss, queue.discipline, queue.packets,
-                             DEVICE_QUEUE_PACKETS, link.tbf_bytes_per_ns * 8e9, back.tbf_bytes_per_ns * 8e9,
+                             1 if self.roce else DEVICE_QUEUE_PACKETS,  # RoCE: PFC holds packets in its queue
+                             link.tbf_bytes_per_ns * 8e9, back.tbf_bytes_per_ns * 8e9,
                              max(link.tbf_burst_bytes, back.tbf_burst_bytes),
                              max(link.tbf_limit_bytes, back.tbf_limit_bytes))
             self.link_of[i] = ab
@@ -189,7 +218,7 @@ class Fabric:
             pcap_dir.mkdir(parents=True, exist_ok=True)
             for h in range(hosts):
                 cpp.EnablePcap(h, str(pcap_dir / f"rank{h}"), PCAP_SNAPLEN)
-        if hosts <= FULL_MESH_RANKS:
+        if hosts <= FULL_MESH_RANKS and not self.roce:
             for a in range(hosts):
                 for b in range(hosts):
                     if a != b and (self.per_direction or a < b):
@@ -231,7 +260,16 @@ class Fabric:
     def stream(self, src: int, dst: int) -> int:
         """The direction of a connection that carries messages from rank src to rank dst: per pair,
         the one connection of the two ranks (its lower rank the client); per direction, the
-        connection the receiver opened to the sender (a TensorFlow worker pulls what it receives)."""
+        connection the receiver opened to the sender (a TensorFlow worker pulls what it receives).
+        With RoCE: the queue pair from src to dst (created when first needed)."""
+        if self.roce:
+            qp = self.conns.get((src, dst))
+            if qp is None:
+                self._route(src, dst)
+                links = self.net.topology.links
+                line = min(links[i].bytes_per_ns for i in self.net.route(src, dst)) * 8e9  # the NIC paces at it
+                qp = self.conns[(src, dst)] = int(self.cpp.roce.Qp(src, dst, line))
+            return qp
         if self.per_direction:
             c = self.conns.get((dst, src))
             if c is None:
@@ -247,7 +285,10 @@ class Fabric:
         """Queue a message on `stream` at ns-3 time t_ns (not before ns-3's now)."""
         if self.sends is not None:
             self.sends.append((stream, nbytes, msg_id, t_ns))
-        self.cpp.Send(stream, nbytes, msg_id, t_ns)
+        if self.roce:
+            self.cpp.RoceSend(stream, nbytes, msg_id, t_ns)
+        else:
+            self.cpp.Send(stream, nbytes, msg_id, t_ns)
 
     def run_until(self, t_ns: int) -> list[tuple[int, int]]:
         """Run until ns-3 time t_ns (-1: until a message completes); returns the completed
@@ -274,7 +315,13 @@ class Fabric:
         after idle time (`idle_restarts`); `ns3_s`: the wall seconds spent inside ns-3 after the
         connections were up."""
         cpp = self.cpp
-        return {"connections": len(self.conns), "packets_on_links": int(cpp.packets_sent),
+        roce = {}
+        if self.roce:
+            r = cpp.roce
+            roce = {"pfc_pauses": int(sum(r.pause_frames)), "ecn_marks": int(r.ecn_marks), "cnps": int(r.cnps),
+                    "nacks": int(r.nacks), "go_back_n": int(r.go_back), "roce_timeouts": int(r.rtos),
+                    "headroom_drops": int(r.headroom_drops), "data_packets": int(r.data_packets)}
+        return {**roce, "connections": len(self.conns), "packets_on_links": int(cpp.packets_sent),
                 "packets_lost": int(cpp.drops), "queue_drops": int(cpp.queue_drops), "timeouts": int(cpp.timeouts),
                 "fast_recoveries": int(cpp.fast_recoveries), "loss_probes": int(cpp.probes),
                 "rack_resends": int(cpp.rack_resends), "idle_restarts": int(cpp.restarts), "setup_ns": self.t0_ns,
@@ -290,6 +337,20 @@ class Fabric:
         return (np.concatenate([np.full(len(b), i, dtype=np.int64) for i, b in rows] or [np.empty(0, np.int64)]),
                 np.concatenate([np.arange(len(b), dtype=np.int64) for _, b in rows] or [np.empty(0, np.int64)]),
                 np.concatenate([b for _, b in rows] or [np.empty(0)]))
+
+    def pauses(self) -> dict[str, tuple[int, int]]:
+        """With RoCE: each topology link whose sending end PFC paused, by name: (pause frames it got,
+        ns it spent paused)."""
+        if not self.roce:
+            return {}
+        r, links = self.cpp.roce, self.net.topology.links
+        return {links[i].name: (int(r.pause_frames[k]), int(r.paused_ns[k]))
+                for i, k in self.link_of.items() if r.pause_frames[k] > 0}
+
+    def qp_received(self, qp: int) -> NDArray[np.float64]:
+        """With `qp_bin_ns`: the bytes queue pair `qp` delivered in order, per bin from ns-3's time 0."""
+        bins = self.cpp.roce.qp_rx[qp]
+        return np.fromiter(bins, dtype=np.float64, count=len(bins))
 
     def close(self) -> None:
         """Flush the pcaps and destroy the simulator."""
