@@ -4,13 +4,14 @@
    (the reference, in the same command): iteration time of each, their ratio, and the packets
    ns-3 simulated per second of wall time; `fluid` with the ideal transport (the link rate from a
    message's first byte) and with flowsim's TCP model (`transport: {model: tcp}`): its iteration
-   time, its ratio to ns-3 and its wall time.
+   time, its ratio to ns-3 and its wall time. On RoCE (`transport: {kind: roce}`) flowsim has no
+   TCP model: its columns show `-`, and the last column the packet run's PFC pauses and CNPs.
 2. Scale: ResNet-50 data parallel (ring all-reduce, one iteration) on a 25 Gbit/s switch of 4, 8,
    16, 32, ... ranks until a run takes more than `--budget` seconds (10 minutes): wall time,
    packets put on links, packets per second, and the ratio to flowsim's wall time; the largest
    scenario that ran within the budget.
 
-    python benchmarks/ns3.py [--examples-only | --scale-only] [--budget 600]
+    python benchmarks/ns3.py [--examples-only | --scale-only] [--only NAME ...] [--budget 600]
 
 Packets count every hop (a data packet between two hosts of a switch is two) and every ACK.
 """
@@ -54,23 +55,32 @@ def with_transport(sc: Any, model: str) -> Any:
     return sc.model_copy(update={"topology": topo.model_copy(update={"transport": transport})})
 
 
-def examples(tmp: Path) -> None:
+def examples(tmp: Path, only: list[str] | None = None) -> None:
     print(f"{'example':24s} {'ranks':>5s} {'fluid ms':>10s} {'ns-3 ms':>10s} {'ratio':>7s} {'packets':>11s} "
           f"{'pkts/s':>9s} {'wall s':>8s} {'lost':>6s} {'q drops':>7s} {'RTOs':>5s} {'tcp ms':>9s} {'ns-3/tcp':>8s} "
           f"{'tcp wall s':>10s}")
     for path in sorted((REPO / "specs" / "examples").glob("*.yaml")):
+        if only and path.stem not in only:
+            continue
         sc = load_runnable(path)
         n = sc.npus if hasattr(sc, "npus") else sc.topology.total_npus
         if n > 16:
             continue
-        fluid, _ = run(with_transport(sc, "ideal"), tmp / path.stem / "fluid", BackendSpec())
-        tcp, tcp_wall = run(with_transport(sc, "tcp"), tmp / path.stem / "tcp", BackendSpec())
+        roce = sc.topology.transport.kind == "roce"
+        fluid, _ = run(sc if roce else with_transport(sc, "ideal"), tmp / path.stem / "fluid", BackendSpec())
         ns3, wall = run(sc, tmp / path.stem / "ns3", BackendSpec(name="ns3"))
         d = ns3.details["ns3"]
-        a, b, c = iteration_ms(fluid, sc), iteration_ms(ns3, sc), iteration_ms(tcp, sc)
-        print(f"{path.stem:24s} {n:5d} {a:10.2f} {b:10.2f} {b / a:7.3f} {d['packets_on_links']:11,d} "
-              f"{d['packets_on_links'] / ns3.wall_time_s:9,.0f} {wall:8.1f} {d['packets_lost']:6d} "
-              f"{d['queue_drops']:7d} {d['timeouts']:5d} {c:9.2f} {b / c:8.3f} {tcp_wall:10.1f}", flush=True)
+        a, b = iteration_ms(fluid, sc), iteration_ms(ns3, sc)
+        row = (f"{path.stem:24s} {n:5d} {a:10.2f} {b:10.2f} {b / a:7.3f} {d['packets_on_links']:11,d} "
+               f"{d['packets_on_links'] / ns3.wall_time_s:9,.0f} {wall:8.1f} {d['packets_lost']:6d} "
+               f"{d['queue_drops'] + d.get('headroom_drops', 0):7d} {d['timeouts'] + d.get('roce_timeouts', 0):5d}")
+        if roce:  # flowsim's fluid with RoCE's headers (no TCP model)
+            print(f"{row} {'-':>9s} {'-':>8s} {'-':>10s}  RoCE: {d['pfc_pauses']} PFC pauses, {d['cnps']} CNPs, "
+                  f"{d['ecn_marks']} ECN marks", flush=True)
+            continue
+        tcp, tcp_wall = run(with_transport(sc, "tcp"), tmp / path.stem / "tcp", BackendSpec())
+        c = iteration_ms(tcp, sc)
+        print(f"{row} {c:9.2f} {b / c:8.3f} {tcp_wall:10.1f}", flush=True)
 
 
 def scale(tmp: Path, budget: float) -> None:
@@ -107,6 +117,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--examples-only", action="store_true")
     ap.add_argument("--scale-only", action="store_true")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="these examples only (their file names without .yaml)")
     ap.add_argument("--budget", type=float, default=600.0, help="seconds a scale run may take (default 600)")
     args = ap.parse_args()
     if not available():
@@ -115,7 +126,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         if not args.scale_only:
-            examples(tmp)
+            examples(tmp, args.only)
         if not args.examples_only:
             scale(tmp, args.budget)
     return 0

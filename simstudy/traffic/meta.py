@@ -173,8 +173,8 @@ class LinkInfo(BaseModel):
 class Wire(_Model):
     """Framing on the testbed's wire."""
 
-    mss: int = Field(gt=0, description="TCP maximum segment size, bytes")
-    header_bytes: int = Field(ge=0, description="IP + TCP header bytes of every segment")
+    mss: int = Field(gt=0, description="payload bytes of a full packet: TCP's maximum segment size (RoCE's MTU)")
+    header_bytes: int = Field(ge=0, description="IP + TCP (RoCE: IP, UDP, BTH and ICRC) header bytes of every packet")
 
 
 Span = tuple[float, float]

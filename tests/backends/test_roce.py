@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from simstudy.backends.network import Network
 from simstudy.compiler.topology_file import NetworkTopology, topology_of
 from simstudy.spec import LeafSpine, Star
 from simstudy.spec.transport import Transport
@@ -27,28 +26,10 @@ def roce(**over: Any) -> Transport:
 
 
 def run(topo: NetworkTopology, sends: list[tuple[int, int, int, int]], *, bin_ns: int = 0
-        ) -> tuple[dict[int, int], dict[str, Any], dict[str, tuple[int, int]], list[Any]]:
-    """Messages (src, dst, bytes, start ns after the job's start) to their ends: each one's arrival
-    (ns after the job's start), the fabric's counters, its paused links and each message's queue
-    pair's bytes received per bin (`bin_ns`, from the job's start)."""
-    from simstudy.backends.ns3.fabric import Fabric
+        ) -> tuple[list[int], dict[str, Any], dict[str, tuple[int, int]], list[Any]]:
+    from simstudy.backends.ns3.probe import arrivals
 
-    fab = Fabric(Network.from_topology(topo), qp_bin_ns=bin_ns)
-    try:
-        t0 = fab.t0_ns
-        qps = [fab.stream(src, dst) for src, dst, _, _ in sends]
-        for i, ((_, _, size, at), qp) in enumerate(zip(sends, qps, strict=True)):
-            fab.send(qp, size, i, t0 + at)
-        done: dict[int, int] = {}
-        while len(done) < len(sends):
-            got = fab.run_until(-1)
-            assert got, f"{len(sends) - len(done)} messages never arrived"
-            done.update((i, t - t0) for i, t in got)
-        skip = t0 // bin_ns if bin_ns else 0
-        rx = [fab.qp_received(qp)[skip:] if bin_ns else None for qp in qps]
-        return done, fab.stats(), fab.pauses(), rx
-    finally:
-        fab.close()
+    return arrivals(topo, sends, bin_ns=bin_ns)
 
 
 def test_roce_settings_are_checked() -> None:
@@ -75,7 +56,7 @@ def test_an_incast_pauses_its_senders_and_loses_nothing(ns3: None) -> None:
     assert sorted(pauses) == [f"h{s}->s0" for s in range(1, 9)]
     assert all(frames >= 1 and paused_ns > 0 for frames, paused_ns in pauses.values())
     # the receiver's link is the bottleneck: nothing arrives faster than its line rate
-    assert max(done.values()) > 8 * size / GOODPUT * 8 / 100
+    assert max(done) > 8 * size / GOODPUT * 8 / 100
     done, stats, pauses, _ = run(topology_of(Star(**star, transport=roce(pfc={"enabled": False}))), sends)
     assert not pauses and stats["headroom_drops"] > 0 and stats["go_back_n"] > 0
     assert stats["data_packets"] > 8 * size // 1024

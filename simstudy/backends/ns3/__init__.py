@@ -28,6 +28,7 @@ from simstudy.backends.traffic_build import WorkloadInfo
 from simstudy.backends.traffic_out import links_table
 from simstudy.compiler.aggregation import astra_sim_refusal
 from simstudy.spec import Congestion
+from simstudy.spec.transport import ROCE_HEADER_BYTES
 from simstudy.version import __version__
 
 __all__ = ["MISSING", "Ns3Backend", "available", "iteration_spans"]
@@ -86,7 +87,9 @@ class Ns3Backend(FlowsimBackend):
         fabric = self.fabric
         if fabric is None:
             return {}
-        stats = fabric.stats()
+        stats: dict[str, Any] = dict(fabric.stats())
+        if fabric.roce:  # each paused link: [pause frames, ns paused]
+            stats["pauses"] = {name: list(v) for name, v in fabric.pauses().items()}
         if self.count_links:
             self.links = links_table(fabric.net.topology, *fabric.link_bytes(), self.traffic_bin_s)
         self.t0_ns = fabric.t0_ns
@@ -120,6 +123,8 @@ def write_pcap_meta(pcap_dir: Path, bundle: Any, result: RunResult, info: Worklo
         link = host_links[0] if host_links else None
         meta["link"] = {"where": "ns3", "rate_mbit": link.gbps * 1e3 if link else None,
                         "loss": max((x.loss for x in topo.links), default=0.0)}
-        meta["wire"] = {"mss": topo.transport.mss_bytes, "header_bytes": topo.transport.header_bytes}
+        tr = topo.transport
+        meta["wire"] = ({"mss": tr.roce.mtu_bytes, "header_bytes": ROCE_HEADER_BYTES} if tr.kind == "roce"
+                        else {"mss": tr.mss_bytes, "header_bytes": tr.header_bytes})
     (pcap_dir / layout.META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
 

@@ -6,6 +6,9 @@
 how long each of `count` messages of `size` bytes takes from rank `src` to rank `dst`, each sent
 when the one before has arrived (as a ring step's messages go).
 
+`arrivals`: messages from several ranks at once, each on its own connection or queue pair (what
+`benchmarks/roce_fluid.py` calibrates flowsim's RoCE against, and the RoCE tests measure).
+
 `replay`: the messages a run sent (`Ns3Backend(record_sends=True)`), all queued at once in a fresh
 fabric of the same network and run to the end with no engine between them: the C++-only reference
 of `benchmarks/ns3_profile.py`.
@@ -14,6 +17,10 @@ of `benchmarks/ns3_profile.py`.
 from __future__ import annotations
 
 import time
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
 
 from simstudy.backends.base import BackendError
 from simstudy.backends.network import Network
@@ -55,6 +62,26 @@ def message_times(topology: NetworkTopology, src: int, dst: int, size: int, coun
     finally:
         fab.close()
     return out, stats
+
+
+def arrivals(topology: NetworkTopology, sends: list[tuple[int, int, int, int]], *, bin_ns: int = 0
+             ) -> tuple[list[int], dict[str, Any], dict[str, tuple[int, int]], list[NDArray[np.float64]]]:
+    """Messages (src, dst, bytes, start ns after the job's start) carried to their ends: each one's
+    arrival (ns after the job's start), the network's counters (`Fabric.stats`), its paused links
+    (RoCE: `Fabric.pauses`) and, with `bin_ns` on RoCE, the bytes each message's queue pair
+    delivered per bin from the job's start."""
+    fab = Fabric(Network.from_topology(topology), qp_bin_ns=bin_ns)
+    try:
+        t0 = fab.t0_ns
+        streams = [fab.stream(src, dst) for src, dst, _, _ in sends]
+        for i, ((_, _, size, at), stream) in enumerate(zip(sends, streams, strict=True)):
+            fab.send(stream, size, i, t0 + at)
+        done = dict(_arrivals(fab, len(sends), f"some of {len(sends)} messages"))
+        skip = t0 // bin_ns if bin_ns else 0
+        rx = [fab.qp_received(s)[skip:] for s in streams] if bin_ns and fab.roce else []
+        return [done[i] - t0 for i in range(len(sends))], fab.stats(), fab.pauses(), rx
+    finally:
+        fab.close()
 
 
 def replay(topology: NetworkTopology, sends: list[tuple[int, int, int, int]]) -> tuple[float, dict[str, int | float]]:
