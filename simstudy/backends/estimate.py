@@ -474,21 +474,24 @@ def _mode(backend: BackendSpec, spec: Scenario | Cluster | None = None) -> tuple
     binary under the default fluid), flowsim's on the engine it will run (`flowsim-python` for the
     Python one, and for what only the Python engine runs: `python_only`)."""
     name: str = backend.name
+    mode = entry(backend).mode(backend)
     if name == "flowsim" and (backend.engine == "python" or CORE_MISSING is not None
-                              or (spec is not None and python_only(spec))):
+                              or (spec is not None and python_only(spec, fluid=mode.fluid))):
         name = "flowsim-python"
-    return name, entry(backend).mode(backend).value
+    return name, mode.value
 
 
-def python_only(spec: Scenario | Cluster) -> bool:
+def python_only(spec: Scenario | Cluster, *, fluid: bool = True) -> bool:
     """Whether flowsim runs `spec` on its Python engine whatever the engine asked: a topology whose
     links lose packets (TCP under loss), that asks for TCP without loss (`transport.model: tcp`) or
-    has token buckets (the compiled core models none of them). `flowsim.tcp.tcp_modelled` says the
-    same of a built network; the estimate reads the spec, before any network is built."""
+    has token buckets, or, in the fluid mode, RoCE with DCQCN (the compiled core models none of
+    them). `flowsim.tcp.tcp_modelled` and `flowsim.roce.roce_modelled` say the same of a built
+    network; the estimate reads the spec, before any network is built."""
     topo = getattr(spec, "topology", None)
     transport = getattr(topo, "transport", None)
+    roce = getattr(transport, "kind", "tcp") == "roce" and transport is not None and transport.roce.dcqcn.enabled
     return (getattr(transport, "model", "ideal") == "tcp" or (getattr(topo, "loss", 0) or 0) > 0
-            or getattr(topo, "token_bucket", None) is not None)
+            or getattr(topo, "token_bucket", None) is not None or (fluid and roce))
 
 
 def check_memory(spec: Scenario | Cluster, backend: BackendSpec, source: str | Path | None = None, *,

@@ -109,7 +109,8 @@ class Transport(Spec):
     kind: Literal["tcp", "roce"] = Field(
         default="tcp",
         description="tcp: the hosts' TCP stack; roce: RDMA over lossless Ethernet (PFC, ECN, DCQCN, go-back-N) on the "
-        "packet network; flowsim moves RoCE's messages as the ideal transport does (lossless links at their rate)",
+        "packet network; flowsim carries RoCE on lossless links less its headers, and its fluid runs DCQCN "
+        "(flowsim.roce)",
     )
     roce: Roce = Field(default_factory=Roce, description="RoCE's settings (kind: roce)")
 
@@ -157,8 +158,8 @@ class Transport(Spec):
 
     @property
     def goodput(self) -> float:
-        """The share of a link's bytes that is payload, where flowsim's fluid counts headers without a
-        TCP model: RoCE's full packets (IP, UDP, BTH and ICRC and the link's frame around `mtu_bytes`);
+        """The share of a link's bytes that is payload, where flowsim counts headers without a TCP
+        model: RoCE's full packets (IP, UDP, BTH and ICRC and the link's frame around `mtu_bytes`);
         1 for TCP's ideal transport (the link rate from the first byte)."""
         if self.kind != "roce":
             return 1.0

@@ -20,6 +20,7 @@ from simstudy.backends.flowsim.engine import Engine
 from simstudy.backends.flowsim.hosts import uniform
 from simstudy.backends.flowsim.netmodels import CORE_MISSING, FLUID_SOLVERS, NETMODELS, FluidNet, NetModel
 from simstudy.backends.flowsim.replicas import Replicas, ReplicaSink, identical_ranks, replica_plan
+from simstudy.backends.flowsim.roce import RoceFluidNet, roce_modelled
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.sharing import prepare as prepare_sharing
 from simstudy.backends.flowsim.shortcuts import DEFAULT, FULL, Shortcuts
@@ -201,7 +202,8 @@ class FlowsimBackend:
                      "replicas": 1 if replicas is None else replicas.count,
                      "shortcuts": [n for n in cuts.names if (n != "isolated" or engine.comms.isolated)
                                    and (n != "replicas" or replicas is not None)],
-                     **engine.comms.stats, **extra, **_bucket_details(engine), "iteration_ends_ns": ends,
+                     **engine.comms.stats, **extra, **_bucket_details(engine), **_roce_details(engine),
+                     "iteration_ends_ns": ends,
                      **engine.in_network.details(),
                      "phases_s": {k: round(v, 3) for k, v in phases.items()}},
             spans=spans,
@@ -216,6 +218,8 @@ class FlowsimBackend:
         # every rank draws its own losses under TCP (flowsim.tcp), and keeps its connections' windows
         # where the transport asks for them: no rank stands for the others then
         tcp = self.congestion in TCP_NETMODELS and tcp_modelled(net)
+        # a queue pair's DCQCN rate and the queues depend on every flow (flowsim.roce)
+        tcp = tcp or (self.congestion.fluid and roce_modelled(net))
         # ranks on hosts of different rates (shared cores) do not run alike
         shared = info.shared_hosts
         # and a token bucket's level depends on all its link carried (flowsim.buckets)
@@ -283,9 +287,17 @@ def _engine_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:
         why = "the compiled core has no sharing policies (network.sharing)"
     elif engine.comms.buckets:
         why = "the compiled core has no token buckets (topology.token_bucket)"
+    elif engine.comms.roce is not None:
+        why = "the compiled core has no DCQCN (topology.transport.kind: roce)"
     else:
         why = f"the compiled core has no {type(model).__name__} (TCP under loss, or a network from elsewhere)"
     return {"engine": ran, "engine_python_because": why}
+
+
+def _roce_details(engine: Engine) -> dict[str, Any]:
+    """The CNPs flowsim's DCQCN fluid sent (`flowsim.roce`)."""
+    model = engine.comms.model
+    return {"roce": {"cnps": model.cnps}} if isinstance(model, RoceFluidNet) else {}
 
 
 def _bucket_details(engine: Engine) -> dict[str, Any]:

@@ -29,6 +29,7 @@ import math
 from collections.abc import Sequence
 
 from simstudy.backends.flowsim.netmodels import Flow, FluidNet, NetModel
+from simstudy.backends.flowsim.roce import RoceFluidNet, RoceLinks
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.tcp import TCP_NETMODELS, TcpFluidNet, TcpPaths
 from simstudy.spec import Congestion
@@ -110,9 +111,15 @@ class BucketTcpFluidNet(BucketFluidNet, TcpFluidNet):
 
 
 def links_model(mode: Congestion, sched: Scheduler, capacity: Sequence[float], latency: Sequence[float],
-                tcp: TcpPaths | None, buckets: dict[int, tuple[float, float]]) -> NetModel | None:
-    """The model that links behind token buckets (`buckets`: the fluid mode's) or losing packets
-    (`tcp`: TCP under loss) need instead of `mode`'s own; None where they need none."""
+                tcp: TcpPaths | None, buckets: dict[int, tuple[float, float]],
+                roce: RoceLinks | None = None) -> NetModel | None:
+    """The model that links behind token buckets (`buckets`: the fluid mode's), losing packets
+    (`tcp`: TCP under loss) or carrying RoCE with DCQCN (`roce`: the fluid mode's) need instead of
+    `mode`'s own; None where they need none."""
+    if roce is not None:
+        if buckets:
+            raise ValueError("token buckets on RoCE's links: flowsim's DCQCN fluid models none")
+        return RoceFluidNet(sched, capacity, latency, roce=roce)
     if buckets:
         model = BucketFluidNet(sched, capacity, latency) if tcp is None else BucketTcpFluidNet(
             sched, capacity, latency, tcp=tcp)

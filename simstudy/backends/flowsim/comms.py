@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.buckets import links_model
 from simstudy.backends.flowsim.netmodels import CORE_NETMODELS, FLUID_SOLVERS, NETMODELS, Msg, NetModel, core_picks
+from simstudy.backends.flowsim.roce import RoceLinks, roce_modelled
 from simstudy.backends.flowsim.routes import IntArray, Lanes, Route, Routes
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, NotAlike, Planner, lane_images
@@ -210,7 +211,10 @@ class Comms:
         self.routes = Routes(net, cut_loss=self.tcp is None)
         self.route = self.routes.shared_route if mode.shares_links else self.routes.route
         self.buckets = net.buckets if model is None and mode.fluid else {}  # links behind token buckets
-        model = model or links_model(mode, sched, self.routes.effective, net.latency, self.tcp, self.buckets)
+        #: RoCE with DCQCN, for the fluid mode (`flowsim.roce`)
+        self.roce = RoceLinks(net) if model is None and mode.fluid and roce_modelled(net) else None
+        model = model or links_model(mode, sched, self.routes.effective, net.latency, self.tcp, self.buckets,
+                                     self.roce)
         #: the compiled core runs the model and the collectives (its own model: fluid's `fast` solver, no TCP)
         self.compiled = (engine == "compiled" and model is None and self.tcp is None and mode in CORE_NETMODELS
                          and (not mode.fluid or solver == "fast"))

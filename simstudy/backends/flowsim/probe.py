@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import math
 
+from simstudy.backends.flowsim.buckets import links_model
 from simstudy.backends.flowsim.netmodels import NETMODELS, Msg
+from simstudy.backends.flowsim.roce import RoceLinks, roce_modelled
 from simstudy.backends.flowsim.routes import Routes
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.network import Network
@@ -15,10 +17,13 @@ from simstudy.spec import Congestion
 
 def arrivals(net: Network, sends: list[tuple[int, int, int, int]], mode: Congestion = Congestion.FLUID) -> list[int]:
     """Messages (src, dst, bytes, start ns) on `mode`'s model of `net` (the links' capacities as the
-    transport leaves them: `Routes.effective`): each one's arrival, ns."""
+    transport leaves them: `Routes.effective`; on RoCE with DCQCN, `fluid`'s DCQCN model): each
+    one's arrival, ns."""
     sched = Scheduler()
     routes = Routes(net)
-    model = NETMODELS[mode](sched, routes.effective, net.latency)
+    roce = RoceLinks(net) if mode.fluid and roce_modelled(net) else None
+    model = links_model(mode, sched, routes.effective, net.latency, None, {}, roce) or NETMODELS[mode](
+        sched, routes.effective, net.latency)
     out = [0] * len(sends)
 
     def send(i: int, src: int, dst: int, size: int) -> None:

@@ -149,6 +149,7 @@ def configure_roce(roce: Any, transport: Transport, qp_bin_ns: int) -> None:
     roce.fast_recovery = d.fast_recovery_steps
     roce.rai, roce.rhai, roce.min_rate = d.rai_mbps * 1e6, d.rhai_mbps * 1e6, d.min_rate_mbps * 1e6
     roce.seed = transport.seed
+    roce.Reseed()
     roce.rx_bin_ns = qp_bin_ns
 
 

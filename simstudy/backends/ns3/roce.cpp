@@ -63,7 +63,6 @@ void Roce::Setup(int nodes) {
     host_qps.resize(hosts);
     host_rr.assign(hosts, 0);
     host_wake.resize(hosts);
-    rng ^= seed * 0xbf58476d1ce4e5b9ULL;
 }
 
 Ptr<PfcQueue> Roce::Install(Ptr<NetDevice> dev, int node, bool at_switch) {

@@ -148,6 +148,8 @@ class Roce {
     std::vector<std::vector<double>> qp_rx;
 
     void Setup(int nodes);
+    /** The marking coins' state from `seed` (after the settings are set). */
+    void Reseed() { rng = 0x9e3779b97f4a7c15ULL ^ (seed * 0xbf58476d1ce4e5b9ULL); }
     Ptr<PfcQueue> Install(Ptr<NetDevice> dev, int node, bool at_switch);
     void AddLink(int id, Ptr<NetDevice> a, Ptr<NetDevice> b, int node_a, int node_b, bool switch_a, bool switch_b,
                  int64_t delay_ns, double rate_ab, double rate_ba);
