@@ -12,9 +12,11 @@ with the packet network's discrete events where they are events:
   (each offers its rate), at most xoff for each link feeding it (PFC pauses the rest upstream); while
   it drains, its flows leave at the link's rate, not at their offered rates.
 * **Marks and CNPs.** A link's queue marks with RED's probability (0 to K_min, P_max at K_max, 1
-  above); a queue pair's marked packets accumulate as expected counts, and the first whole one
-  after its last CNP's interval is a CNP, which reaches the sender after the marked packet's wait in
-  the queue and a round trip.
+  above); each queue pair's marked packets accumulate as expected counts. A queue's first mark
+  comes when the counts of its queue pairs together reach ln 2 (the median of the first of their
+  random marks) and goes to the pair marked most so far; any other pair's comes when its own count
+  reaches ln 2. After a CNP a pair waits the CNP interval; the CNP reaches the sender after the
+  marked packet's wait in the queue and a round trip.
 * **DCQCN's sender.** The packet network's own: the cut on each CNP (alpha decaying once per alpha
   period without one), the rate timer and the byte counter, fast recovery, additive and hyper increase.
 
@@ -116,6 +118,8 @@ class RoceFluidNet(FluidNet):
         self.qps: dict[tuple[int, int], _Qp] = {}
         self.qp_of: dict[Flow, _Qp] = {}
         self.queue: dict[int, float] = {}
+        #: per marking link: the expected marks of its queue pairs since its last first mark
+        self.first: dict[int, float] = {}
         self.ticking = False
         self.last_tick = 0
         self.cnps = 0
@@ -192,6 +196,15 @@ class RoceFluidNet(FluidNet):
         self._mark((qp.key,))
         self._wake()
 
+    def _notify(self, qp: _Qp, now: int, waits: dict[_Qp, float]) -> None:
+        """A marked packet of `qp`'s: its receiver's CNP, after the packet's wait in the queue and a round trip."""
+        if qp not in waits:
+            return
+        wait = waits.pop(qp)
+        qp.marks = 0.0
+        qp.cnp_ready = now + self.roce.cnp_interval
+        self.sched.at(now + max(1, round(wait + 2 * qp.latency)), self._cnp, qp)
+
     def _wake(self) -> None:
         if not self.ticking:
             self.ticking = True
@@ -236,24 +249,42 @@ class RoceFluidNet(FluidNet):
             else:
                 queue.pop(k, None)
         changed: list[int] = []
+        waits: dict[_Qp, float] = {}
         for qp in active:
             # marked packets as expected counts: a CNP at the first (its median) past the CNP interval
             p_none = 1.0
             wait = 0.0
+            worst = -1
             for k in qp.links:
                 pk = marks.get(k)
                 if pk is not None:
                     p_none *= 1 - pk
                     wait = max(wait, queue[k] / self.capacity[k])
-            sent = sum(f.rate for f in qp.flows) * dt
+                    if worst < 0 or pk > marks[worst]:
+                        worst = k
             if p_none < 1 and now >= qp.cnp_ready:
                 # its packets join the queue at its rate, or as PFC lets them where the queue is full
-                arriving = qp.rc * dt if all(queue.get(k, 0.0) < full.get(k, math.inf) for k in qp.links) else sent
-                qp.marks += arriving / r.packet * (1 - p_none)
-                if qp.marks >= FIRST_MARK:
-                    qp.marks = 0.0
-                    qp.cnp_ready = now + r.cnp_interval
-                    self.sched.at(now + max(1, round(wait + 2 * qp.latency)), self._cnp, qp)
+                arriving = (qp.rc * dt if all(queue.get(k, 0.0) < full.get(k, math.inf) for k in qp.links)
+                            else sum(f.rate for f in qp.flows) * dt)
+                new = arriving / r.packet * (1 - p_none)
+                qp.marks += new
+                waits[qp] = wait
+                # the first mark among the queue pairs of a queue comes when their counts together
+                # reach the median: it goes to the one marked most so far
+                self.first[worst] = self.first.get(worst, 0.0) + new
+        for k, total in list(self.first.items()):
+            if total >= FIRST_MARK:
+                self.first[k] = 0.0
+                eligible = [qp for qp in waits if k in qp.links]
+                if eligible:
+                    self._notify(max(eligible, key=lambda q: (q.marks, -q.key)), now, waits)
+        for qp in list(waits):
+            if qp.marks >= FIRST_MARK:
+                self._notify(qp, now, waits)
+        for k in [k for k in self.first if k not in marks]:
+            del self.first[k]  # the queue is below K_min again: the next first mark starts afresh
+        for qp in active:
+            sent = sum(f.rate for f in qp.flows) * dt
             if qp.rc < qp.line:
                 qp.bytes_since += sent
                 while qp.bytes_since >= r.byte_counter:
