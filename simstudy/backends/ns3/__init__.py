@@ -1,6 +1,7 @@
 """The packet network: the same workload and system layer as flowsim (its engine), every message
-carried by ns-3 (TCP connections between ranks, links with rates, delays, queues, token buckets and
-losses, switches forwarding along topology.json's routes).
+carried by ns-3 (TCP connections between ranks, or RoCE's queue pairs with PFC, ECN and DCQCN
+(`roce.h`); links with rates, delays, queues, token buckets and losses, switches forwarding along
+topology.json's routes).
 
 `--backend ns3` needs ns-3's Python wheel (`pip install 'simstudy[ns3]'`); `available()` says
 whether it is installed without importing it.

@@ -8,6 +8,8 @@
 // message is written into the socket as the send buffer frees and is done when the receiver has
 // read its last byte. Completions stop the simulator so that Python, which runs only per message,
 // can act on them. Optional pcaps (raw IP, one per host interface, the packets the host sends).
+// With `roce` (roce.h) the hosts carry messages on RoCE queue pairs instead, and every link's sending
+// end is a PFC queue.
 //
 // Every host's address comes from Python (`Build`): the rank-to-address rule is written there only.
 

@@ -1,5 +1,5 @@
 """The packet network behind flowsim's network-model seam: every message a send on a TCP connection
-in ns-3, done when the receiver has read its last byte.
+(or a RoCE queue pair) in ns-3, done when the receiver has read (received in order) its last byte.
 
 flowsim's engine keeps its own clock; ns-3 keeps another. `Ns3Net` is the engine's `clock`: before
 the engine runs an event at time t it calls `advance(t)`, which runs ns-3 up to t or up to the
