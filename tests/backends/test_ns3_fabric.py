@@ -28,14 +28,16 @@ PACKAGE = Path(fabric.__file__).parent
 
 def test_the_cpp_files_are_package_data() -> None:
     """Every C++ file beside the package's modules is in a wheel (pyproject's package-data), and the
-    loader compiles one of them."""
+    loader compiles one of them, which includes the others (RoCE's among them)."""
     globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
         "simstudy.backends.ns3"]
     cpp = sorted(p.name for p in PACKAGE.iterdir() if p.suffix in (".h", ".cpp"))
-    assert cpp == ["fabric.cpp", "fabric.h"]
+    assert cpp == ["fabric.cpp", "fabric.h", "roce.cpp", "roce.h"]
     assert all(any(fnmatch.fnmatch(name, g) for g in globs) for name in cpp), (cpp, globs)
     assert fabric.CPP_SOURCE.parent == PACKAGE and fabric.CPP_SOURCE.name in cpp
-    assert '#include "fabric.h"' in fabric.CPP_SOURCE.read_text()
+    source = fabric.CPP_SOURCE.read_text()
+    assert '#include "fabric.h"' in source and '#include "roce.cpp"' in source
+    assert '#include "roce.h"' in (PACKAGE / "fabric.h").read_text()
 
 
 def test_the_cpp_part_compiles(ns3: None) -> None:
