@@ -144,11 +144,12 @@ class Window:
         round trip before `now`)."""
         idle = now - self.last_ns
         if idle > rto_ns and self.last_ns > -math.inf:
-            restart = min(self.initial, self.cwnd)
-            self.ssthresh = max(self.ssthresh, 0.75 * self.cwnd)
-            while (idle := idle - rto_ns) > 0 and self.cwnd > restart:
-                self.cwnd /= 2
-            self.cwnd = max(self.cwnd, restart)
+            segs = int(self.cwnd)  # whole segments, as Linux halves snd_cwnd
+            restart = min(self.initial, segs)
+            self.ssthresh = max(self.ssthresh, float((segs >> 1) + (segs >> 2)))
+            while (idle := idle - rto_ns) > 0 and segs > restart:
+                segs >>= 1
+            self.cwnd = float(max(segs, restart))
         in_flight = min(self.cwnd, self.pace * max(0.0, self.last_ns + rtt_ns - now))
         lost = self.cwnd - in_flight - queue
         if lost <= 0:

@@ -335,12 +335,15 @@ void Fabric::RestartAfterIdle(Stream& st) {
     int64_t delta = Simulator::Now().GetNanoSeconds() - it->second.last_data;
     int64_t rto = TcpPeek::Rto(s).GetNanoSeconds();
     if (delta <= rto) return;
-    uint32_t cwnd = t->m_cWnd.Get();
-    uint32_t restart = std::min(t->m_initialCWnd * t->m_segmentSize, cwnd);
+    // in whole segments, as Linux counts snd_cwnd: a window of bytes halved to a part of a segment
+    // left ns-3 sending partial segments, and a parameter server's pull stalled for 26 s
+    uint32_t mss = t->m_segmentSize;
+    uint32_t segs = t->m_cWnd.Get() / mss;
+    uint32_t restart = std::min(t->m_initialCWnd, segs);
     if (t->m_congState.Get() == TcpSocketState::CA_OPEN || t->m_congState.Get() == TcpSocketState::CA_DISORDER)
-        t->m_ssThresh = std::max(t->m_ssThresh.Get(), (cwnd >> 1) + (cwnd >> 2));
-    while ((delta -= rto) > 0 && cwnd > restart) cwnd >>= 1;
-    t->m_cWnd = std::max(cwnd, restart);
+        t->m_ssThresh = std::max(t->m_ssThresh.Get(), ((segs >> 1) + (segs >> 2)) * mss);
+    while ((delta -= rto) > 0 && segs > restart) segs >>= 1;
+    t->m_cWnd = std::max(segs, restart) * mss;
     t->m_cWndInfl = t->m_cWnd.Get();
     ++restarts;
 }
