@@ -226,17 +226,21 @@ def test_a_window_restarts_after_idle_time_as_linuxs_does(ns3: None) -> None:
     assert stats["idle_restarts"] == 0 and kept[1] < long[1]
 
 
-def test_a_packet_runs_links_count_its_packets_as_switch_ports_do(ns3: None, tmp_path: Path) -> None:
-    """`traffic: links` on the packet network counts every packet's bytes on the wire per link (IP,
-    TCP and frame headers, ACKs): a link carries its payload with 54 bytes a 1448-byte segment,
-    plus the ACKs of the other direction's data (54 bytes every second segment), 5.6% more than
-    flowsim's link table of the same run. `simstudy counters` exports them as switch port
-    counters, and `validate --real` with those counters and the scenario on the packet network
-    passes."""
+@pytest.mark.parametrize(("transport", "wire"), [({}, (1448 + 54 + 27) / 1448),
+                                                 ({"kind": "roce"}, (1024 + 46 + 62 / 32) / 1024)])
+def test_a_packet_runs_links_count_its_packets_as_switch_ports_do(ns3: None, tmp_path: Path,
+                                                                    transport: dict[str, Any], wire: float) -> None:
+    """`traffic: links` on the packet network counts every packet's bytes on the wire per link: over
+    TCP a link carries its payload with 54 bytes a 1448-byte segment (IP, TCP, frame), plus the ACKs
+    of the other direction's data (54 bytes every second segment), 5.6% more than flowsim's link
+    table of the same run; over RoCE 46 bytes a 1024-byte packet (IP, UDP, BTH and ICRC, frame) plus
+    the other direction's ACKs (62 bytes every 32 packets). `simstudy counters` exports them as
+    switch port counters, and `validate --real` with those counters and the scenario on the packet
+    network passes (a cluster's RoCE counters against a RoCE packet simulation, too)."""
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump({
         "name": "pair", "model": "small_cnn", "parallelism": {"dp": 2},
-        "topology": {"kind": "star", "npus": 2, "bandwidth_gbps": 10, "latency_ns": 5000},
+        "topology": {"kind": "star", "npus": 2, "bandwidth_gbps": 10, "latency_ns": 5000, "transport": transport},
         "training": {"batch_size_per_worker": 8, "iterations": 3}}))
     scen = Scenario.model_validate(yaml.safe_load(spec.read_text()))
     packets = simulate(scen, tmp_path / "ns3", BackendSpec(name="ns3", traffic="links", traffic_bin_s=1e-3))
@@ -245,7 +249,7 @@ def test_a_packet_runs_links_count_its_packets_as_switch_ports_do(ns3: None, tmp
     payload = fluid.links.groupby("name", observed=True)["bytes"].sum()
     assert set(on_wire.index) == set(payload.index) == {"h0->s0", "s0->h0", "h1->s0", "s0->h1"}
     ratio = on_wire / payload
-    assert ratio.to_numpy() == pytest.approx((1448 + 54 + 27) / 1448, rel=0.005), ratio
+    assert ratio.to_numpy() == pytest.approx(wire, rel=0.005), ratio
     assert main(["counters", str(tmp_path / "ns3"), "--sample", "0.005"]) == 0
     csv = tmp_path / "ns3" / layout.COUNTERS_CSV
     assert main(["validate", "--real", str(csv), "--spec", str(spec), "--backend", "ns3", "-o",

@@ -162,36 +162,3 @@ def test_flowsims_dcqcn_fluid_meets_the_packet_network(ns3: None, hosts: int, gb
         npus=hosts, bandwidth_gbps=gbps, latency_ns=1000, transport=roce(dcqcn={"enabled": False})))), sends))
     assert fluid == pytest.approx(packets, rel=0.2)
     assert fair < 0.5 * packets
-
-
-def test_a_roce_runs_links_count_its_packets_as_switch_ports_do(ns3: None, tmp_path: Path) -> None:
-    """`traffic: links` on RoCE counts every packet on the wire as a switch port does: a link carries
-    its payload with 46 bytes a 1024-byte packet (IP, UDP, BTH and ICRC, the frame), plus the other
-    direction's ACKs (62 bytes every 32 packets); exported as switch port counters, `validate --real`
-    of a RoCE scenario on the packet network against them passes (a cluster's RoCE counters against
-    a RoCE packet simulation)."""
-    import yaml
-
-    from simstudy import layout
-    from simstudy.backends import simulate
-    from simstudy.cli import main
-    from simstudy.spec import BackendSpec, Scenario
-
-    spec = tmp_path / "s.yaml"
-    spec.write_text(yaml.safe_dump({
-        "name": "pair", "model": "small_cnn", "parallelism": {"dp": 2},
-        "topology": {"kind": "star", "npus": 2, "bandwidth_gbps": 100, "latency_ns": 1000,
-                     "transport": {"kind": "roce"}},
-        "training": {"batch_size_per_worker": 8, "iterations": 3}}))
-    scen = Scenario.model_validate(yaml.safe_load(spec.read_text()))
-    packets = simulate(scen, tmp_path / "ns3", BackendSpec(name="ns3", traffic="links", traffic_bin_s=1e-3))
-    fluid = simulate(scen, tmp_path / "fluid", BackendSpec(traffic="links", traffic_bin_s=1e-3))
-    on_wire = packets.links.groupby("name", observed=True)["bytes"].sum()
-    payload = fluid.links.groupby("name", observed=True)["bytes"].sum()
-    assert set(on_wire.index) == set(payload.index) == {"h0->s0", "s0->h0", "h1->s0", "s0->h1"}
-    ratio = on_wire / payload
-    assert ratio.to_numpy() == pytest.approx((1024 + 46 + 62 / 32) / 1024, rel=0.005), ratio
-    assert main(["counters", str(tmp_path / "ns3"), "--sample", "0.005"]) == 0
-    csv = tmp_path / "ns3" / layout.COUNTERS_CSV
-    assert main(["validate", "--real", str(csv), "--spec", str(spec), "--backend", "ns3", "-o",
-                 str(tmp_path / "v"), "--quiet"]) == 0
