@@ -214,7 +214,6 @@ class RoceFluidNet(FluidNet):
     # -- the fluid's step ------------------------------------------------------------------------------
 
     def _tick(self) -> None:
-        r = self.roce
         now = self.sched.now
         dt = now - self.last_tick
         self.last_tick = now
@@ -224,21 +223,34 @@ class RoceFluidNet(FluidNet):
             self._timers(qp, now)
             for k in qp.links:
                 offered[k] = offered.get(k, 0.0) + qp.rc
-        # the switches' queues: what is offered beyond the capacity waits, up to xoff per feeding link
+        marks, full = self._queues(active, offered, dt)
+        self._cnps(active, marks, full, now, dt)
+        changed = self._counters_and_caps(active, offered, dt)
+        if changed:
+            self._mark(changed)
+        if self.queue or any(qp.rc < qp.line for qp in active):
+            self.sched.at(now + DT_NS, self._tick)
+        else:
+            self.ticking = False
+
+    def _queues(self, active: list[_Qp], offered: dict[int, float], dt: int
+                ) -> tuple[dict[int, float], dict[int, float]]:
+        """The switches' queues moved on by `dt`: what is offered beyond the capacity waits, up to
+        xoff per feeding link (PFC holds the rest upstream); each marking queue's RED probability
+        and each queue's most (`full`)."""
+        r = self.roce
         queue = self.queue
         feeds: dict[int, set[int]] = {}
         for qp in active:
             for f in qp.flows:
-                keys = f.msg.keys
-                for a, b in itertools.pairwise(keys):
+                for a, b in itertools.pairwise(f.msg.keys):
                     feeds.setdefault(b, set()).add(a)
         marks: dict[int, float] = {}
         full: dict[int, float] = {}
         for k in set(offered) | set(queue):
             if not r.switch_sends[k]:
                 continue
-            cap = self.capacity[k]
-            q = queue.get(k, 0.0) + (offered.get(k, 0.0) - cap) * dt
+            q = queue.get(k, 0.0) + (offered.get(k, 0.0) - self.capacity[k]) * dt
             full[k] = r.xoff * max(len(feeds.get(k, ())), 1)
             q = min(max(q, 0.0), full[k])
             if q > 0:
@@ -248,10 +260,14 @@ class RoceFluidNet(FluidNet):
                     marks[k] = p
             else:
                 queue.pop(k, None)
-        changed: list[int] = []
+        return marks, full
+
+    def _cnps(self, active: list[_Qp], marks: dict[int, float], full: dict[int, float], now: int, dt: int) -> None:
+        """Marked packets as expected counts, and the CNPs they make (see the module)."""
+        r = self.roce
+        queue = self.queue
         waits: dict[_Qp, float] = {}
         for qp in active:
-            # marked packets as expected counts: a CNP at the first (its median) past the CNP interval
             p_none = 1.0
             wait = 0.0
             worst = -1
@@ -283,6 +299,12 @@ class RoceFluidNet(FluidNet):
                 self._notify(qp, now, waits)
         for k in [k for k in self.first if k not in marks]:
             del self.first[k]  # the queue is below K_min again: the next first mark starts afresh
+
+    def _counters_and_caps(self, active: list[_Qp], offered: dict[int, float], dt: int) -> list[int]:
+        """The byte counters moved on by what each queue pair sent in `dt`, and each pair's cap (its
+        rate, or more while a queue it crosses drains at its link's rate); the keys whose caps moved."""
+        r = self.roce
+        changed: list[int] = []
         for qp in active:
             sent = sum(f.rate for f in qp.flows) * dt
             if qp.rc < qp.line:
@@ -294,14 +316,9 @@ class RoceFluidNet(FluidNet):
             # a draining queue sends at its link's rate, not at what its queue pairs offer now
             cap = qp.rc
             for k in qp.links:
-                if queue.get(k, 0.0) > 0 and 0 < offered.get(k, 0.0) < self.capacity[k]:
+                if self.queue.get(k, 0.0) > 0 and 0 < offered.get(k, 0.0) < self.capacity[k]:
                     cap = max(cap, qp.rc * self.capacity[k] / offered[k])
             if abs(cap - self.capacity[qp.key]) > 1e-9 * cap:
                 self.capacity[qp.key] = cap
                 changed.append(qp.key)
-        if changed:
-            self._mark(changed)
-        if queue or any(qp.rc < qp.line for qp in active):
-            self.sched.at(now + DT_NS, self._tick)
-        else:
-            self.ticking = False
+        return changed
