@@ -489,9 +489,8 @@ def python_only(spec: Scenario | Cluster, *, fluid: bool = True) -> bool:
     network; the estimate reads the spec, before any network is built."""
     topo = getattr(spec, "topology", None)
     transport = getattr(topo, "transport", None)
-    roce = getattr(transport, "kind", "tcp") == "roce" and transport is not None and transport.roce.dcqcn.enabled
     return (getattr(transport, "model", "ideal") == "tcp" or (getattr(topo, "loss", 0) or 0) > 0
-            or getattr(topo, "token_bucket", None) is not None or (fluid and roce))
+            or getattr(topo, "token_bucket", None) is not None or (fluid and getattr(transport, "dcqcn", False)))
 
 
 def check_memory(spec: Scenario | Cluster, backend: BackendSpec, source: str | Path | None = None, *,

@@ -157,6 +157,11 @@ class Transport(Spec):
         return self
 
     @property
+    def dcqcn(self) -> bool:
+        """Whether the hosts run DCQCN: RoCE with its rate control on."""
+        return self.kind == "roce" and self.roce.dcqcn.enabled
+
+    @property
     def goodput(self) -> float:
         """The share of a link's bytes that is payload, where flowsim counts headers without a TCP
         model: RoCE's full packets (IP, UDP, BTH and ICRC and the link's frame around `mtu_bytes`);

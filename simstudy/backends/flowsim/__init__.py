@@ -218,12 +218,12 @@ class FlowsimBackend:
         # every rank draws its own losses under TCP (flowsim.tcp), and keeps its connections' windows
         # where the transport asks for them: no rank stands for the others then
         tcp = self.congestion in TCP_NETMODELS and tcp_modelled(net)
-        # a queue pair's DCQCN rate and the queues depend on every flow (flowsim.roce)
-        tcp = tcp or (self.congestion.fluid and roce_modelled(net))
+        # nor where a queue pair's DCQCN rate and the queues depend on every flow (flowsim.roce)
+        dcqcn = roce_modelled(net, self.congestion)
         # ranks on hosts of different rates (shared cores) do not run alike
         shared = info.shared_hosts
         # and a token bucket's level depends on all its link carried (flowsim.buckets)
-        alone = not tcp and not net.buckets
+        alone = not tcp and not dcqcn and not net.buckets
         if cuts.identical_ranks and own_model and alone and (
                 shared is None or uniform(shared[1], shared[0])) and identical_ranks(info, planner.symmetric):
             return True, None

@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 from simstudy.backends.base import BackendError
 from simstudy.backends.flowsim.buckets import links_model
 from simstudy.backends.flowsim.netmodels import CORE_NETMODELS, FLUID_SOLVERS, NETMODELS, Msg, NetModel, core_picks
-from simstudy.backends.flowsim.roce import RoceLinks, roce_modelled
+from simstudy.backends.flowsim.roce import roce_links
 from simstudy.backends.flowsim.routes import IntArray, Lanes, Route, Routes
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.flowsim.system import CollectivePlan, CollectiveRun, NotAlike, Planner, lane_images
@@ -212,7 +212,7 @@ class Comms:
         self.route = self.routes.shared_route if mode.shares_links else self.routes.route
         self.buckets = net.buckets if model is None and mode.fluid else {}  # links behind token buckets
         #: RoCE with DCQCN, for the fluid mode (`flowsim.roce`)
-        self.roce = RoceLinks(net) if model is None and mode.fluid and roce_modelled(net) else None
+        self.roce = roce_links(net, mode) if model is None else None
         model = model or links_model(mode, sched, self.routes.effective, net.latency, self.tcp, self.buckets,
                                      self.roce)
         #: the compiled core runs the model and the collectives (its own model: fluid's `fast` solver, no TCP)

@@ -8,7 +8,7 @@ import math
 
 from simstudy.backends.flowsim.buckets import links_model
 from simstudy.backends.flowsim.netmodels import NETMODELS, Msg
-from simstudy.backends.flowsim.roce import RoceLinks, roce_modelled
+from simstudy.backends.flowsim.roce import roce_links
 from simstudy.backends.flowsim.routes import Routes
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.network import Network
@@ -21,8 +21,7 @@ def arrivals(net: Network, sends: list[tuple[int, int, int, int]], mode: Congest
     one's arrival, ns."""
     sched = Scheduler()
     routes = Routes(net)
-    roce = RoceLinks(net) if mode.fluid and roce_modelled(net) else None
-    model = links_model(mode, sched, routes.effective, net.latency, None, {}, roce) or NETMODELS[mode](
+    model = links_model(mode, sched, routes.effective, net.latency, None, {}, roce_links(net, mode)) or NETMODELS[mode](
         sched, routes.effective, net.latency)
     out = [0] * len(sends)
 

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from simstudy.backends.flowsim.netmodels import Flow, FluidNet, Msg
 from simstudy.backends.flowsim.sched import Scheduler
 from simstudy.backends.network import Network
+from simstudy.spec import Congestion
 
 #: The fluid's step while it moves (ns): a tenth of a packet time and less at the rates it models.
 DT_NS = 1000
@@ -41,10 +42,14 @@ DT_NS = 1000
 FIRST_MARK = math.log(2)
 
 
-def roce_modelled(net: Network) -> bool:
-    """Whether flowsim's fluid runs DCQCN on `net`: RoCE (`transport.kind`) with DCQCN on."""
-    transport = net.topology.transport
-    return transport.kind == "roce" and transport.roce.dcqcn.enabled
+def roce_modelled(net: Network, mode: Congestion) -> bool:
+    """Whether flowsim runs DCQCN on `net` in `mode`: the fluid mode, on RoCE with DCQCN on."""
+    return mode.fluid and net.topology.transport.dcqcn
+
+
+def roce_links(net: Network, mode: Congestion) -> RoceLinks | None:
+    """What `RoceFluidNet` needs of `net`, where `mode` runs DCQCN on it (else None)."""
+    return RoceLinks(net) if roce_modelled(net, mode) else None
 
 
 class RoceLinks:
