@@ -6,7 +6,8 @@ ns-3 up to the engine's next event), the rest (flowsim's engine, the messages ha
 reading and writing), the packets ns-3 put on links and packets per second. Then the C++-only
 reference: the same messages (streams, sizes, ns-3 send times, as the run recorded them) queued in
 a fresh fabric of the same network all at once and run to the last one's end with no engine in
-between (specs of at most 32 ranks, whose connections all open at the start); the backend's speed
+between (over TCP, specs of at most 32 ranks, whose connections all open at the start; over RoCE,
+any spec, with its queue pairs made first); the backend's speed
 as a share of the reference's is the reference's wall time over the run's simulation phase's.
 With `--send-buffers`, the same spec again with each host's socket buffers set to that many KiB
 (receive buffers 1.5 times as large), which changes the traffic: it shows how the run's cost grows
@@ -70,8 +71,9 @@ def main() -> None:
             iters = spec.training.iterations
             assert backend.info is not None and backend.sends is not None
             against = "(connections open on demand: none)"
-            if backend.info.topology.hosts <= FULL_MESH_RANKS:
-                ref_s, stats = replay(backend.info.topology, backend.sends)
+            topology = backend.info.topology
+            if topology.hosts <= FULL_MESH_RANKS or topology.transport.kind == "roce":
+                ref_s, stats = replay(topology, backend.sends, backend.queue_pairs or None)
                 ref_packets = int(stats["packets_on_links"])
                 against = (f"{ref_s:.1f} s, {ref_packets:,} packets, {ref_packets / ref_s:,.0f}/s; the backend at "
                            f"{ref_s / sim:.0%} of its speed")

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from simstudy import layout
-from simstudy.backends import simulate
+from simstudy.backends import BackendError, simulate
 from simstudy.backends.flowsim.tcp import message_times as tcp_message_times
 from simstudy.backends.network import Network
 from simstudy.backends.ns3 import probe
@@ -113,18 +113,26 @@ def test_runs_are_reproducible(ns3: None, tmp_path: Path) -> None:
     assert a.traffic[["t_start_s", "t_end_s"]].equals(b.traffic[["t_start_s", "t_end_s"]])
 
 
-def test_a_replay_of_a_runs_messages_puts_the_same_packets_on_the_links(ns3: None, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["tcp", "roce"])
+def test_a_replay_of_a_runs_messages_puts_the_same_packets_on_the_links(ns3: None, tmp_path: Path, kind: str) -> None:
     """The messages a run sent (`record_sends`), queued at once in a fresh fabric with no
-    engine between them (the C++-only reference of benchmarks/ns3_profile.py): the same packets."""
+    engine between them (the C++-only reference of benchmarks/ns3_profile.py): the same packets,
+    over TCP and over RoCE (whose queue pairs the replay makes first, numbered as the run's)."""
     from simstudy.backends.ns3 import Ns3Backend
     from simstudy.compiler import compile_any
 
-    sc = scenario(topology={"kind": "star", "npus": 4, "bandwidth_gbps": 1, "latency_ns": 5000})
+    sc = scenario(topology={"kind": "star", "npus": 4, "bandwidth_gbps": 1, "latency_ns": 5000,
+                            "transport": {"kind": kind}})
     backend = Ns3Backend(traffic="none", record_sends=True)
     run = backend.run(compile_any(sc, tmp_path / "b").bundle, tmp_path / "r")
     assert backend.info is not None and backend.sends is not None
     assert len(backend.sends) == run.details["ns3"]["messages"]
-    wall, stats = probe.replay(backend.info.topology, backend.sends)
+    pairs = backend.queue_pairs
+    assert bool(pairs) == (kind == "roce") and len(set(pairs)) == len(pairs)
+    if kind == "roce":
+        with pytest.raises(BackendError, match="queue pairs"):
+            probe.replay(backend.info.topology, backend.sends)
+    wall, stats = probe.replay(backend.info.topology, backend.sends, pairs or None)
     assert wall > 0 and stats["packets_on_links"] == run.details["ns3"]["packets_on_links"] > 0
     backend = Ns3Backend(traffic="none")
     backend.run(compile_any(sc, tmp_path / "b2").bundle, tmp_path / "r2")
@@ -255,3 +263,20 @@ def test_a_packet_runs_links_count_its_packets_as_switch_ports_do(ns3: None, tmp
     assert main(["validate", "--real", str(csv), "--spec", str(spec), "--backend", "ns3", "-o",
                  str(tmp_path / "v"), "--quiet"]) == 0
     assert (tmp_path / "v" / layout.SIM_DIR / layout.COUNTERS_CSV).is_file()
+
+
+def test_ns3_alone_delivers_every_packet_at_the_links_rate(ns3: None, repo: Path) -> None:
+    """`benchmarks/ns3_ceiling.cpp`, ns-3's own speed without simstudy (the ceiling the results page
+    sets issue 38's goal against): a ring of 4 nodes at 10 Gbit/s, each sending 1,000 packets to the
+    next, down the internet stack (UDP over IPv4) and on the bare devices. Every packet arrives, and
+    the last one when 1,000 frames of 1,478 bytes take at 10 Gbit/s (1.182 ms), plus a hop."""
+    from simstudy.backends.ns3.fabric import compile_cpp, load
+
+    ns = load()
+    if not hasattr(ns.cppyy.gbl, "simstudy_ceiling"):
+        compile_cpp(ns, repo / "benchmarks" / "ns3_ceiling.cpp")
+    for way, payload in (("Udp", 1448), ("Raw", 1476)):  # IP and UDP's 28 bytes, or as many of payload
+        r = getattr(ns.cppyy.gbl.simstudy_ceiling, way)(4, 1000, payload, 16, 10.0, 500.0)
+        assert r.received == 4000, way
+        assert r.sim_s == pytest.approx(1000 * 1478 * 8 / 10e9, rel=0.02), way
+        assert r.wall_s > 0

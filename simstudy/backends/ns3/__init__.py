@@ -61,6 +61,8 @@ class Ns3Backend(FlowsimBackend):
         self.record_sends = record_sends
         #: the messages the last run sent, where they were kept (`record_sends`)
         self.sends: list[tuple[int, int, int, int]] | None = None
+        #: RoCE: the last run's queue pairs as (src, dst), by number (`probe.replay` makes them again)
+        self.queue_pairs: list[tuple[int, int]] = []
         #: with `traffic: links`, the last run's link table: what each link put on the wire per bin
         self.links: pd.DataFrame | None = None
 
@@ -95,6 +97,7 @@ class Ns3Backend(FlowsimBackend):
             self.links = links_table(fabric.net.topology, *fabric.link_bytes(), self.traffic_bin_s)
         self.t0_ns = fabric.t0_ns
         self.sends = fabric.sends
+        self.queue_pairs = fabric.queue_pairs()
         fabric.close()
         self.fabric = None
         messages = model.messages if isinstance(model, Ns3Net) else 0

@@ -282,6 +282,10 @@ class Fabric:
             c = self._connect(a, b)
         return 2 * c if src == a else 2 * c + 1
 
+    def queue_pairs(self) -> list[tuple[int, int]]:
+        """RoCE: each queue pair's (src, dst) ranks, by its number (the order they were created in)."""
+        return sorted(self.conns, key=self.conns.__getitem__) if self.roce else []
+
     def send(self, stream: int, nbytes: int, msg_id: int, t_ns: int) -> None:
         """Queue a message on `stream` at ns-3 time t_ns (not before ns-3's now)."""
         if self.sends is not None:

@@ -84,16 +84,25 @@ def arrivals(topology: NetworkTopology, sends: list[tuple[int, int, int, int]], 
         fab.close()
 
 
-def replay(topology: NetworkTopology, sends: list[tuple[int, int, int, int]]) -> tuple[float, dict[str, int | float]]:
+def replay(topology: NetworkTopology, sends: list[tuple[int, int, int, int]],
+           queue_pairs: list[tuple[int, int]] | None = None) -> tuple[float, dict[str, int | float]]:
     """The wall seconds ns-3 takes to carry `sends` ((stream, bytes, id, ns-3 time ns), as a run's
-    fabric recorded them) to their ends, queued all at once, and the network's counters. Only for
-    networks whose connections all open at the start (`FULL_MESH_RANKS` ranks or fewer): elsewhere
-    a run opens them when first needed, at times a replay does not know."""
-    if topology.hosts > FULL_MESH_RANKS:
+    fabric recorded them) to their ends, queued all at once, and the network's counters. Over TCP
+    only for networks whose connections all open at the start (`FULL_MESH_RANKS` ranks or fewer):
+    elsewhere a run opens them when first needed, at times a replay does not know. Over RoCE (no
+    handshake) on any network, given the run's `queue_pairs` (`Fabric.queue_pairs()`: each queue
+    pair's ranks, in the order the run created them, which numbers the sends' streams)."""
+    roce = topology.transport.kind == "roce"
+    if roce and queue_pairs is None:
+        raise BackendError("a replay on RoCE needs the run's queue pairs (Fabric.queue_pairs())")
+    if not roce and topology.hosts > FULL_MESH_RANKS:
         raise BackendError(f"a replay needs every connection open at the start: at most {FULL_MESH_RANKS} ranks, "
                            f"not {topology.hosts}")
     fab = Fabric(Network.from_topology(topology))
     try:
+        for qp, (src, dst) in enumerate(queue_pairs or []):
+            if fab.stream(src, dst) != qp:
+                raise BackendError(f"queue pair {qp} ({src} -> {dst}) is listed twice")
         for stream, nbytes, msg_id, t_ns in sends:
             fab.send(stream, nbytes, msg_id, t_ns)
         t0 = time.perf_counter()
