@@ -14,7 +14,7 @@ With `--send-buffers`, the same spec again with each host's socket buffers set t
 with the segments a connection keeps in flight (ns-3 3.44's TCP walks its list of sent segments
 for every segment it sends, `TcpTxBuffer::NextSeg`).
 
-    python benchmarks/ns3_profile.py [--spec specs/examples/resnet50_dp8_ring.yaml] [--send-buffers 128]
+    python benchmarks/ns3_profile.py [--spec specs/examples/resnet50_dp8_ring.yaml] [--send-buffers 128] [--roce]
 
 For a profile by function, run it under `perf record` (the results page has one).
 """
@@ -44,12 +44,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spec", type=Path, default=REPO / "specs" / "examples" / "resnet50_dp8_ring.yaml")
     ap.add_argument("--send-buffers", default="", help="comma-separated KiB: the spec again with these buffers")
+    ap.add_argument("--roce", action="store_true", help="the spec over RoCE (transport: {kind: roce})")
     args = ap.parse_args()
     if not available():
         sys.exit("ns3: the ns3 wheel is not installed (pip install ns3)")
     base = load_runnable(args.spec)
     if not isinstance(base, Scenario):
         sys.exit(f"{args.spec}: one job expected (a scenario), not a cluster")
+    if args.roce:
+        roce = base.topology.transport.model_copy(update={"kind": "roce"})
+        base = base.model_copy(update={"topology": base.topology.model_copy(update={"transport": roce})})
     cases: list[tuple[str, Scenario]] = [("default buffers", base)]
     for kib in [int(x) for x in args.send_buffers.split(",") if x]:
         transport = base.topology.transport.model_copy(update={"send_buffer_kib": kib,
