@@ -94,7 +94,11 @@ def plot_per_iteration(features: dict[str, Features], path: Path) -> Path:
                 label=f"{label}: {len(prof.curves)} iterations, period {f.period.period_s * 1e3:.1f} ms")
     ax.set_xlabel("time since the iteration's start (ms)")
     ax.set_ylabel("Mbit/s (all links)")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    else:  # nothing to lay over: say so on the plot rather than leave it blank
+        ax.text(0.5, 0.5, "no whole iteration found in " + " or ".join(features), transform=ax.transAxes,
+                ha="center", va="center", fontsize=9)
     ax.set_title("throughput through each iteration, aligned at iteration starts (thin: each; thick: mean)",
                  fontsize=9)
     return save_figure(fig, path)

@@ -352,7 +352,8 @@ def _repeats(v: FloatArray, sender: int) -> list[_Repeat]:
     rarity = np.maximum(len(silence) - np.searchsorted(np.sort(silence), quiet), 1).astype(np.float64)
     # the control bytes a cycle is expected to hold: their rate (the mean bin below a full segment)
     # times the cycle's duration (q at the sender's mean rate)
-    tolerance = max(QUANTUM_TOLERANCE, float(np.mean(v[v < CONTROL_BYTES])) * len(v) / at[-1])
+    small = v[v < CONTROL_BYTES]  # none where the sender is busy in every bin: no control rate
+    tolerance = max(QUANTUM_TOLERANCE, (float(small.mean()) if len(small) else 0.0) * len(v) / at[-1])
     tried = np.unique(np.concatenate([[0], payload[np.argsort(-silence, kind="stable")[:BOUNDARIES]] + 1]))
     q = (at[tried][None, :] - at[tried][:, None]).ravel()
     q = np.unique(q[(q > 0) & (q * MIN_CYCLES <= at[-1])])
