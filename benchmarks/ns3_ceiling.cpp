@@ -93,6 +93,15 @@ inline double Clock() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+/** Runs the simulator to its end: the wall seconds it took, the packets received, the simulated end. */
+inline Result RunTimed(const Ring& ring) {
+    double t0 = Clock();
+    Simulator::Run();
+    Result r{Clock() - t0, ring.received, Simulator::Now().GetSeconds()};
+    Simulator::Destroy();
+    return r;
+}
+
 inline Result Raw(int hosts, uint64_t packets, uint32_t payload, uint32_t burst, double gbps, double delay_ns) {
     Ring ring(hosts, gbps, delay_ns, false);
     for (int h = 0; h < hosts; ++h) {
@@ -106,11 +115,7 @@ inline Result Raw(int hosts, uint64_t packets, uint32_t payload, uint32_t burst,
     for (int h = 0; h < hosts; ++h)
         senders.push_back(RawSender{&ring, h, packets, payload, burst, BurstGap(payload + 2, burst, gbps)});
     for (auto& s : senders) Simulator::ScheduleNow(&RawSender::Go, &s);
-    double t0 = Clock();
-    Simulator::Run();
-    Result r{Clock() - t0, ring.received, Simulator::Now().GetSeconds()};
-    Simulator::Destroy();
-    return r;
+    return RunTimed(ring);
 }
 
 inline Result Udp(int hosts, uint64_t packets, uint32_t payload, uint32_t burst, double gbps, double delay_ns) {
@@ -131,11 +136,7 @@ inline Result Udp(int hosts, uint64_t packets, uint32_t payload, uint32_t burst,
                                     burst, BurstGap(payload + 30, burst, gbps)});
     }
     for (auto& s : senders) Simulator::ScheduleNow(&UdpSender::Go, &s);
-    double t0 = Clock();
-    Simulator::Run();
-    Result r{Clock() - t0, ring.received, Simulator::Now().GetSeconds()};
-    Simulator::Destroy();
-    return r;
+    return RunTimed(ring);
 }
 
 }  // namespace simstudy_ceiling
