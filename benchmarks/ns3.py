@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ns3_unshadow import unshadow_ns3
+from transports import with_transport
 
 from simstudy.backends import BackendError, simulate
 from simstudy.backends.ns3 import available
@@ -48,13 +49,6 @@ def iteration_ms(result: Any, scenario: Any) -> float:
     return result.finish_ns / 1e6 / iters
 
 
-def with_transport(sc: Any, model: str) -> Any:
-    """The scenario (or cluster) with flowsim's transport `model` (`ideal` or `tcp`) on its topology."""
-    topo = sc.topology
-    transport = topo.transport.model_copy(update={"model": model})
-    return sc.model_copy(update={"topology": topo.model_copy(update={"transport": transport})})
-
-
 def examples(tmp: Path, only: list[str] | None = None) -> None:
     print(f"{'example':24s} {'ranks':>5s} {'fluid ms':>10s} {'ns-3 ms':>10s} {'ratio':>7s} {'packets':>11s} "
           f"{'pkts/s':>9s} {'wall s':>8s} {'lost':>6s} {'q drops':>7s} {'RTOs':>5s} {'tcp ms':>9s} {'ns-3/tcp':>8s} "
@@ -67,7 +61,7 @@ def examples(tmp: Path, only: list[str] | None = None) -> None:
         if n > 16:
             continue
         roce = sc.topology.transport.kind == "roce"
-        fluid, _ = run(sc if roce else with_transport(sc, "ideal"), tmp / path.stem / "fluid", BackendSpec())
+        fluid, _ = run(sc if roce else with_transport(sc, model="ideal"), tmp / path.stem / "fluid", BackendSpec())
         ns3, wall = run(sc, tmp / path.stem / "ns3", BackendSpec(name="ns3"))
         d = ns3.details["ns3"]
         a, b = iteration_ms(fluid, sc), iteration_ms(ns3, sc)
@@ -78,7 +72,7 @@ def examples(tmp: Path, only: list[str] | None = None) -> None:
             print(f"{row} {'-':>9s} {'-':>8s} {'-':>10s}  RoCE: {d['pfc_pauses']} PFC pauses, {d['cnps']} CNPs, "
                   f"{d['ecn_marks']} ECN marks", flush=True)
             continue
-        tcp, tcp_wall = run(with_transport(sc, "tcp"), tmp / path.stem / "tcp", BackendSpec())
+        tcp, tcp_wall = run(with_transport(sc, model="tcp"), tmp / path.stem / "tcp", BackendSpec())
         c = iteration_ms(tcp, sc)
         print(f"{row} {c:9.2f} {b / c:8.3f} {tcp_wall:10.1f}", flush=True)
 

@@ -27,8 +27,10 @@ import time
 from pathlib import Path
 
 from ns3_unshadow import unshadow_ns3
+from transports import with_transport
 
 from simstudy.backends.ns3 import Ns3Backend, available
+from simstudy.backends.ns3.fabric import compile_cpp, load
 from simstudy.compiler import compile_any
 from simstudy.spec import Scenario, load_runnable
 
@@ -42,8 +44,6 @@ SPEC = REPO / "specs" / "examples" / "resnet50_dp8_ring.yaml"
 
 def ceiling(way: str, hosts: int, packets: int, payload: int, gbps: float, latency_ns: float) -> tuple[float, int]:
     """ns-3 alone (`ns3_ceiling.cpp`'s `Raw` or `Udp`): wall seconds of its run and packets received."""
-    from simstudy.backends.ns3.fabric import compile_cpp, load
-
     ns = load()
     if not hasattr(ns.cppyy.gbl, "simstudy_ceiling"):
         compile_cpp(ns, HERE / "ns3_ceiling.cpp")
@@ -73,8 +73,7 @@ def main() -> None:
     tcp = load_runnable(SPEC)
     assert isinstance(tcp, Scenario)
     topo = tcp.topology
-    roce = tcp.model_copy(update={"topology": topo.model_copy(update={
-        "transport": topo.transport.model_copy(update={"kind": "roce"})})})
+    roce = with_transport(tcp, kind="roce")
     print(f"{'what':<44} {'wall s':>8} {'packets':>11} {'packets/s':>10} {'/ goal':>7}")
     packets = args.packets or 2_968_792
     with tempfile.TemporaryDirectory() as tmp:

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from ns3_unshadow import unshadow_ns3
+from transports import with_transport
 
 from simstudy.backends.ns3 import Ns3Backend, available
 from simstudy.backends.ns3.fabric import FULL_MESH_RANKS
@@ -52,14 +53,11 @@ def main() -> None:
     if not isinstance(base, Scenario):
         sys.exit(f"{args.spec}: one job expected (a scenario), not a cluster")
     if args.roce:
-        roce = base.topology.transport.model_copy(update={"kind": "roce"})
-        base = base.model_copy(update={"topology": base.topology.model_copy(update={"transport": roce})})
+        base = with_transport(base, kind="roce")
     cases: list[tuple[str, Scenario]] = [("default buffers", base)]
     for kib in [int(x) for x in args.send_buffers.split(",") if x]:
-        transport = base.topology.transport.model_copy(update={"send_buffer_kib": kib,
-                                                               "receive_buffer_kib": kib * 3 // 2})
-        topology = base.topology.model_copy(update={"transport": transport})
-        cases.append((f"send buffer {kib} KiB", base.model_copy(update={"topology": topology})))
+        buffers = with_transport(base, send_buffer_kib=kib, receive_buffer_kib=kib * 3 // 2)
+        cases.append((f"send buffer {kib} KiB", buffers))
     print(f"{'case':<22} {'wall s':>8} {'sim s':>7} {'in ns-3 s':>10} {'share':>6} {'packets':>11} "
           f"{'packets/s':>10} {'iteration ms':>13}  C++-only reference")
     with tempfile.TemporaryDirectory() as tmp:
