@@ -41,7 +41,7 @@ wall time and memory of it and estimate / measured.
 
 Usage: ASTRA_SIM_BIN=... python benchmarks/scale.py [--sizes 4096,16384,55296] [--modes unaware,aware]
        [--skip-astrasim-above N] [--write-traces] [--rows] [--skip-rows-1024] [--model llama3_405b]
-       [--clos unaware,fluid]
+       [--clos unaware,fluid] [--force]
 """
 
 from __future__ import annotations
@@ -136,25 +136,28 @@ def llama(npus: int, one_dim: bool, model: str = "llama3_70b") -> Scenario:
         "training": {"batch_size_per_worker": pp, "iterations": 1, "precision": "bf16"}})
 
 
-def prepared(scenario: Scenario, mode: str, head: str, spec: Path) -> Workload | None:
+def prepared(scenario: Scenario, mode: str, head: str, spec: Path, force: bool = False) -> Workload | None:
     """A case's workload, its spec written to `spec`; None where its estimate refuses it, as `simstudy
-    run` refuses it without --force (the line is printed)."""
+    run` refuses it without --force (the line is printed; with `force`, the case runs anyway)."""
     try:
         est = check_memory(scenario, BackendSpec(congestion=mode))
     except EstimateError as exc:
-        print(f"{head}: not run: {exc}")
-        return None
+        if not force:
+            print(f"{head}: not run: {exc}")
+            return None
+        print(f"{head}: run anyway (--force): {exc}")
+        est = None
     spec.write_text(scenario.model_dump_json())
     return est.workload if est is not None else count(scenario)
 
 
-def clos_case(n: int, mode: str, model: str, root: Path) -> None:
+def clos_case(n: int, mode: str, model: str, root: Path, force: bool = False) -> None:
     """flowsim alone on the 3-tier Clos of `fluid_scale.clos` (8-GPU hosts, 400 Gbit/s NICs), from the spec."""
     tp, pp, dp = SHAPES[n]
     head = f"-- {MODELS[model]} TP{tp} x PP{pp} x DP{dp} = {n} GPUs, 3-tier Clos"
     scenario = Scenario.model_validate({**llama(n, False, model).model_dump(mode="json"), "topology": clos(n)})
     spec = root / f"c{n}{mode}.json"
-    w = prepared(scenario, mode, head, spec)
+    w = prepared(scenario, mode, head, spec, force)
     if w is None:
         return
     print(head)
@@ -210,6 +213,8 @@ def main() -> None:
     parser.add_argument("--clos", default="", metavar="MODES",
                         help="also run flowsim in these modes (e.g. unaware,fluid) on a 3-tier Clos of 8-GPU hosts "
                              "(non-blocking, 400 Gbit/s NICs; ASTRA-SIM takes no graph)")
+    parser.add_argument("--force", action="store_true",
+                        help="run a case whose memory estimate exceeds this machine's (as `simstudy run --force`)")
     args = parser.parse_args()
     if find_astra_sim() is None or find_astra_sim(aware=True) is None:
         sys.exit("no ASTRA-SIM binaries: set ASTRA_SIM_BIN to the unaware one (the aware one beside it)")
@@ -227,7 +232,7 @@ def main() -> None:
                 head = f"-- {MODELS[args.model]} TP{tp} x PP{pp} x DP{dp} = {n} GPUs, {net}"
                 scenario = llama(n, one_dim, args.model)
                 spec = root / f"s{n}{mode}.json"
-                w = prepared(scenario, mode, head, spec)
+                w = prepared(scenario, mode, head, spec, args.force)
                 if w is None:
                     continue
                 b = root / f"b{n}{mode}"
@@ -253,7 +258,7 @@ def main() -> None:
                 subprocess.run(["rm", "-rf", str(b), str(root / f"f{n}{mode}"), str(root / f"a{n}{mode}"),
                                 str(root / f"r{n}{mode}")], check=False)
             for mode in (m for m in args.clos.split(",") if m):
-                clos_case(n, mode, args.model, root)
+                clos_case(n, mode, args.model, root, args.force)
         if not args.skip_rows_1024:
             b = root / "r50"
             r50 = Scenario.model_validate({

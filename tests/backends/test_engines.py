@@ -202,23 +202,30 @@ def walks(draw: st.DrawFn) -> tuple[int, list[list[tuple[str, int, tuple[int, ..
     no time and no ops: done when issued), CPU nodes, metadata nodes (done when issued), an
     all-reduce of every rank, and a send to the next rank with its receive from the previous one,
     each on random data or control dependencies (a node's id above its dependencies', ids not in
-    dependency order): (ranks, per rank [(kind, microseconds, dependencies, control)]). Ranks may
-    differ, so a collective or a receive may wait for good: a deadlock."""
+    dependency order): (ranks, per rank [(kind, microseconds, dependencies, control)], whether the
+    ids are dense). Ranks may differ, so a collective or a receive may wait for good: a deadlock.
+    A rank may copy the one before it: with dense ids, ranks alike share the walk's tables (their
+    sends and receives with other peers)."""
     npus = draw(st.integers(2, 4))
+    dense = draw(st.booleans())
     shape = [draw(st.sampled_from(["comp", "zero", "cpu", "meta", "coll", "send", "recv"]))
              for _ in range(draw(st.integers(1, 9)))]
     ranks = []
     for _ in range(npus):
+        if ranks and draw(st.booleans()):
+            ranks.append(list(draw(st.sampled_from(ranks))))
+            continue
         kinds = shape if draw(st.booleans()) or not ranks else draw(st.permutations(shape))
         nodes = []
         for i, kind in enumerate(kinds):
             deps = tuple(sorted(set(draw(st.lists(st.integers(0, i - 1), max_size=3))))) if i else ()
             nodes.append((kind, draw(st.sampled_from([1, 3, 10])), deps, draw(st.booleans())))
         ranks.append(nodes)
-    return npus, ranks
+    return npus, ranks, dense
 
 
-def walk_bundle(out: Path, npus: int, ranks: list[list[tuple[str, int, tuple[int, ...], bool]]]) -> Any:
+def walk_bundle(out: Path, npus: int, ranks: list[list[tuple[str, int, tuple[int, ...], bool]]],
+                dense: bool = False) -> Any:
     from simstudy import chakra
     from simstudy.chakra import Node, NodeType
     from tests.backends.bundles import collective_node, write_bundle
@@ -227,8 +234,8 @@ def walk_bundle(out: Path, npus: int, ranks: list[list[tuple[str, int, tuple[int
     for r, spec in enumerate(ranks):
         nodes = []
         for i, (kind, us, deps, ctrl) in enumerate(spec):
-            nid = 3 * i + 7  # ids not 0.., in any order in the file
-            dep_ids = [3 * d + 7 for d in deps]
+            nid = i if dense else 3 * i + 7  # ids 0.. (in order in the file for even ranks), or not
+            dep_ids = [d if dense else 3 * d + 7 for d in deps]
             where = {"ctrl_deps": dep_ids} if ctrl else {"data_deps": dep_ids}
             if kind == "coll":
                 node = collective_node(nid, "all_reduce", 4096)
@@ -253,14 +260,15 @@ def walk_bundle(out: Path, npus: int, ranks: list[list[tuple[str, int, tuple[int
 @needs_core
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(walks(), st.sampled_from(["fluid", "unaware"]))
-def test_compiled_walk_equals_python(walk: tuple[int, list[Any]], mode: str) -> None:
+def test_compiled_walk_equals_python(walk: tuple[int, list[Any], bool], mode: str) -> None:
     """The compiled walk of each rank's graph (`_core.CoreNodes`) against the Python engine's, on
     random graphs of every kind of node: the same ranks, spans and rows, or the same deadlock,
     naming the same rank and nodes. The walk gathers each collective's members itself (at once,
-    or some now and the others later, as ranks that differ issue them)."""
-    npus, ranks = walk
+    or some now and the others later, as ranks that differ issue them). Ranks alike share one
+    table of the walk's (`tables.rank_tables`), each with its own state."""
+    npus, ranks, dense = walk
     with tempfile.TemporaryDirectory() as tmp:
-        bundle = walk_bundle(Path(tmp) / "b", npus, ranks)
+        bundle = walk_bundle(Path(tmp) / "b", npus, ranks, dense)
         out: dict[str, RunResult | BackendError] = {}
         for engine in ("python", "compiled"):
             try:
@@ -274,6 +282,26 @@ def test_compiled_walk_equals_python(walk: tuple[int, list[Any]], mode: str) -> 
             compiled = out["compiled"]  # (unless rank 0 stood for every rank: no member to gather)
             assert isinstance(compiled, RunResult)
             assert compiled.details["identical_ranks"] or compiled.details["events"]["gather"] > 0
+
+
+@needs_core
+def test_ranks_alike_share_one_table(tmp_path: Path) -> None:
+    """Ranks whose graphs are alike (dense ids, the same nodes) share one table
+    of the walk's: its arrays hold one rank's nodes, not every rank's, and both walks agree."""
+    from simstudy.backends.flowsim.engine import Engine
+    from simstudy.backends.flowsim.tables import rank_tables
+    from simstudy.backends.traffic_build import WorkloadInfo
+
+    spec = [("comp", 3, (), False), ("cpu", 1, (), False), ("coll", 1, (0,), False), ("comp", 10, (1, 2), True)]
+    bundle = walk_bundle(tmp_path / "b", 4, [spec] * 4, dense=True)
+    traces = WorkloadInfo.from_bundle(bundle).nodes
+    _, (base, table_of, tbase, ids, *_rest) = rank_tables(traces, refuse=object.__new__(Engine)._rank_state)
+    assert base.tolist() == [0, 4, 8, 12, 16]  # every rank's state
+    # the odd ranks' files list their nodes backwards (not dense): a table each
+    assert table_of.tolist() == [0, 1, 0, 2]
+    assert tbase.tolist() == [0, 4, 8, 12] and len(ids) == 12
+    out = {engine: FlowsimBackend(engine=engine).run(bundle, tmp_path / engine) for engine in ("python", "compiled")}
+    assert_same(out, "python")
 
 
 @needs_core

@@ -6,6 +6,7 @@ import contextlib
 import gc
 import sys
 import time
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -185,10 +186,9 @@ class FlowsimBackend:
                       exposed_comm_ns=int(s.finish) - s.compute_ns)
             for r, s in enumerate(states)
         ]
-        spans, span_iteration = _spans(engine, info.npus if engine.identical else 1, replicas)
-        # when the job's iterations end (identical ranks: rank 0's are everyone's)
-        first = spans["rank"].to_numpy() == 0 if engine.identical else slice(None)
-        ends = last_ends(span_iteration[first], spans["end_ns"].to_numpy()[first])
+        for s in engine.ranks:  # counted: not held while the spans are sorted (8 bytes a node's start and end)
+            s.comm_spans = array("q")
+        spans, ends = _spans(engine, info.npus if engine.identical else 1, replicas)
         phases["write"] = time.perf_counter() - t2
         return RunResult(
             backend=self.name,
@@ -316,16 +316,17 @@ def _solver_details(backend: FlowsimBackend, engine: Engine) -> dict[str, Any]:
             "rates_apart": int(getattr(model, "apart_solved", 0))}
 
 
-def _spans(engine: Engine, copies: int, replicas: Replicas | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+def _spans(engine: Engine, copies: int, replicas: Replicas | None = None) -> tuple[pd.DataFrame, list[int]]:
     """The spans table, built column by column (names and kinds as categorical codes), sorted by
     start, rank and node one column at a time (16,384 ranks run 38 M spans: a table sorted whole is
-    held two and three times over); and each span's iteration (-1: none). With identical ranks,
+    held two and three times over); and when the job's iterations end (`last_ends`, found before
+    the spans are copied or sorted: identical ranks' rank 0 is everyone's). With identical ranks,
     rank 0's spans for every rank; with replicas, replica 0's for every replica, on its ranks.
     Where the compiled walk ran, a rank's codes are its table's (one per pipeline stage), not found
     node by node."""
     rank, node, start, end = engine.take_span_columns()
     if not len(rank):
-        return empty_spans(), np.empty(0, dtype=np.int64)
+        return empty_spans(), []
     names: dict[str, int] = {}
     name_code = np.empty(len(rank), dtype=np.int32)
     kind_code = np.empty(len(rank), dtype=np.int8)
@@ -349,6 +350,8 @@ def _spans(engine: Engine, copies: int, replicas: Replicas | None = None) -> tup
         name_code[sel] = codes[at]
         kind_code[sel] = t.span_kind[at]
         iteration[sel] = t.iteration[at]
+    ends = last_ends(iteration, end)
+    del iteration
     if replicas is not None:
         rank = replicas.images(rank).ravel()
         copies = replicas.count
@@ -357,16 +360,14 @@ def _spans(engine: Engine, copies: int, replicas: Replicas | None = None) -> tup
     if copies > 1:
         node, start, end = np.tile(node, copies), np.tile(start, copies), np.tile(end, copies)
         name_code, kind_code = np.tile(name_code, copies), np.tile(kind_code, copies)
-        iteration = np.tile(iteration, copies)
     order = np.lexsort((node, rank, start))  # stable: as sort_values(["start_ns", "rank", "node"])
-    rank = rank.astype(np.int32)[order]
+    rank = rank.astype(np.int32, copy=False)[order]
     node = node[order]
     start = start[order]
     end = end[order]
-    iteration = iteration[order]
     name = pd.Categorical.from_codes(name_code[order], categories=list(names))
     del name_code
     kind = pd.Categorical.from_codes(kind_code[order], categories=list(SPAN_KINDS))
     del kind_code, order
     return pd.DataFrame({"rank": rank, "node": node, "name": name, "kind": kind, "start_ns": start, "end_ns": end},
-                        copy=False), iteration
+                        copy=False), ends

@@ -2358,9 +2358,13 @@ cdef class CoreNodes:
     `on_done(rank, node_id)` when they are done. Every event goes on the queue where the Python
     engine puts it, so the order of simultaneous events is the same.
 
-    Per rank r, its nodes in ascending id are `base[r]`..`base[r + 1]` of the tables (`ids`, `code`
-    (`NodeCode`), `zero` (a compute node of no time and no ops: done when issued), `dur_ns`,
-    `pending` (dependencies), children as `child_ptr`/`child` (indices within the rank)).
+    Ranks whose graphs are alike share one table (`tables.rank_tables`): rank r's nodes in
+    ascending id are `tbase[t]`..`tbase[t + 1]` of the shared tables, t = `table_of[r]` (`ids`,
+    `code` (`NodeCode`), `zero` (a compute node of no time and no ops: done when issued), `dur_ns`,
+    `pending` (dependencies), children as `child_ptr`/`child` (indices within the rank)), and its
+    state is `base[r]`..`base[r + 1]` of the per-rank arrays (dependencies left, issue times,
+    gathered keys). Memory grows with the distinct graphs' nodes, and with every rank's by 16 bytes
+    a node (and 24 for its span once done).
 
     `gather` (optional) gathers the members of collectives as `Engine.issue_collective` does, so
     that Python is called once per collective, not once per member: a node of key v >= 0 (group
@@ -2373,14 +2377,15 @@ cdef class CoreNodes:
 
     cdef CoreScheduler _sched
     cdef object issue_comm
-    cdef vector[int64_t] base
-    cdef vector[int64_t] ids
+    cdef vector[int64_t] base          # per rank: its first place in the per-rank state
+    cdef vector[int64_t] sbase         # per rank: its first place in the shared tables
+    cdef vector[int64_t] ids           # shared tables: per place of a distinct table
     cdef vector[char] code
     cdef vector[char] zero
     cdef vector[int64_t] dur
-    cdef vector[int64_t] pending
     cdef vector[int64_t] child_ptr
     cdef vector[int64_t] child
+    cdef vector[int32_t] pending       # per-rank state: per node of every rank
     cdef vector[int64_t] issued_at
     cdef vector[vector[int64_t]] ready  # per rank, a min-heap of node indices
     cdef vector[char] comp_busy
@@ -2391,7 +2396,9 @@ cdef class CoreNodes:
     cdef vector[int64_t] compute_
     cdef public int64_t nodes_done
     cdef public int64_t told  # collective nodes done as their runs told (`CoreCollectiveRun.tell`)
-    cdef vector[int64_t] cols[4]  # rank, node id, start, end of every node done, in completion order
+    cdef vector[int32_t] col_rank  # rank and node index (within the rank) of every node done, in completion order
+    cdef vector[int32_t] col_node
+    cdef vector[int64_t] cols[2]  # start and end of every node done
     cdef vector[vector[int64_t]] comm_  # per rank, the (start, end) pairs of `comm_done_at`'s nodes, flat
     cdef vector[int32_t] group_         # per node: the key of a gathered collective (group << 3 | tag), else -1
     cdef vector[int64_t] gsize          # per group number: its members
@@ -2399,15 +2406,15 @@ cdef class CoreNodes:
     cdef unordered_map[int64_t, SimGather] gathering  # (group number << 32) | instance
     cdef object gathered_fn, staggered_fn, join_fn
 
-    def __init__(self, CoreScheduler sched, issue_comm, const int64_t[::1] base, const int64_t[::1] ids,
-                 const signed char[::1] code, const signed char[::1] zero, const int64_t[::1] dur_ns,
-                 const int64_t[::1] pending, const int64_t[::1] child_ptr, const int64_t[::1] child):
+    def __init__(self, CoreScheduler sched, issue_comm, const int64_t[::1] base, const int64_t[::1] table_of,
+                 const int64_t[::1] tbase, const int64_t[::1] ids, const signed char[::1] code,
+                 const signed char[::1] zero, const int64_t[::1] dur_ns, const int64_t[::1] pending,
+                 const int64_t[::1] child_ptr, const int64_t[::1] child):
         self._sched = sched
         self.issue_comm = issue_comm
         _fill(self.base, base)
         _fill(self.ids, ids)
         _fill(self.dur, dur_ns)
-        _fill(self.pending, pending)
         _fill(self.child_ptr, child_ptr)
         _fill(self.child, child)
         cdef Py_ssize_t k
@@ -2417,11 +2424,25 @@ cdef class CoreNodes:
             self.code[k] = <char>code[k]
             self.zero[k] = <char>zero[k]
         cdef size_t ranks = self.base.size() - 1
+        if <size_t>table_of.shape[0] != ranks:
+            raise ValueError("CoreNodes: one table per rank")
         cdef size_t r
-        cdef int64_t i
-        self.issued_at.resize(self.ids.size(), -1)
-        for k in range(4):  # every node is done once: no growth by doubling (2x at worst, and a copy)
-            self.cols[k].reserve(self.ids.size())
+        cdef int64_t i, t, total = self.base[ranks]
+        self.sbase.resize(ranks)
+        self.pending.resize(total)
+        for r in range(ranks):
+            t = table_of[r]
+            if tbase[t + 1] - tbase[t] != self.base[r + 1] - self.base[r]:
+                raise ValueError("CoreNodes: a rank's nodes differ in number from its table's")
+            self.sbase[r] = tbase[t]
+            for i in range(self.base[r + 1] - self.base[r]):
+                self.pending[self.base[r] + i] = <int32_t>pending[tbase[t] + i]
+        self.issued_at.resize(total, -1)
+        # every node is done once: no growth by doubling (2x at worst, and a copy)
+        self.col_rank.reserve(total)
+        self.col_node.reserve(total)
+        for k in range(2):
+            self.cols[k].reserve(total)
         self.ready.resize(ranks)
         self.comp_busy.resize(ranks, 0)
         self.comm_busy.resize(ranks, 0)
@@ -2429,7 +2450,14 @@ cdef class CoreNodes:
         self.finish_.resize(ranks, 0)
         self.compute_.resize(ranks, 0)
         self.comm_.resize(ranks)
+        cdef int64_t comms
+        cdef char c
         for r in range(ranks):
+            comms = 0  # its communication nodes: a span each, held without growth by doubling
+            for i in range(self.base[r + 1] - self.base[r]):
+                c = self.code[self.sbase[r] + i]
+                comms += c == N_COLL or c == N_SEND or c == N_RECV
+            self.comm_[r].reserve(2 * comms)
             self.left_.push_back(self.base[r + 1] - self.base[r])
             for i in range(self.base[r + 1] - self.base[r]):
                 if self.pending[self.base[r] + i] == 0:
@@ -2438,7 +2466,7 @@ cdef class CoreNodes:
     def gather(self, const int32_t[::1] group, const int64_t[::1] sizes, gathered, staggered, join):
         """Gather collectives' members here (see the class): `group` per node, its key (-1: Python
         gets every member through `issue_comm`), `sizes` per group number."""
-        if group.shape[0] != <Py_ssize_t>self.ids.size():
+        if group.shape[0] != <Py_ssize_t>self.base.back():
             raise ValueError("gather: one group number per node")
         self.group_.resize(group.shape[0])
         if group.shape[0]:
@@ -2463,7 +2491,7 @@ cdef class CoreNodes:
         if gat.handed:
             if last:
                 self.gathering.erase(key)
-            self.join_fn(r, self.ids[self.base[r] + i], grp, k)
+            self.join_fn(r, self.ids[self.sbase[r] + i], grp, k)
             return
         gat.members.push_back(r)
         gat.members.push_back(i)
@@ -2477,12 +2505,13 @@ cdef class CoreNodes:
         issue order."""
         cdef list ranks = [], node_ids = [], issued = []
         cdef size_t j
-        cdef int64_t g
+        cdef int64_t r, i
         for j in range(0, gat.members.size(), 2):
-            g = self.base[gat.members[j]] + gat.members[j + 1]
-            ranks.append(gat.members[j])
-            node_ids.append(self.ids[g])
-            issued.append(self.issued_at[g])
+            r = gat.members[j]
+            i = gat.members[j + 1]
+            ranks.append(r)
+            node_ids.append(self.ids[self.sbase[r] + i])
+            issued.append(self.issued_at[self.base[r] + i])
         return gat.tag, ranks, node_ids, issued
 
     cdef void _instant_over(self, int64_t key) except *:
@@ -2517,8 +2546,8 @@ cdef class CoreNodes:
         h.pop_back()
         return i
 
-    cdef bint _available(self, int r, int64_t g) noexcept:
-        cdef char c = self.code[g]
+    cdef bint _available(self, int r, int64_t s) noexcept:
+        cdef char c = self.code[s]
         if c == N_CPU:
             return not self.cpu_busy[r]
         if c == N_COMP:
@@ -2533,7 +2562,7 @@ cdef class CoreNodes:
         cdef size_t k
         while not self.ready[r].empty():
             i = self._pop_ready(r)
-            if self._available(r, self.base[r] + i):
+            if self._available(r, self.sbase[r] + i):
                 self._issue(r, i)
             else:
                 keep.push_back(i)
@@ -2542,42 +2571,45 @@ cdef class CoreNodes:
 
     cdef void _issue(self, int r, int64_t i) except *:
         cdef int64_t g = self.base[r] + i
+        cdef int64_t s = self.sbase[r] + i
         cdef int64_t now = self._sched.now
         self.issued_at[g] = now
-        cdef char c = self.code[g]
+        cdef char c = self.code[s]
         if c == N_CPU or c == N_COMP:
-            if self.zero[g]:
+            if self.zero[s]:
                 self._complete(r, i)
                 return
             if c == N_CPU:
                 self.cpu_busy[r] = 1
             else:
                 self.comp_busy[r] = 1
-                self.compute_[r] += self.dur[g]
-            self._sched.push(now + self.dur[g], 0, EV_NODE, self, r, i, 0, None)
+                self.compute_[r] += self.dur[s]
+            self._sched.push(now + self.dur[s], 0, EV_NODE, self, r, i, 0, None)
         elif c == N_COLL or c == N_SEND:
             self.comm_busy[r] = 1
             if c == N_COLL and self.group_.size() and self.group_[g] >= 0:
                 self._gather(r, i, self.group_[g])
             else:
-                self.issue_comm(r, self.ids[g], c)
+                self.issue_comm(r, self.ids[s], c)
         elif c == N_RECV:
-            self.issue_comm(r, self.ids[g], c)
+            self.issue_comm(r, self.ids[s], c)
         else:
             self._complete(r, i)
 
     cdef int64_t _index(self, int r, int64_t node_id) except -1:
         """The index of rank r's node `node_id` among its nodes."""
-        cdef int64_t lo = self.base[r], hi = self.base[r + 1], mid
+        cdef int64_t first = self.sbase[r]
+        cdef int64_t end = first + self.base[r + 1] - self.base[r]
+        cdef int64_t lo = first, hi = end, mid
         while lo < hi:  # ids ascend within a rank
             mid = (lo + hi) >> 1
             if self.ids[mid] < node_id:
                 lo = mid + 1
             else:
                 hi = mid
-        if lo >= self.base[r + 1] or self.ids[lo] != node_id:
+        if lo >= end or self.ids[lo] != node_id:
             raise KeyError(node_id)
-        return lo - self.base[r]
+        return lo - first
 
     def on_done(self, int r, int64_t node_id):
         """Rank r's node `node_id` is done now."""
@@ -2613,11 +2645,14 @@ cdef class CoreNodes:
         self._on_done(r, i)
 
     def comm_spans(self, int r):
-        """Rank r's spans of the nodes `comm_done_at` finished: (start, end, start, end, ...) ns."""
-        return _array(self.comm_[r])
+        """Rank r's spans of the nodes `comm_done_at` finished: (start, end, start, end, ...) ns,
+        handed over (freed here: a second call finds none)."""
+        a = _array(self.comm_[r])
+        vector[int64_t]().swap(self.comm_[r])
+        return a
 
     cdef void _on_done(self, int r, int64_t i) except *:
-        cdef char c = self.code[self.base[r] + i]
+        cdef char c = self.code[self.sbase[r] + i]
         if c == N_CPU:
             self.cpu_busy[r] = 0
         elif c == N_COMP:
@@ -2632,16 +2667,16 @@ cdef class CoreNodes:
         cdef int64_t now = self._sched.now
         cdef int64_t start = self.issued_at[g]
         self.issued_at[g] = -1
-        self.cols[0].push_back(r)
-        self.cols[1].push_back(self.ids[g])
-        self.cols[2].push_back(now if start < 0 else start)
-        self.cols[3].push_back(now)
+        self.col_rank.push_back(r)
+        self.col_node.push_back(<int32_t>i)
+        self.cols[0].push_back(now if start < 0 else start)
+        self.cols[1].push_back(now)
         self.left_[r] -= 1
         self.nodes_done += 1
         if now > self.finish_[r]:
             self.finish_[r] = now
-        cdef int64_t j, ch
-        for j in range(self.child_ptr[g], self.child_ptr[g + 1]):
+        cdef int64_t j, ch, s = self.sbase[r] + i
+        for j in range(self.child_ptr[s], self.child_ptr[s + 1]):
             ch = self.child[j]
             self.pending[self.base[r] + ch] -= 1
             if self.pending[self.base[r] + ch] == 0:
@@ -2654,16 +2689,26 @@ cdef class CoreNodes:
     def free_nodes(self, int r):
         """The ids of rank r's nodes that wait on no dependency (the Python walk's `pending` of 0)."""
         cdef int64_t i
-        return [self.ids[self.base[r] + i] for i in range(self.base[r + 1] - self.base[r])
+        return [self.ids[self.sbase[r] + i] for i in range(self.base[r + 1] - self.base[r])
                 if self.pending[self.base[r] + i] == 0]
 
     def take_span_columns(self):
-        """(rank, node, start_ns, end_ns) of every node done, in completion order, handed over: each
-        column is freed here as it is copied (a run's spans are held once, not twice), so that a
-        second call finds none."""
-        out = []
+        """(rank (int32), node id, start_ns, end_ns) of every node done, in completion order, handed
+        over: each column is freed here as it is copied (a run's spans are held once, not twice),
+        so that a second call finds none."""
+        cdef size_t n = self.col_rank.size(), j
+        rank = np.empty(n, dtype=np.int32)
+        node = np.empty(n, dtype=np.int64)
+        cdef int32_t[::1] rv = rank
+        cdef int64_t[::1] nv = node
+        for j in range(n):
+            rv[j] = self.col_rank[j]
+            nv[j] = self.ids[self.sbase[self.col_rank[j]] + self.col_node[j]]
+        vector[int32_t]().swap(self.col_rank)
+        vector[int32_t]().swap(self.col_node)
+        out = [rank, node]
         cdef int k
-        for k in range(4):
+        for k in range(2):
             out.append(_array(self.cols[k]))
             vector[int64_t]().swap(self.cols[k])
         return tuple(out)

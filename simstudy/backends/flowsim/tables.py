@@ -79,14 +79,14 @@ def index_of(index: dict[int, int] | range, node_id: int) -> int | None:
 
 def rank_tables(traces: list[list[Node]], templates: list[int] | None = None, only: set[int] | None = None, *,
                 refuse: Refuse) -> tuple[list[tuple[list[Node] | dict[int, Node], Table]], tuple[NDArray[Any], ...]]:
-    """Each rank's nodes by id and its part of the tables, and the compiled walk's tables of every
-    rank (`_core.CoreNodes`: rank offsets, node ids in ascending order per rank, codes, no-time
-    flags, times, dependencies left, children), without the dictionaries of dependencies
-    `Engine._rank_state` makes. What a node gives the tables is found once per node object (the
-    traces of a bundle share the nodes they have alike), and a rank's tables once per sequence of
-    what its nodes give (the ranks of a pipeline stage differ in their peers and groups, not in
-    their graph: 16 tables, not 16,384). A trace that `Engine._rank_state` refuses is refused with its error
-    (`refuse(rank, trace)` raises it).
+    """Each rank's nodes by id and its part of the tables, and the compiled walk's tables
+    (`_core.CoreNodes`, see `_shared`: rank offsets, each rank's table, and per distinct table its
+    node ids in ascending order, codes, no-time flags, times, dependencies, children), without the
+    dictionaries of dependencies `Engine._rank_state` makes. What a node gives the tables is found
+    once per node object (the traces of a bundle share the nodes they have alike), and a rank's
+    tables once per sequence of what its nodes give (the ranks of a pipeline stage differ in their
+    peers and groups, not in their graph: 16 tables, not 16,384). A trace that
+    `Engine._rank_state` refuses is refused with its error (`refuse(rank, trace)` raises it).
 
     `templates` (a bundle compiled in memory: `Bundle.templates`): ranks of one number differ
     only in attributes no table takes, so a rank whose trace is dense takes the numbers of the
@@ -126,20 +126,40 @@ def rank_tables(traces: list[list[Node]], templates: list[int] | None = None, on
                            [kinds[found[id(by_id[i])]] for i in order], refuse, ids=order)
         pieces.append(table)
         ranks.append((by_id, table))
+    return ranks, _shared(pieces)
+
+
+def _shared(pieces: list[Table]) -> tuple[NDArray[Any], ...]:
+    """The walk's tables from each rank's part: every rank's offset in the per-rank state (`base`:
+    dependencies left, issue times, gathered keys), its table's number (`table_of`), and the
+    distinct tables once each (`tbase` their offsets; ids, codes, no-time flags, times,
+    dependencies, children: indices within a rank). Ranks of one table share its arrays: 16
+    distinct tables stand for 16,384 ranks' 30 M nodes."""
     sizes = np.fromiter((len(t.ids) for t in pieces), dtype=np.int64, count=len(pieces))
     base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    number: dict[int, int] = {}
+    distinct: list[Table] = []
+    table_of = np.empty(len(pieces), dtype=np.int64)
+    for r, t in enumerate(pieces):
+        k = number.get(id(t))
+        if k is None:
+            k = number[id(t)] = len(distinct)
+            distinct.append(t)
+        table_of[r] = k
+    tsizes = np.fromiter((len(t.ids) for t in distinct), dtype=np.int64, count=len(distinct))
+    tbase = np.concatenate([[0], np.cumsum(tsizes)]).astype(np.int64)
     ids, code, zero, dur, pending = (
-        np.concatenate([getattr(t, f) for t in pieces]) if pieces else np.empty(0, dtype=np.int64)
+        np.concatenate([getattr(t, f) for t in distinct]) if distinct else np.empty(0, dtype=np.int64)
         for f in ("ids", "code", "zero", "dur", "pending"))
-    par = np.concatenate([t.parent + b for t, b in zip(pieces, base[:-1].tolist(), strict=True)]) \
-        if pieces else np.empty(0, dtype=np.int64)
-    kids = np.concatenate([t.kid for t in pieces]) if pieces else np.empty(0, dtype=np.int64)
-    del pieces
+    par = np.concatenate([t.parent + b for t, b in zip(distinct, tbase[:-1].tolist(), strict=True)]) \
+        if distinct else np.empty(0, dtype=np.int64)
+    kids = np.concatenate([t.kid for t in distinct]) if distinct else np.empty(0, dtype=np.int64)
     child_ptr = np.zeros(len(ids) + 1, dtype=np.int64)
     np.cumsum(np.bincount(par, minlength=len(ids)), out=child_ptr[1:])
     child = kids[np.argsort(par, kind="stable")]
-    return ranks, (base, ids, code.astype(np.int8, copy=False), zero.astype(np.int8, copy=False), dur, pending,
-                   child_ptr, child)
+    return (base, table_of, tbase, ids, code.astype(np.int8, copy=False), zero.astype(np.int8, copy=False), dur,
+            pending, child_ptr, child)
+
 
 def _numbers(nodes: list[Node], found: dict[int, int], kinds: list[NodeKind], numbers: dict[NodeKind, int]
              ) -> list[int]:
