@@ -2524,9 +2524,14 @@ cdef class CoreNodes:
         gat.members.clear()
         self.staggered_fn(key >> 32, key & 0xFFFFFFFF, *args)
 
+    cdef void _live(self) except *:
+        if self.pending.size() != <size_t>self.base.back():
+            raise RuntimeError("CoreNodes: the run is over (release)")
+
     def start(self, ranks=None):
         """Issue what every rank (or each of `ranks`, in order) can issue now."""
         cdef size_t r
+        self._live()
         if ranks is not None:
             for r in ranks:
                 self._issue_ready(<int>r)
@@ -2613,6 +2618,7 @@ cdef class CoreNodes:
 
     def on_done(self, int r, int64_t node_id):
         """Rank r's node `node_id` is done now."""
+        self._live()
         self._on_done(r, self._index(r, node_id))
 
     def comm_done_at(self, int64_t start, list offsets, list ranks, list node_ids):
@@ -2621,6 +2627,7 @@ cdef class CoreNodes:
         in the queue): its communication span (from its issue) is recorded, then it is done as by
         `on_done`."""
         cdef Py_ssize_t k, n = len(offsets)
+        self._live()
         if len(ranks) != n or len(node_ids) != n:
             raise ValueError("comm_done_at: offsets, ranks and node_ids differ in length")
         cdef int r
@@ -2691,6 +2698,16 @@ cdef class CoreNodes:
         cdef int64_t i
         return [self.ids[self.sbase[r] + i] for i in range(self.base[r + 1] - self.base[r])
                 if self.pending[self.base[r] + i] == 0]
+
+    def release(self):
+        """The run is over: the state of every rank (dependencies left, issue times, gathered keys,
+        ready nodes, communication spans) is freed; the tables and the spans of the nodes done stay
+        (`take_span_columns`)."""
+        vector[int32_t]().swap(self.pending)
+        vector[int64_t]().swap(self.issued_at)
+        vector[int32_t]().swap(self.group_)
+        vector[vector[int64_t]]().swap(self.ready)
+        vector[vector[int64_t]]().swap(self.comm_)
 
     def take_span_columns(self):
         """(rank (int32), node id, start_ns, end_ns) of every node done, in completion order, handed

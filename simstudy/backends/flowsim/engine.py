@@ -336,6 +336,8 @@ class Engine:
                 f"waiting on {names or 'dependencies'}): a collective some member never issued, or a receive "
                 "without a matching send?"
             )
+        if core is not None:
+            core.release()  # the walk's state of every rank: its spans alone are taken from here on
         if self.progress is not None:
             self.progress(1.0, sched.now)
 
