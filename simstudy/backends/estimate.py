@@ -171,23 +171,24 @@ COSTS: dict[tuple[str, str], Model] = {
     # 102,401,280 nodes in 93.1-96.5 s), and a constant from the small cases of benchmarks/estimate.py
     # (0.0-0.1 s)
     ("compile-memory", ""): Model((5.102e7, 1756.0, 7880.0), (0.05, 7.5e-7, 0.0, 0.0, 0.0), _FIT, compile=True),
-    # flowsim's compiled core (`engine: compiled`, the default where built), `_FIT_CORE`: memory within
-    # 0.72-1.14x on every run; wall time within 0.52-1.32x on every run but four in fluid: three 3-tier
+    # flowsim's compiled core (`engine: compiled`, the default where built), `_FIT_CORE`: memory (refitted
+    # after the compiled walk shared its tables between ranks alike, on the peaks measured since) within
+    # 0.52-1.15x on every run; wall time within 0.52-1.32x on every run but four in fluid: three 3-tier
     # Clos cases, GPT-2 medium on 512 GPUs (0.10x), LLaMA-3 70B on 256 (0.42x) and LLaMA-3.1 405B on
     # 16,384 (0.28x), whose flows meet more than the messages leaving their hosts say, and LLaMA-3 70B on
     # 16,384 GPUs of ASTRA-SIM's two dimensions (0.38x; LLaMA-3.1 405B there: 0.70x)
-    ("flowsim", "unaware"): Model((1.563e8, 244.3, 1.422e4), (0.01746, 2.158e-6, 6.695e-8, 2.25e-7, 6.356e-7),
+    ("flowsim", "unaware"): Model((1.513e8, 160.6, 0.0), (0.01746, 2.158e-6, 6.695e-8, 2.25e-7, 6.356e-7),
                                   _FIT_CORE, replicas=True),
-    ("flowsim", "aware"): Model((1.547e8, 255.4, 1.425e4), (0.01665, 4.482e-6, 0.0, 5.066e-6, 9.456e-7), _FIT_CORE),
-    ("flowsim", "fluid"): Model((1.505e8, 197.5, 3.277e4), (0.01727, 2.436e-6, 0.0, 1.748e-6, 6.129e-7), _FIT_CORE),
+    ("flowsim", "aware"): Model((1.562e8, 166.8, 1.467e4), (0.01665, 4.482e-6, 0.0, 5.066e-6, 9.456e-7), _FIT_CORE),
+    ("flowsim", "fluid"): Model((1.447e8, 186.8, 3.345e4), (0.01727, 2.436e-6, 0.0, 1.748e-6, 6.129e-7), _FIT_CORE),
     # flowsim's Python engine (`engine: python`, or where the compiled core is not built), `_FIT_CORE`:
-    # memory within 0.74-1.12x; wall time within 0.67-1.28x but unaware on the leaf-spines (0.36-0.40x)
+    # memory within 0.75-1.13x; wall time within 0.67-1.28x but unaware on the leaf-spines (0.36-0.40x)
     # and fluid on GPT-2 medium's 512-GPU Clos (0.23x) and the 1,024-GPU ring (0.42x, 0.2 s)
-    ("flowsim-python", "unaware"): Model((1.69e8, 408.2, 0.0), (0.0603, 0.0, 2.242e-6, 0.0, 3.582e-7), _FIT_CORE,
+    ("flowsim-python", "unaware"): Model((1.697e8, 392.1, 0.0), (0.0603, 0.0, 2.242e-6, 0.0, 3.582e-7), _FIT_CORE,
                                          replicas=True),
-    ("flowsim-python", "aware"): Model((1.523e8, 457.9, 1.199e4), (0.006522, 9.96e-6, 9.633e-6, 1.795e-5, 1.278e-6),
+    ("flowsim-python", "aware"): Model((1.513e8, 452.0, 1.54e4), (0.006522, 9.96e-6, 9.633e-6, 1.795e-5, 1.278e-6),
                                        _FIT_CORE),
-    ("flowsim-python", "fluid"): Model((1.725e8, 425.7, 0.0), (0.05168, 0.0, 0.0, 1.413e-4, 2.242e-6), _FIT_CORE),
+    ("flowsim-python", "fluid"): Model((1.685e8, 405.8, 0.0), (0.05168, 0.0, 0.0, 1.413e-4, 2.242e-6), _FIT_CORE),
     # the binaries' memory per ET node of every rank and time per message, from their two published
     # 4,096-GPU runs (measured since: llama512 unaware 1.08x in memory, 0.73x in time; rn256ring and
     # rn1024ring unaware 0.5x in memory, 4.4x and 6.1x in time: collectives of every rank cost it less)
