@@ -153,12 +153,18 @@ CASES: dict[str, Any] = {
     "rn4096ls": lambda: resnet(4096, {"kind": "leaf_spine", "leaves": 32, "spines": 16, "hosts_per_leaf": 16,
                                       "gpus_per_host": 8, "bandwidth_gbps": 100}),
     "llama4096clos": lambda: llm("llama3_70b", 8, 8, 64, clos(4096)),
+    # LLaMA-3.1 405B on the Clos below scale.py's sizes: 1,024 (TP 8 x PP 8 x DP 16), 2,048 and 4,096 GPUs
+    # (TP 8 x PP 16 x DP 16 and 32), where a fluid run's time per message grows with the job
+    "llama405_1kclos": lambda: llm("llama3_405b", 8, 8, 16, clos(1024)),
+    "llama405_2kclos": lambda: llm("llama3_405b", 8, 16, 16, clos(2048)),
+    "llama405_4kclos": lambda: llm("llama3_405b", 8, 16, 32, clos(4096)),
     "llama405_16kclos": lambda: llm("llama3_405b", 8, 16, 128, clos(16384)),
     "llama405_55k": lambda: llm("llama3_405b", 8, 16, 432, two_dims(55296)),
     "llama405_55kclos": lambda: llm("llama3_405b", 8, 16, 432, clos(55296)),
 }
 #: too large to run here: their measurements are PUBLISHED's
-LARGE = ("llama4096", "llama4096sw", "llama16k", "llama405_16k", "rn4096ls", "llama4096clos", "llama405_16kclos",
+LARGE = ("llama4096", "llama4096sw", "llama16k", "llama405_16k", "rn4096ls", "llama4096clos", "llama405_1kclos",
+         "llama405_2kclos", "llama405_4kclos", "llama405_16kclos",
          "llama405_55k", "llama405_55kclos")
 SMALL = [c for c in CASES if c not in LARGE]
 
@@ -183,14 +189,22 @@ PUBLISHED = [
     {"case": "rn4096ls", "backend": "flowsim", "mode": "unaware", "wall": 17.2, "peak": 420 << 20},
     {"case": "llama4096clos", "backend": "flowsim", "mode": "fluid", "wall": 182.1, "peak": 1096 << 20},
     {"case": "llama4096clos", "backend": "flowsim", "mode": "unaware", "wall": 27.9, "peak": 1085 << 20},
+    # LLaMA-3.1 405B on the Clos at 1,024-4,096 GPUs (`--cases llama405_1kclos,llama405_2kclos,llama405_4kclos
+    # --backends flowsim --modes unaware,fluid`, nothing else running; "A pipeline's sends in the fluid estimate")
+    {"case": "llama405_1kclos", "backend": "flowsim", "mode": "unaware", "wall": 8.9, "peak": 379 << 20},
+    {"case": "llama405_1kclos", "backend": "flowsim", "mode": "fluid", "wall": 39.6, "peak": 404 << 20},
+    {"case": "llama405_2kclos", "backend": "flowsim", "mode": "unaware", "wall": 13.0, "peak": 629 << 20},
+    {"case": "llama405_2kclos", "backend": "flowsim", "mode": "fluid", "wall": 76.7, "peak": 657 << 20},
+    {"case": "llama405_4kclos", "backend": "flowsim", "mode": "unaware", "wall": 28.4, "peak": 1119 << 20},
+    {"case": "llama405_4kclos", "backend": "flowsim", "mode": "fluid", "wall": 200.4, "peak": 1171 << 20},
     {"case": "llama16k", "backend": "flowsim", "mode": "unaware", "wall": 12.1, "peak": 2149 << 20},
-    {"case": "llama16k", "backend": "flowsim", "mode": "fluid", "wall": 344.3, "peak": 3959 << 20,
-     "peak_before": True},
+    {"case": "llama16k", "backend": "flowsim", "mode": "fluid", "wall": 134.4, "peak": 2869 << 20},
     {"case": "llama405_16k", "backend": "flowsim", "mode": "unaware", "wall": 17.0, "peak": 3059 << 20},
-    {"case": "llama405_16k", "backend": "flowsim", "mode": "fluid", "wall": 290.1, "peak": 5774 << 20,
-     "peak_before": True},
+    {"case": "llama405_16k", "backend": "flowsim", "mode": "fluid", "wall": 244.2, "peak": 4103 << 20},
     {"case": "llama405_16kclos", "backend": "flowsim", "mode": "unaware", "wall": 238.5, "peak": 4478 << 20},
-    {"case": "llama405_16kclos", "backend": "flowsim", "mode": "fluid", "wall": 3526.8, "peak": 7143 << 20,
+    # (the Clos's fluid run: its later measurement, after the fill kept its scratch space, "Fluid on the
+    # 16,384-GPU Clos, profiled")
+    {"case": "llama405_16kclos", "backend": "flowsim", "mode": "fluid", "wall": 2624.6, "peak": 7059 << 20,
      "peak_before": True},
     {"case": "llama405_55k", "backend": "flowsim", "mode": "unaware", "wall": 92.8, "peak": 9880 << 20},
     {"case": "llama405_55k", "backend": "flowsim", "mode": "fluid", "wall": 1113.1, "peak": 19990 << 20,

@@ -73,6 +73,10 @@ class Workload:
     #: on a graph network: the messages that leave their host, each weighed by the flows of other
     #: groups that leave that host with it (`_Hosts`)
     crossing: float = 0.0
+    #: a pipeline's sends' part of `crossing` (jobs with pp > 1): a stage's sends leave every host of the
+    #: stage at once and meet at the switches above them, where a fluid run solves their flows together
+    #: with the rings they cross (a parameter server's pushes and pulls leave at each worker's own pace)
+    crossing_sends: float = 0.0
 
     @property
     def held_nodes(self) -> int:
@@ -100,16 +104,17 @@ def time_terms(w: Workload, *, compile: bool = False, every_rank: bool = False, 
     leave their host weighed by the flows they leave it with (`Workload.crossing`: the flows whose
     rates a fluid run solves together, which a ring's neighbours on one host do not add to, and each
     group of a tensor-parallel host does); on ASTRA-SIM's dimensions, the messages again (each
-    meets the flows of its NPU's links there), for the modes whose links are shared.
+    meets the flows of its NPU's links there), for the modes whose links are shared; and on a
+    graph network the sends among those messages again (`Workload.crossing_sends`).
     `replicas`: a model whose runs simulate one of `w.replicas` (nodes and messages: one replica's)."""
     if compile:
-        return (1.0, float(w.nodes), 0.0, 0.0, 0.0)
+        return (1.0, float(w.nodes), 0.0, 0.0, 0.0, 0.0)
     if every_rank:
-        return (1.0, float(w.nodes), float(w.messages), 0.0, 0.0)
+        return (1.0, float(w.nodes), float(w.messages), 0.0, 0.0, 0.0)
     one = w.replicas if replicas else 1
     simulated = float(w.simulated) / one
     return (1.0, float(w.held_nodes) / one, simulated, w.crossing if w.graph else 0.0,
-            0.0 if w.graph else simulated)
+            0.0 if w.graph else simulated, w.crossing_sends if w.graph else 0.0)
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,7 @@ class Model:
     `source` says which measurements it was fitted to."""
 
     memory: tuple[float, float, float]
-    seconds: tuple[float, float, float, float, float]
+    seconds: tuple[float, float, float, float, float, float]
     source: str
     compile: bool = False
     every_rank: bool = False
@@ -162,38 +167,41 @@ _FIT_CORE = ("`python benchmarks/estimate.py --backends flowsim,flowsim-python -
 #: run), ("compile-memory", "") the compile before a flowsim run (every rank's nodes kept in memory).
 #: Coefficients: memory (bytes: 1, per node held, per rank), seconds (1, per node, per message simulated,
 #: per message leaving its host weighed as `Workload.crossing` weighs it on a graph network, per message
-#: simulated on ASTRA-SIM's dimensions), each the output of the fit named beside it.
+#: simulated on ASTRA-SIM's dimensions, per send among the former, `Workload.crossing_sends`), each the
+#: output of the fit named beside it.
 COSTS: dict[tuple[str, str], Model] = {
-    ("compile", ""): Model((5.102e7, 1756.0, 7880.0), (0.4437, 3.981e-6, 0.0, 0.0, 0.0), _FIT, compile=True),
+    ("compile", ""): Model((5.102e7, 1756.0, 7880.0), (0.4437, 3.981e-6, 0.0, 0.0, 0.0, 0.0), _FIT, compile=True),
     # the compile before a flowsim run, which keeps every rank's nodes in memory and writes no ET file:
     # its time per node from benchmarks/scale.py's runs on this machine (LLaMA-3 70B at 16,384 GPUs,
     # 19,695,616 nodes in 13.9 s; LLaMA-3.1 405B at 16,384, 30,341,120 nodes in 19.1 s, and at 55,296,
     # 102,401,280 nodes in 93.1-96.5 s), and a constant from the small cases of benchmarks/estimate.py
     # (0.0-0.1 s)
-    ("compile-memory", ""): Model((5.102e7, 1756.0, 7880.0), (0.05, 7.5e-7, 0.0, 0.0, 0.0), _FIT, compile=True),
+    ("compile-memory", ""): Model((5.102e7, 1756.0, 7880.0), (0.05, 7.5e-7, 0.0, 0.0, 0.0, 0.0), _FIT, compile=True),
     # flowsim's compiled core (`engine: compiled`, the default where built), `_FIT_CORE`: memory (refitted
     # after the compiled walk shared its tables between ranks alike, on the peaks measured since) within
-    # 0.52-1.15x on every run; wall time within 0.52-1.32x on every run but four in fluid: three 3-tier
-    # Clos cases, GPT-2 medium on 512 GPUs (0.10x), LLaMA-3 70B on 256 (0.42x) and LLaMA-3.1 405B on
-    # 16,384 (0.28x), whose flows meet more than the messages leaving their hosts say, and LLaMA-3 70B on
-    # 16,384 GPUs of ASTRA-SIM's two dimensions (0.38x; LLaMA-3.1 405B there: 0.70x)
-    ("flowsim", "unaware"): Model((1.513e8, 160.6, 0.0), (0.01746, 2.158e-6, 6.695e-8, 2.25e-7, 6.356e-7),
+    # 0.52-1.15x on every run (1.01-1.48x on the fluid runs measured after that fit); wall time within
+    # 0.52-1.32x on every run. Fluid's time refitted with a pipeline's sends apart (`Workload.crossing_sends`:
+    # 131 us a send weighed, against 1.8 us a collective's message) and LLaMA-3.1 405B on the Clos at
+    # 1,024-4,096 GPUs: within 0.50-1.31x on its 17 runs, 0.58x on the 16,384-GPU Clos
+    ("flowsim", "unaware"): Model((1.513e8, 160.6, 0.0), (0.01746, 2.158e-6, 6.695e-8, 2.25e-7, 6.356e-7, 0.0),
                                   _FIT_CORE, replicas=True),
-    ("flowsim", "aware"): Model((1.562e8, 166.8, 1.467e4), (0.01665, 4.482e-6, 0.0, 5.066e-6, 9.456e-7), _FIT_CORE),
-    ("flowsim", "fluid"): Model((1.447e8, 186.8, 3.345e4), (0.01727, 2.436e-6, 0.0, 1.748e-6, 6.129e-7), _FIT_CORE),
+    ("flowsim", "aware"): Model((1.562e8, 166.8, 1.467e4), (0.01665, 4.482e-6, 0.0, 5.066e-6, 9.456e-7, 0.0),
+                                _FIT_CORE),
+    ("flowsim", "fluid"): Model((1.447e8, 186.8, 3.345e4), (0.0216, 1.07e-6, 0.0, 1.841e-6, 8.031e-7, 1.312e-4),
+                                _FIT_CORE),
     # flowsim's Python engine (`engine: python`, or where the compiled core is not built), `_FIT_CORE`:
     # memory within 0.75-1.13x; wall time within 0.67-1.28x but unaware on the leaf-spines (0.36-0.40x)
     # and fluid on GPT-2 medium's 512-GPU Clos (0.23x) and the 1,024-GPU ring (0.42x, 0.2 s)
-    ("flowsim-python", "unaware"): Model((1.697e8, 392.1, 0.0), (0.0603, 0.0, 2.242e-6, 0.0, 3.582e-7), _FIT_CORE,
+    ("flowsim-python", "unaware"): Model((1.697e8, 392.1, 0.0), (0.0603, 0.0, 2.242e-6, 0.0, 3.582e-7, 0.0), _FIT_CORE,
                                          replicas=True),
-    ("flowsim-python", "aware"): Model((1.513e8, 452.0, 1.54e4), (0.006522, 9.96e-6, 9.633e-6, 1.795e-5, 1.278e-6),
+    ("flowsim-python", "aware"): Model((1.513e8, 452.0, 1.54e4), (0.006522, 9.96e-6, 9.633e-6, 1.795e-5, 1.278e-6, 0.0),
                                        _FIT_CORE),
-    ("flowsim-python", "fluid"): Model((1.685e8, 405.8, 0.0), (0.05168, 0.0, 0.0, 1.413e-4, 2.242e-6), _FIT_CORE),
+    ("flowsim-python", "fluid"): Model((1.685e8, 405.8, 0.0), (0.05168, 0.0, 0.0, 1.413e-4, 2.242e-6, 0.0), _FIT_CORE),
     # the binaries' memory per ET node of every rank and time per message, from their two published
     # 4,096-GPU runs (measured since: llama512 unaware 1.08x in memory, 0.73x in time; rn256ring and
     # rn1024ring unaware 0.5x in memory, 4.4x and 6.1x in time: collectives of every rank cost it less)
-    ("astrasim", "unaware"): Model((0.0, 2421.0, 0.0), (0.0, 0.0, 8.75e-6, 0.0, 0.0), _FIT, every_rank=True),
-    ("astrasim", "aware"): Model((0.0, 3440.0, 0.0), (0.0, 0.0, 2.231e-5, 0.0, 0.0), _FIT, every_rank=True),
+    ("astrasim", "unaware"): Model((0.0, 2421.0, 0.0), (0.0, 0.0, 8.75e-6, 0.0, 0.0, 0.0), _FIT, every_rank=True),
+    ("astrasim", "aware"): Model((0.0, 3440.0, 0.0), (0.0, 0.0, 2.231e-5, 0.0, 0.0, 0.0), _FIT, every_rank=True),
 }
 
 #: Keeping the traffic rows (`traffic: rows`, streamed to Parquet): seconds and buffer bytes per row
@@ -326,12 +334,12 @@ class _Hosts:
 
 def _count_graph(g: RankGraph, groups: dict[int, tuple[int, ...]], npus: int, cfg: CollectiveConfig,
                  active: int, seen: dict[tuple[str, int, int], tuple[int, int]],
-                 hosts: _Hosts | None = None) -> tuple[int, int, bool, float]:
+                 hosts: _Hosts | None = None) -> tuple[int, int, bool, float, float]:
     """(messages, widest node, only collectives of every rank, messages crossing hosts weighed as
-    `_Hosts` weighs them) of one rank running `g`: a send is one message; a collective what its
-    first member sends (`seen` keeps them by kind, group and size)."""
+    `_Hosts` weighs them, the sends' part of those) of one rank running `g`: a send is one message; a
+    collective what its first member sends (`seen` keeps them by kind, group and size)."""
     messages = widest = 0
-    crossing = 0.0
+    crossing = sends = 0.0
     everyone = True
     for t in g.tasks:
         if t.kind in (TaskKind.SEND, TaskKind.RECV):
@@ -340,7 +348,7 @@ def _count_graph(g: RankGraph, groups: dict[int, tuple[int, ...]], npus: int, cf
             messages += 1
             widest = max(widest, 1)
             if hosts is not None:
-                crossing += hosts.send(g.rank, g.peer_of(t))
+                sends += hosts.send(g.rank, g.peer_of(t))
             continue
         if t.kind is not TaskKind.COLLECTIVE or t.collective is None:
             continue
@@ -358,7 +366,7 @@ def _count_graph(g: RankGraph, groups: dict[int, tuple[int, ...]], npus: int, cf
         widest = max(widest, found[1])
         if hosts is not None:
             crossing += found[0] * hosts.group(t.group, span)
-    return messages, widest, everyone and npus == cfg.npus, crossing
+    return messages, widest, everyone and npus == cfg.npus, crossing + sends, sends
 
 
 def _steps(step: object) -> list[int]:
@@ -371,20 +379,22 @@ def _job_workload(scenario: Scenario, cfg: CollectiveConfig, active: int) -> Wor
     npus = found.ranks
     seen: dict[tuple[str, int, int], tuple[int, int]] = {}
     messages = nodes = flows = distinct_nodes = 0
-    crossing = 0.0
+    crossing = crossing_sends = 0.0
     graph = is_graph(scenario.topology)
     hosts = _Hosts(scenario.topology) if graph else None
     identical = len(found.graphs) == 1 and not graph
     for g, ranks in found.graphs:
-        m, widest, everyone, cross = _count_graph(g, found.groups, npus, cfg, active, seen, hosts)
+        m, widest, everyone, cross, cross_sends = _count_graph(g, found.groups, npus, cfg, active, seen, hosts)
         messages += m * ranks
         nodes += len(g.tasks) * ranks
         flows += widest * ranks
         crossing += cross * ranks
+        if scenario.parallelism.pp > 1:  # a pipeline's sends (not a parameter server's pushes and pulls)
+            crossing_sends += cross_sends * ranks
         distinct_nodes += len(g.tasks)
         identical = identical and everyone
     return Workload(found.ranks, len(found.graphs), distinct_nodes, nodes, messages, flows, found.method, identical,
-                    graph, 1 if identical else _replicas(scenario, npus), crossing)
+                    graph, 1 if identical else _replicas(scenario, npus), crossing, crossing_sends)
 
 
 def _replicas(scenario: Scenario, npus: int) -> int:
@@ -428,7 +438,7 @@ def count(spec: Scenario | Cluster, source: str | Path | None = None) -> Workloa
     return Workload(npus, sum(p.distinct for p in parts), sum(p.distinct_nodes for p in parts),
                     sum(p.nodes for p in parts), sum(p.messages for p in parts),
                     sum(p.flows_at_peak for p in parts), "; ".join(methods), graph=is_graph(spec.topology),
-                    crossing=sum(p.crossing for p in parts))
+                    crossing=sum(p.crossing for p in parts), crossing_sends=sum(p.crossing_sends for p in parts))
 
 
 # -- the estimate and the refusal ----------------------------------------------------------------

@@ -93,6 +93,25 @@ def test_crossing_weighs_the_messages_that_leave_a_host_by_the_groups_beside_the
     assert data_parallel > 0 and both.crossing == 4 * data_parallel
 
 
+def test_a_pipelines_sends_that_leave_their_host_are_counted_apart() -> None:
+    """A pipeline's sends' part of `crossing`, by hand: TP 4 x PP 2 on 2 hosts of 4 GPUs puts each
+    stage on a host of its own, so every send between the stages leaves its host, beside the host's 3
+    other ranks (4 each), and tensor parallelism adds nothing; on one host of 4 (TP 2 x PP 2) no send
+    does; a parameter server's sends are not a pipeline's."""
+    from simstudy.compiler import TaskKind
+
+    job = _on_hosts("gpt2_medium", {"tp": 4, "pp": 2, "microbatches": 2}, 2)
+    sends = sum(t.kind is TaskKind.SEND for g in compile_hybrid(resolve(job)).ranks for t in g.tasks)
+    w = count(job)
+    assert sends > 0 and w.crossing_sends == 4 * sends == w.crossing
+    alone = count(_on_hosts("gpt2_medium", {"tp": 2, "pp": 2, "microbatches": 2}, 1))
+    assert alone.crossing_sends == 0 == alone.crossing and alone.messages > 0
+    # a parameter server's pushes and pulls leave their hosts too, at each worker's own pace: not a pipeline's
+    ps = count(_on_hosts("resnet50", {"dp": 4, "aggregation": {"kind": "parameter_server", "servers": 4,
+                                                              "placement": "dedicated"}}, 2))
+    assert ps.crossing > 0 == ps.crossing_sends
+
+
 @given(st.integers(1, 9), st.integers(0, 4), st.integers(2, 200))
 def test_crossing_of_a_range_in_closed_form_is_the_member_by_member_count(per_host: int, first_host: int,
                                                                           n: int) -> None:
