@@ -28,7 +28,7 @@ from simstudy.compiler.aggregation import distinct_graphs
 from simstudy.compiler.astra_config import system_config, system_json
 from simstudy.compiler.collectives import algorithm
 from simstudy.compiler.graph import Collective, RankGraph, TaskKind
-from simstudy.spec import BackendSpec, Cluster, Scenario, SpecError, is_graph, topology_dims
+from simstudy.spec import BackendSpec, Cluster, Scenario, SpecError, Topology, is_graph, topology_dims
 from simstudy.spec.collectives import FALLBACK
 from simstudy.spec.topology import Tiered
 
@@ -295,16 +295,17 @@ def _collectives(topology_npus: int, dim_sizes: list[int], system: dict[str, obj
 class _Hosts:
     """Which host each NPU of a graph network is on (a tiered cluster's NPUs numbered host by host,
     `gpus_per_host` each; elsewhere every NPU a host of its own) and how a message that leaves its
-    host counts (`crossing`). Ranks are taken as the NPUs of their numbers (a job of a shared cluster
-    placed elsewhere is counted as if it started at NPU 0). Nothing per rank: a group of every rank
-    is counted in closed form."""
+    host counts (`crossing`). Ranks are the NPUs of their numbers, or those `npus` gives them (a job
+    of a shared cluster on the NPUs it is placed on). Nothing per rank: a group of every rank is
+    counted in closed form (where ranks are NPUs)."""
 
-    def __init__(self, topology: object) -> None:
+    def __init__(self, topology: object, npus: Sequence[int] | None = None) -> None:
         self.per_host = topology.gpus_per_host if isinstance(topology, Tiered) else 1
+        self.npus = None if npus is None else np.asarray(npus, dtype=np.int64)
         self._groups: dict[int, float] = {}
 
     def of(self, rank: int) -> int:
-        return rank // self.per_host
+        return int(self.npus[rank] if self.npus is not None else rank) // self.per_host
 
     def group(self, group: int, members: Sequence[int]) -> float:
         """The weight of one message of a collective on `members`: the share of ring neighbours on
@@ -316,11 +317,12 @@ class _Hosts:
             n, g = len(members), self.per_host
             if n < 2:
                 found = 0.0
-            elif isinstance(members, range) and members.step == 1 and members.start % g == 0:
+            elif self.npus is None and isinstance(members, range) and members.step == 1 and members.start % g == 0:
                 hosts = -(-n // g)  # every rank from a host's first: each host left once, around the ring
                 found = (hosts / n if hosts > 1 else 0.0) * g / min(g, n)
             else:
-                h = np.asarray(members, dtype=np.int64) // g
+                ranks = np.asarray(members, dtype=np.int64)
+                h = (ranks if self.npus is None else self.npus[ranks]) // g
                 cross = float(np.count_nonzero(h != np.roll(h, -1))) / n
                 found = cross * g / max(int(np.count_nonzero(h == h[0])), 1)
             self._groups[group] = found
@@ -374,14 +376,18 @@ def _steps(step: object) -> list[int]:
     return np.bincount(np.asarray(step, dtype=np.int64)).tolist() or [0]
 
 
-def _job_workload(scenario: Scenario, cfg: CollectiveConfig, active: int) -> Workload:
+def _job_workload(scenario: Scenario, cfg: CollectiveConfig, active: int, network: Topology | None = None,
+                  placed: Sequence[int] | None = None) -> Workload:
+    """One job's workload; a job of a shared cluster on the cluster's `network`, its ranks on the
+    NPUs it is `placed` on (its own scenario stands on a switch of its ranks)."""
     found = distinct_graphs(scenario)
     npus = found.ranks
     seen: dict[tuple[str, int, int], tuple[int, int]] = {}
     messages = nodes = flows = distinct_nodes = 0
     crossing = crossing_sends = 0.0
-    graph = is_graph(scenario.topology)
-    hosts = _Hosts(scenario.topology) if graph else None
+    topology = network if network is not None else scenario.topology
+    graph = is_graph(topology)
+    hosts = _Hosts(topology, placed) if graph else None
     identical = len(found.graphs) == 1 and not graph
     for g, ranks in found.graphs:
         m, widest, everyone, cross, cross_sends = _count_graph(g, found.groups, npus, cfg, active, seen, hosts)
@@ -394,7 +400,7 @@ def _job_workload(scenario: Scenario, cfg: CollectiveConfig, active: int) -> Wor
         distinct_nodes += len(g.tasks)
         identical = identical and everyone
     return Workload(found.ranks, len(found.graphs), distinct_nodes, nodes, messages, flows, found.method, identical,
-                    graph, 1 if identical else _replicas(scenario, npus), crossing, crossing_sends)
+                    graph, 1 if identical or graph else _replicas(scenario, npus), crossing, crossing_sends)
 
 
 def _replicas(scenario: Scenario, npus: int) -> int:
@@ -431,7 +437,11 @@ def count(spec: Scenario | Cluster, source: str | Path | None = None) -> Workloa
         jobs, npus = [one], one.npus
     cfg = _collectives(npus, [d.npus for d in dims], system)
     active = max(1, int(str(system.get("active-chunks-per-dimension", 1))))
-    parts = [_job_workload(j, cfg, active) for j in jobs]
+    if isinstance(spec, Cluster):  # each job weighed on the cluster's hosts it is placed on
+        parts = [_job_workload(j, cfg, active, resolved.topology, placed)
+                 for j, placed in zip(jobs, resolved.placed, strict=True)]
+    else:
+        parts = [_job_workload(j, cfg, active) for j in jobs]
     if len(parts) == 1:
         return parts[0]
     methods = list(dict.fromkeys(p.method for p in parts))

@@ -112,6 +112,26 @@ def test_a_pipelines_sends_that_leave_their_host_are_counted_apart() -> None:
     assert ps.crossing > 0 == ps.crossing_sends
 
 
+def test_a_clusters_jobs_are_weighed_on_the_hosts_they_are_placed_on() -> None:
+    """A job of a shared cluster is counted on the cluster's hosts, where it is placed (its own
+    scenario stands on a switch of its ranks, where no message leaves a host): packed from NPU 0 it
+    weighs as the same job alone on the network; on one GPU of each host, every ring neighbour is on
+    another host, beside the host's other GPU: twice each message (no replicas on a graph either)."""
+    topology = {"kind": "leaf_spine", "leaves": 2, "spines": 1, "hosts_per_leaf": 4, "gpus_per_host": 2,
+                "bandwidth_gbps": 100}
+    training = {"batch_size_per_worker": 2, "iterations": 1}
+
+    def cluster(placement: object) -> Cluster:
+        return Cluster.model_validate({"kind": "cluster", "name": "c", "topology": topology, "jobs": [
+            {"name": "a", "model": "resnet50", "gpus": 8, "placement": placement, "training": training}]})
+
+    alone = count(Scenario.model_validate({"name": "a", "model": "resnet50", "parallelism": {"dp": 8},
+                                           "topology": {**topology, "npus": 8}, "training": training}))
+    packed, apart = count(cluster("packed")), count(cluster({"npus": list(range(0, 16, 2))}))
+    assert packed.crossing == alone.crossing == alone.messages / 2 > 0
+    assert apart.crossing == 2 * alone.messages and apart.replicas == packed.replicas == 1
+
+
 @given(st.integers(1, 9), st.integers(0, 4), st.integers(2, 200))
 def test_crossing_of_a_range_in_closed_form_is_the_member_by_member_count(per_host: int, first_host: int,
                                                                           n: int) -> None:
